@@ -1,0 +1,5 @@
+"""`planner calibrate` (being written)."""
+
+from __future__ import annotations
+
+from planner.cli._app import app  # noqa: F401

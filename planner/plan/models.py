@@ -1,0 +1,140 @@
+"""The Plan: what vLLM will compute at startup for one engine, and the safe limits.
+
+This is the JSON contract of ``planner recommend --output json`` (see DESIGN.md); the webhook,
+exporter, retuner, simulator and probe all consume it. Memory figures are per GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner.units import cdiv
+
+GroupKind = Literal["full", "sliding_window", "chunked_local", "mamba"]
+
+
+class _Report(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelReport(_Report):
+    id: str
+    architecture: str
+    model_type: str | None = None
+    checkpoint_bytes: int | None = None
+    parameters: int | None = None
+    dtype: str
+    quantization: str | None = None
+    attention: str = Field(description="mha | gqa | mqa | mla, plus +sliding/+chunked/+mamba for hybrids")
+    num_layers: int
+    max_position_embeddings: int | None = None
+    derived_max_model_len: int
+    source: str | None = None
+
+
+class GpuReport(_Report):
+    name: str
+    memory_bytes: int
+    count: int = Field(description="GPUs per engine: tensor x pipeline parallel")
+    bandwidth_bytes_per_s: int | None = None
+    data_parallel_size: int = 1
+
+
+class MemoryReport(_Report):
+    """Per-GPU budget of the limiting rank: ``kv = budget - weights - non_torch - activation - graphs``."""
+
+    total_bytes: int
+    gpu_memory_utilization: float
+    budget_bytes: int = Field(description="ceil(total * gpu_memory_utilization)")
+    weights_bytes: int
+    weights_estimated: bool
+    activation_peak_bytes: int
+    non_torch_bytes: int
+    cuda_graph_bytes: int = Field(description="subtracted only where the release counts CUDA graphs")
+    cuda_graph_counted: bool
+    kv_cache_bytes: int
+    kv_cache_memory_bytes_given: bool = False
+    limiting_rank: str = Field(default="tp0/pp0", description="the rank with the least KV memory")
+
+
+class KvGroupReport(_Report):
+    """One KV-cache group (vLLM ``KVCacheGroupSpec``). All groups share one block pool."""
+
+    kind: GroupKind
+    num_layers: int = Field(description="layers in the group on the limiting rank, padding included")
+    page_bytes: int = Field(description="bytes of one block for one layer (vLLM page_size_bytes)")
+    block_size: int
+    window: int | None = Field(default=None, description="sliding window / attention chunk, tokens")
+    tokens_cap: int | None = Field(
+        default=None,
+        description="tokens one request keeps in this group at most (window + in-flight); None = all",
+    )
+    blocks_per_sequence_const: int | None = Field(
+        default=None, description="mamba/linear-attention groups: blocks per request, independent of length"
+    )
+
+    def blocks_for(self, tokens: int) -> int:
+        """Blocks a request of ``tokens`` total tokens holds in this group (vLLM max_memory_usage/page)."""
+        if self.blocks_per_sequence_const is not None:
+            return self.blocks_per_sequence_const
+        if self.kind == "sliding_window" and self.tokens_cap is not None:
+            return cdiv(min(self.tokens_cap, tokens), self.block_size) + 1
+        if self.tokens_cap is not None:
+            return cdiv(min(self.tokens_cap, tokens), self.block_size)
+        return cdiv(tokens, self.block_size)
+
+
+class KvCacheReport(_Report):
+    bytes_per_token: int = Field(description="K+V bytes per token summed over KV layers, whole model, TP=1")
+    state_bytes_per_sequence: int = Field(description="Mamba/linear-attention state per sequence, TP=1")
+    kv_cache_dtype: str = Field(description="the dtype in force after resolving auto")
+    block_size: int
+    bytes_per_block: int = Field(description="bytes of one block id across all layers of a group, per GPU")
+    num_gpu_blocks: int
+    tokens: int = Field(description='as vLLM logs "GPU KV cache size: N tokens"')
+    max_concurrency: float = Field(description='as vLLM logs "Maximum concurrency for L tokens per request"')
+    max_model_len: int = Field(description="the L in force (given, derived, or auto-fit)")
+    blocks_per_request: int = Field(description="blocks one request of max_model_len tokens needs")
+    estimated_max_model_len: int = Field(description="longest context one sequence can have (vLLM's search)")
+    groups: list[KvGroupReport]
+
+    def blocks_for_sequence(self, tokens: int) -> int:
+        """Blocks one sequence of ``tokens`` tokens holds across all groups."""
+        return sum(group.blocks_for(tokens) for group in self.groups)
+
+    @property
+    def usable_blocks(self) -> int:
+        """Blocks requests can use: vLLM's BlockPool keeps block 0 as the null block."""
+        return max(0, self.num_gpu_blocks - 1)
+
+
+class Recommendation(_Report):
+    max_model_len: int
+    max_num_seqs: int
+    gpu_memory_utilization: float
+    kv_cache_dtype: str
+    vllm_args: list[str]
+    basis: str = Field(description="how max_num_seqs was chosen: worst-case | workload | default")
+
+
+class Alternative(_Report):
+    change: str
+    vllm_args: list[str]
+    fits: bool
+    max_model_len: int | None = None
+    max_concurrency: float | None = None
+
+
+class Plan(_Report):
+    model: ModelReport
+    gpu: GpuReport
+    vllm_version: str
+    memory: MemoryReport
+    kv_cache: KvCacheReport
+    fits: bool = Field(description="vLLM's own startup fit check passes")
+    fit_error: str | None = Field(default=None, description="the error vLLM would raise, verbatim")
+    recommendation: Recommendation | None = None
+    alternatives: list[Alternative] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)

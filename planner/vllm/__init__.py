@@ -1,0 +1,1 @@
+"""What kv-planner knows about vLLM itself: releases, serving flags, command lines, logs."""

@@ -1,0 +1,71 @@
+"""ServingArgs: the vLLM serving flags that decide KV-cache sizing, as vLLM would receive them.
+
+A field left ``None`` means "not given": vLLM's default for the release in force applies, resolved by
+:func:`planner.vllm.releases.resolve_defaults`. Values use vLLM's own units (utilization is a
+fraction, ``kv_cache_memory_bytes`` is bytes, ``cpu_offload_gb`` is GiB) and vLLM's spellings
+(``kv_cache_dtype="fp8_e4m3"``), so a manifest's args map onto this model one to one.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+KV_CACHE_DTYPES_ALL = (
+    "auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
+    "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc",
+    "turboquant_3bit_nc", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit",
+    "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head", "nvfp4", "nvfp4_4over6",
+)
+
+
+class ServingArgs(BaseModel):
+    """The sizing-relevant subset of ``vllm serve`` flags (names as vLLM's argparse ``dest``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_model_len: int | None = Field(
+        default=None, description="--max-model-len; -1 means auto (fit to memory); None = model default"
+    )
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    gpu_memory_utilization: float | None = Field(default=None)
+    kv_cache_memory_bytes: int | None = Field(default=None, ge=0)
+    kv_cache_dtype: str = "auto"
+    block_size: int | None = Field(default=None, ge=1)
+    num_gpu_blocks_override: int | None = Field(default=None, ge=1)
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    pipeline_parallel_size: int = Field(default=1, ge=1)
+    data_parallel_size: int = Field(default=1, ge=1)
+    decode_context_parallel_size: int = Field(default=1, ge=1)
+    enable_expert_parallel: bool = False
+    dtype: str = "auto"
+    quantization: str | None = None
+    enforce_eager: bool = False
+    cpu_offload_gb: float = Field(default=0.0, ge=0)
+    enable_prefix_caching: bool | None = None
+    enable_chunked_prefill: bool | None = None
+    async_scheduling: bool | None = None
+    disable_hybrid_kv_cache_manager: bool = False
+    performance_mode: str | None = None
+    max_cudagraph_capture_size: int | None = None
+    enable_lora: bool = False
+    max_loras: int = Field(default=1, ge=1)
+    max_lora_rank: int = Field(default=16, ge=1)
+    mamba_cache_dtype: str = "auto"
+    mamba_ssm_cache_dtype: str = "auto"
+    # Features that change capacity in ways kv-planner does not model: each gets a named warning.
+    speculative_config: str | None = None
+    kv_transfer_config: str | None = None
+    kv_offloading_size: float | None = None
+    swap_space: float | None = None
+    # Environment variables of the vLLM process that change sizing (VLLM_* only).
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def gpus_per_engine(self) -> int:
+        """GPUs one engine uses (TP x PP); DP replicas each use this many."""
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def gpus_total(self) -> int:
+        return self.gpus_per_engine * self.data_parallel_size
