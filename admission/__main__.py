@@ -1,0 +1,3 @@
+from admission.cli import main
+
+main()

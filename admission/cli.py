@@ -1,0 +1,27 @@
+"""``python -m admission webhook|exporter``: one image, two processes.
+
+Every flag of both processes also reads an environment variable ``KV_PLANNER_<FLAG>`` (for example
+``--tls-cert-file`` <- ``KV_PLANNER_TLS_CERT_FILE``); each command module declares them with typer's
+``envvar``.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+app = typer.Typer(
+    name="admission",
+    help="kv-planner cluster processes: the admission webhook and the exporter/retuner.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+for _module in ("admission.webhook.cli", "admission.exporter.cli"):
+    importlib.import_module(_module)
+
+
+def main() -> None:
+    app()
