@@ -1,0 +1,1 @@
+"""KV-cache arithmetic identical to vLLM's: per-layer pages, hybrid groups, blocks, capacity."""

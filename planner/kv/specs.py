@@ -1,0 +1,161 @@
+"""Per-layer KV-cache specs on one GPU, as vLLM's ``get_kv_cache_spec`` builds them.
+
+One :class:`LayerCache` per decoder layer that keeps a cache (``layer_pattern`` letters F, S, C, M),
+with the page size of one block on one tensor-parallel rank (``vllm/v1/kv_cache_interface.py``):
+
+* attention: ``block_size * kv_heads_per_rank * (head_size + head_size_v) * dtype_bytes`` where
+  ``kv_heads_per_rank = max(1, kv_heads // tp)`` — KV heads are replicated once TP exceeds them
+  (``ModelConfig.get_num_kv_heads``);
+* MLA: one latent head of ``kv_lora_rank + qk_rope_head_dim`` on every rank, never split by TP
+  (``MLAAttentionSpec``, ``max_tp_shards = 1``); ``fp8_ds_mla`` is 656 bytes per token;
+* Mamba / gated delta net: the per-sequence conv + SSM state of one rank (``MambaSpec``), padded to
+  the attention page, whose block size vLLM raises until attention pages are at least that large.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from planner.kv.dtypes import KvDtype
+from planner.models.spec import ModelSpec
+from planner.units import cdiv
+
+CacheKind = Literal["full", "sliding_window", "chunked_local", "mamba"]
+
+# Smallest kernel block of the CUDA attention backends (FlashAttention: MultipleOf(16)).
+KERNEL_BLOCK_ALIGNMENT = 16
+
+
+@dataclass(frozen=True)
+class LayerCache:
+    """The KV spec of one layer on one rank (hashable: equal specs group together)."""
+
+    kind: CacheKind
+    page_bytes: int
+    """Bytes of one block of ``block_size`` tokens for this layer (padded where vLLM pads)."""
+    block_size: int
+    window: int | None = None
+    """Sliding window or attention chunk, in tokens."""
+    const_blocks: int | None = None
+    """Mamba: blocks one request holds whatever its length."""
+
+    def blocks_for(self, tokens: int, *, in_flight: int, dcp: int = 1) -> int:
+        """Blocks one request of ``tokens`` tokens needs in this layer's group
+        (``max_memory_usage_bytes // page_size_bytes`` at ``max_model_len = tokens``)."""
+        if self.const_blocks is not None:
+            return self.const_blocks
+        if self.kind == "sliding_window":
+            assert self.window is not None
+            return cdiv(min(self.window - 1 + in_flight, tokens), self.block_size) + 1
+        if self.kind == "chunked_local":
+            assert self.window is not None
+            return cdiv(min(self.window + in_flight, tokens), self.block_size)
+        return cdiv(cdiv(tokens, dcp), self.block_size)
+
+    def tokens_cap(self, in_flight: int) -> int | None:
+        """Most tokens one request keeps in this layer (None: all of them)."""
+        if self.kind == "sliding_window" and self.window is not None:
+            return self.window - 1 + in_flight
+        if self.kind == "chunked_local" and self.window is not None:
+            return self.window + in_flight
+        return None
+
+
+def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
+    """KV heads one TP rank stores: MLA keeps one latent head; otherwise split down to one, then replicated."""
+    if model.mla is not None:
+        return 1
+    return max(1, model.num_kv_heads // tp)
+
+
+def attention_bytes_per_token(model: ModelSpec, kv: KvDtype, tp: int) -> int:
+    """Bytes one token takes in one attention layer on one rank (K and V together)."""
+    if model.mla is not None:
+        if kv.mla_bytes_per_token is not None:
+            return kv.mla_bytes_per_token
+        return int(model.mla.latent_size * kv.element_bytes)
+    return kv_heads_per_rank(model, tp) * kv.head_vector_bytes(model.head_dim, model.head_size_v)
+
+
+def mamba_state_bytes(model: ModelSpec, tp: int, conv_bytes: int, ssm_bytes: int) -> int:
+    """Conv + SSM state of one Mamba/GDN layer for one sequence on one rank
+    (``vllm/model_executor/layers/mamba/mamba_utils.py: MambaStateShapeCalculator``)."""
+    m = model.mamba
+    if m is None:
+        return 0
+    kernel = m.conv_kernel - 1
+    if m.kind == "gated_delta_net":
+        assert m.num_k_heads and m.num_v_heads and m.k_head_dim and m.v_head_dim
+        conv_dim = (2 * m.num_k_heads * m.k_head_dim + m.num_v_heads * m.v_head_dim) // tp
+        ssm = (m.num_v_heads // tp) * m.v_head_dim * m.k_head_dim
+        return conv_dim * kernel * conv_bytes + ssm * ssm_bytes
+    d_inner, d_state = m.d_inner or 0, m.d_state or 0
+    if m.kind == "mamba2":
+        conv_dim = (d_inner + 2 * m.n_groups * d_state) // tp
+        ssm = ((m.num_heads or 1) // tp) * (m.head_dim or 1) * d_state
+        return conv_dim * kernel * conv_bytes + ssm * ssm_bytes
+    return (d_inner // tp) * kernel * conv_bytes + (d_inner // tp) * d_state * ssm_bytes
+
+
+def hybrid_block_size(attention_page_per_token: int, mamba_page: int, requested: int) -> int:
+    """vLLM's ``_align_hybrid_block_size``: the smallest kernel-aligned block size whose attention
+    page holds at least one Mamba state (never below the block size already in force)."""
+    if mamba_page <= 0 or attention_page_per_token <= 0:
+        return requested
+    alignment = max(KERNEL_BLOCK_ALIGNMENT, requested)
+    needed = alignment * cdiv(mamba_page, alignment * attention_page_per_token)
+    needed = KERNEL_BLOCK_ALIGNMENT * cdiv(needed, KERNEL_BLOCK_ALIGNMENT)
+    return max(requested, needed)
+
+
+@dataclass(frozen=True)
+class RankLayout:
+    """What one TP rank stores per layer, before grouping."""
+
+    layers: list[LayerCache | None]
+    """One entry per decoder layer; None for layers without a cache of their own."""
+    block_size: int
+    attention_page_per_token: int
+    mamba_state_bytes: int
+
+
+def build_layer_caches(
+    model: ModelSpec,
+    kv: KvDtype,
+    *,
+    tp: int,
+    block_size: int,
+    block_size_given: bool,
+    unify_hybrid: bool,
+    mamba_conv_bytes: int,
+    mamba_ssm_bytes: int,
+    mamba_blocks_per_request: int,
+) -> RankLayout:
+    """The per-layer specs of one rank. ``unify_hybrid`` is vLLM's "hybrid KV cache manager disabled":
+    sliding-window and chunked layers become full attention when full layers exist too."""
+    per_token = attention_bytes_per_token(model, kv, tp) if model.num_kv_heads or model.mla else 0
+    state = mamba_state_bytes(model, tp, mamba_conv_bytes, mamba_ssm_bytes) if "M" in model.layer_pattern else 0
+    if state and per_token:
+        block_size = hybrid_block_size(per_token, state, block_size)
+    elif state and not per_token:
+        block_size = block_size  # pure SSM model: pages are the state itself
+    attention_page = per_token * block_size
+    has_full = "F" in model.layer_pattern
+    layers: list[LayerCache | None] = []
+    for letter in model.layer_pattern:
+        if letter == "N":
+            layers.append(None)
+        elif letter == "M":
+            page = max(state, attention_page) if per_token else state
+            layers.append(LayerCache("mamba", page, block_size, const_blocks=mamba_blocks_per_request))
+        elif letter == "F" or (unify_hybrid and has_full):
+            layers.append(LayerCache("full", attention_page, block_size))
+        elif letter == "S":
+            layers.append(LayerCache("sliding_window", attention_page, block_size, window=model.sliding_window))
+        else:
+            layers.append(LayerCache("chunked_local", attention_page, block_size,
+                                     window=model.attention_chunk_size))
+    del block_size_given  # the user's --block-size is already in block_size; vLLM may still raise it
+    return RankLayout(layers=layers, block_size=block_size, attention_page_per_token=per_token,
+                      mamba_state_bytes=state)

@@ -1,0 +1,1 @@
+"""The per-GPU memory budget vLLM computes at startup, term by term."""

@@ -1,0 +1,53 @@
+"""The few constants of kv-planner's memory model, each a property of a cause, not of a model.
+
+They are fitted by ``planner calibrate --fit`` (``planner/calibration/fit.py``) on the startup reports
+in ``../shared/calibration`` and checked model-by-model with leave-one-model-out in
+``docs/accuracy.md``. Change them only through that fit; the tests pin the accuracy, not the values.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GiB = 1 << 30
+
+
+class MemoryCoefficients(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sampler_bytes_per_logit: float = Field(
+        description="bytes of sampler warm-up memory per (dummy request x vocabulary entry): fp32 logits, "
+                    "probabilities and top-k/top-p sort buffers"
+    )
+    forward_bytes_per_token_width: float = Field(
+        description="activation bytes per (batched token x activation width element): residual, hidden, "
+                    "qkv, attention output, gate_up and MLP output live at the peak, in units of dtype bytes"
+    )
+    moe_bytes_per_token_expert_width: float = Field(
+        description="fused-MoE workspace per (batched token x top-k x expert width element x dtype byte)"
+    )
+    cuda_workspace_bytes: int = Field(description="cuBLAS/cuDNN workspaces created during the first forward")
+    sampler_non_torch_bytes: int = Field(description="non-torch memory of the sampler on the last PP stage")
+    nccl_bytes_nvls: int = Field(description="NCCL buffers for TP > 1 on NVSwitch systems with NVLS (H100/H200/B200)")
+    nccl_bytes_per_extra_rank: int = Field(description="NCCL buffer growth per TP rank beyond 2")
+    nccl_bytes_plain: int = Field(description="NCCL buffers for TP > 1 without NVLS (PCIe, A100, L40S)")
+    cudagraph_base_bytes: int = Field(description="graph pool memory independent of depth (largest capture)")
+    cudagraph_bytes_per_layer: int = Field(description="graph memory per decoder layer on the rank (51 sizes)")
+    cudagraph_bytes_per_moe_layer: int = Field(description="extra graph memory per MoE layer")
+    cudagraph_reference_sizes: int = Field(description="number of capture sizes the per-layer figure was fitted at")
+
+
+DEFAULT_COEFFICIENTS = MemoryCoefficients(
+    sampler_bytes_per_logit=15.2,
+    forward_bytes_per_token_width=1.1,
+    moe_bytes_per_token_expert_width=2.5,
+    cuda_workspace_bytes=int(0.07 * GiB),
+    sampler_non_torch_bytes=int(0.18 * GiB),
+    nccl_bytes_nvls=int(1.75 * GiB),
+    nccl_bytes_per_extra_rank=int(0.03 * GiB),
+    nccl_bytes_plain=int(0.12 * GiB),
+    cudagraph_base_bytes=int(0.37 * GiB),
+    cudagraph_bytes_per_layer=int(0.0167 * GiB),
+    cudagraph_bytes_per_moe_layer=int(0.02 * GiB),
+    cudagraph_reference_sizes=51,
+)

@@ -1,0 +1,442 @@
+"""config.json -> ModelSpec, reading the fields the way vLLM (through transformers) reads them.
+
+vLLM never sees the raw JSON: it sees a transformers config object, whose ``attribute_map`` lets
+``num_hidden_layers`` find Falcon's ``n_layer`` and whose class defaults fill fields a sparse file
+leaves out. This module reproduces the parts of that reading that decide KV-cache size and weight
+bytes: field aliases (``vllm/transformers_utils/config.py: CONFIG_FIELD_ALIASES``), per-layer
+attention kinds, MLA, Mamba/linear-attention state, MoE, quantization and the derived context
+length (``vllm/config/model.py: _get_and_verify_max_len``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from planner.errors import InvalidModelConfigError, UnsupportedArchitectureError
+from planner.models import layers as layer_kinds
+from planner.models.quantization import parse_quantization
+from planner.models.spec import ContextSpec, MambaSpec, MlaSpec, ModelSpec, MoeSpec, VisionSpec
+from planner.models.vision import estimate_vision_parameters
+
+Config = Mapping[str, Any]
+
+# Class defaults of transformers config classes whose published config.json files are often sparse
+# (the file leaves out what the class fills in). Only fields that change sizing are listed.
+_MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3_text": {
+        "vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
+        "max_position_embeddings": 131_072, "sliding_window": 4096, "sliding_window_pattern": 6,
+        "tie_word_embeddings": True,
+    },
+    "gemma2": {"sliding_window": 4096, "tie_word_embeddings": True, "head_dim": 256},
+    "gemma": {"tie_word_embeddings": True},
+    "falcon": {"max_position_embeddings": 2048, "vocab_size": 65_024, "tie_word_embeddings": True},
+    "starcoder2": {"tie_word_embeddings": True},
+    "phi3": {"tie_word_embeddings": False},
+    "llama": {"max_position_embeddings": 2048},
+    "mistral": {"max_position_embeddings": 4096 * 32},
+    "gpt2": {"n_positions": 1024},
+}
+
+# Aliases as transformers' attribute_map and vLLM's CONFIG_FIELD_ALIASES resolve them (first wins).
+_ALIASES: dict[str, tuple[str, ...]] = {
+    "num_hidden_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
+    "hidden_size": ("hidden_size", "n_embd", "d_model", "model_dim"),
+    "num_attention_heads": ("num_attention_heads", "n_head", "n_heads", "num_heads"),
+    "num_kv_heads": ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num",
+                     "num_attention_groups"),
+    "vocab_size": ("padded_vocab_size", "vocab_size"),
+    "intermediate_size": ("intermediate_size", "ffn_hidden_size", "n_inner", "ffn_dim"),
+    "num_experts": ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts"),
+    "num_experts_per_token": ("num_experts_per_tok", "num_experts_per_token", "top_k_experts", "moe_topk",
+                              "moe_top_k", "top_k"),
+    "num_shared_experts": ("n_shared_experts", "moe_num_shared_experts"),
+}
+
+# vLLM's possible max-length keys, in its order (model_arch_config_convertor.derive_max_model_len_and_key).
+_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
+                 "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+
+# Architectures whose MLP is up+down (GELU), not gate+up+down.
+_UNGATED_MLP_TYPES = {"gpt2", "gpt_bigcode", "gpt_neox", "falcon", "starcoder2", "phi", "opt", "bloom",
+                      "mpt", "gptj", "codegen", "stablelm_epoch"}
+
+_ENCODER_DECODER_TYPES = {"t5", "mt5", "bart", "mbart", "whisper", "pegasus", "marian", "m2m_100"}
+_ENCODER_ONLY_TYPES = {"bert", "roberta", "xlm-roberta", "deberta", "deberta-v2", "distilbert", "electra"}
+
+
+class _Reader:
+    """Field access with aliases, class defaults and errors that name the field."""
+
+    def __init__(self, text: Config, top: Config, model_id: str) -> None:
+        self.text = text
+        self.top = top
+        self.model_id = model_id
+        model_type = text.get("model_type") or top.get("model_type")
+        self.defaults = _MODEL_TYPE_DEFAULTS.get(str(model_type), {})
+
+    def get(self, name: str, default: Any = None) -> Any:
+        for key in _ALIASES.get(name, (name,)):
+            value = self.text.get(key)
+            if value is not None:
+                return value
+        for key in _ALIASES.get(name, (name,)):
+            if key in self.defaults:
+                return self.defaults[key]
+        return default
+
+    def int(self, name: str, default: int | None = None, *, minimum: int = 0) -> int:
+        value = self.get(name, default)
+        if value is None:
+            names = " / ".join(_ALIASES.get(name, (name,)))
+            raise InvalidModelConfigError(
+                f"{self.model_id}: config.json has no {names}", field=_ALIASES.get(name, (name,))[0]
+            )
+        if isinstance(value, list) and value and all(isinstance(v, int) for v in value):
+            value = max(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+            raise InvalidModelConfigError(
+                f"{self.model_id}: config.json field {name} must be an integer, got {value!r}", field=name
+            )
+        if int(value) < minimum:
+            raise InvalidModelConfigError(
+                f"{self.model_id}: config.json field {name} must be >= {minimum}, got {value}", field=name
+            )
+        return int(value)
+
+    def opt_int(self, name: str) -> int | None:
+        return self.int(name) if self.get(name) is not None else None
+
+
+def text_config_of(config: Config) -> Config:
+    """The language-model part of a (possibly multimodal) config: ``text_config`` when present."""
+    text = config.get("text_config")
+    if isinstance(text, Mapping):
+        merged = dict(text)
+        # Fields some multimodal files keep only at the top level.
+        for key in ("torch_dtype", "dtype", "quantization_config", "tie_word_embeddings"):
+            if key not in merged and key in config:
+                merged[key] = config[key]
+        return merged
+    for key in ("llm_config", "language_config"):
+        if isinstance(config.get(key), Mapping):
+            return dict(config[key])
+    return config
+
+
+def parse_config(config: Config, *, model_id: str) -> ModelSpec:
+    """Turn a Hugging Face ``config.json`` (as a dict) into a :class:`ModelSpec`.
+
+    Raises :class:`InvalidModelConfigError` naming the field when a needed field is missing or
+    malformed, and :class:`UnsupportedArchitectureError` for designs vLLM cannot serve as a decoder.
+    """
+    if not isinstance(config, Mapping):
+        raise InvalidModelConfigError(f"{model_id}: config.json must be a JSON object")
+    text = text_config_of(config)
+    reader = _Reader(text, config, model_id)
+    architectures = config.get("architectures") or text.get("architectures")
+    if not architectures or not isinstance(architectures, list) or not isinstance(architectures[0], str):
+        raise InvalidModelConfigError(
+            f"{model_id}: config.json has no 'architectures' list; vLLM needs it to pick the model class",
+            field="architectures",
+        )
+    architecture = architectures[0]
+    model_type = str(text.get("model_type") or config.get("model_type") or "")
+    _reject_unservable(config, text, model_id, model_type)
+
+    num_layers = reader.int("num_hidden_layers", minimum=1)
+    hidden = reader.int("hidden_size", minimum=1)
+    heads = reader.int("num_attention_heads", minimum=1)
+    mla = _mla(reader)
+    kv_heads = _kv_heads(reader, heads, model_type)
+    head_dim = _head_dim(reader, hidden, heads, mla)
+    head_dim_v = mla.v_head_dim if mla is not None else _opt_head_dim_v(reader, head_dim)
+    pattern, sliding_window, chunk = layer_kinds.layer_pattern(text, num_layers, model_type, model_id)
+    mamba = _mamba(reader, hidden, model_type) if "M" in pattern else None
+    if "M" in pattern and mamba is None:
+        raise UnsupportedArchitectureError(
+            f"{model_id}: hybrid layers without a recognisable state-space config (mamba_* / linear_*)",
+            field="layer_types",
+        )
+    if not any(letter in pattern for letter in "FSC") and "M" in pattern:
+        kv_heads = 0  # pure state-space model: no attention KV cache at all
+    moe = _moe(reader, model_type, num_layers)
+    quant, quant_notes = parse_quantization(config.get("quantization_config") or text.get("quantization_config"),
+                                            model_id=model_id)
+    context = _context(reader, text)
+    derived, key = derived_max_model_len(context, model_type, rules="newest")
+    vision = _vision(config)
+    intermediate = _intermediate(reader, hidden, model_type, moe)
+    notes = list(quant_notes)
+    if sliding_window is not None and "S" not in pattern:
+        notes.append("sliding_window is set but no layer uses it (e.g. use_sliding_window=false)")
+    return ModelSpec(
+        id=model_id,
+        architecture=architecture,
+        model_type=model_type or "unknown",
+        dtype=_dtype(config, text),
+        num_layers=num_layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        head_dim_v=head_dim_v if head_dim_v != head_dim else None,
+        vocab_size=reader.int("vocab_size", minimum=1),
+        intermediate_size=intermediate,
+        mlp_gated=model_type not in _UNGATED_MLP_TYPES,
+        attention_bias=bool(text.get("attention_bias") or text.get("add_qkv_bias") or text.get("qkv_bias")
+                            or text.get("use_bias") or model_type in ("qwen2", "qwen2_moe")),
+        tie_word_embeddings=bool(reader.get("tie_word_embeddings", False)),
+        max_position_embeddings=reader.opt_int("max_position_embeddings"),
+        derived_max_model_len=derived,
+        derived_max_model_len_key=key,
+        context=context,
+        layer_pattern=pattern,
+        sliding_window=sliding_window if "S" in pattern else None,
+        attention_chunk_size=chunk if "C" in pattern else None,
+        mla=mla,
+        moe=moe,
+        mamba=mamba,
+        quantization=quant,
+        vision=vision,
+        mtp_layers=reader.int("num_nextn_predict_layers", 0) or reader.int("mtp_num_hidden_layers", 0),
+        rotary_dim=_rotary_dim(text, head_dim, mla),
+        notes=notes,
+    )
+
+
+def _reject_unservable(config: Config, text: Config, model_id: str, model_type: str) -> None:
+    if config.get("is_encoder_decoder") or model_type in _ENCODER_DECODER_TYPES:
+        raise UnsupportedArchitectureError(
+            f"{model_id}: encoder-decoder model (is_encoder_decoder / model_type={model_type!r}); "
+            "kv-planner sizes decoder-only KV caches (cross-attention caches are not modelled)",
+            field="is_encoder_decoder",
+        )
+    if model_type in _ENCODER_ONLY_TYPES or text.get("is_decoder") is False:
+        raise UnsupportedArchitectureError(
+            f"{model_id}: encoder-only model (model_type={model_type!r}) keeps no KV cache in vLLM",
+            field="model_type",
+        )
+
+
+def _kv_heads(reader: _Reader, heads: int, model_type: str) -> int:
+    # Falcon: multi_query without new_decoder_architecture means one KV head (vLLM's Falcon convertor).
+    if model_type == "falcon" and not reader.get("new_decoder_architecture", False):
+        if reader.get("multi_query", False):
+            return 1
+    # ChatGLM: multi_query_group_num applies only when multi_query_attention is on.
+    if model_type == "chatglm" and not reader.get("multi_query_attention", False):
+        return heads
+    value = reader.get("num_kv_heads")
+    if value is None:
+        return heads
+    return reader.int("num_kv_heads", minimum=1)
+
+
+def _head_dim(reader: _Reader, hidden: int, heads: int, mla: MlaSpec | None) -> int:
+    if mla is not None:
+        # The attention (Q/K) head size; the cached size is mla.latent_size.
+        return mla.qk_nope_head_dim + mla.qk_rope_head_dim
+    explicit = reader.get("head_dim")
+    if isinstance(explicit, int) and explicit > 0:
+        return explicit
+    for key in ("hidden_size_per_head", "kv_channels", "attention_head_dim"):
+        value = reader.get(key)
+        if isinstance(value, int) and value > 0:
+            return value
+    if hidden % heads:
+        raise InvalidModelConfigError(
+            f"{reader.model_id}: hidden_size {hidden} is not divisible by num_attention_heads {heads} "
+            "and config.json gives no head_dim",
+            field="head_dim",
+        )
+    return hidden // heads
+
+
+def _opt_head_dim_v(reader: _Reader, head_dim: int) -> int:
+    value = reader.get("v_head_dim")
+    return value if isinstance(value, int) and value > 0 else head_dim
+
+
+def _mla(reader: _Reader) -> MlaSpec | None:
+    if reader.get("kv_lora_rank") is None:
+        return None
+    return MlaSpec(
+        kv_lora_rank=reader.int("kv_lora_rank", minimum=1),
+        qk_rope_head_dim=reader.int("qk_rope_head_dim", 0),
+        qk_nope_head_dim=reader.int("qk_nope_head_dim", 0),
+        v_head_dim=reader.int("v_head_dim", minimum=1),
+        q_lora_rank=reader.opt_int("q_lora_rank"),
+    )
+
+
+def _mamba(reader: _Reader, hidden: int, model_type: str) -> MambaSpec | None:
+    if reader.get("linear_num_value_heads") is not None:  # gated delta net (Qwen3-Next, Qwen3.5)
+        return MambaSpec(
+            kind="gated_delta_net",
+            conv_kernel=reader.int("linear_conv_kernel_dim", 4),
+            num_k_heads=reader.int("linear_num_key_heads", minimum=1),
+            num_v_heads=reader.int("linear_num_value_heads", minimum=1),
+            k_head_dim=reader.int("linear_key_head_dim", minimum=1),
+            v_head_dim=reader.int("linear_value_head_dim", minimum=1),
+        )
+    num_heads = reader.get("mamba_n_heads") or reader.get("mamba_num_heads")
+    d_state = reader.get("mamba_d_state") or reader.get("ssm_state_size") or reader.get("state_size")
+    conv = reader.get("mamba_d_conv") or reader.get("conv_kernel") or reader.get("mamba_conv_kernel") or 4
+    expand = reader.get("mamba_expand") or reader.get("expand") or 2
+    if num_heads:  # mamba2 (NemotronH, Zamba2, Falcon-H1, Granite-4.0-H, Bamba)
+        head_dim = reader.get("mamba_d_head") or reader.get("mamba_head_dim")
+        head_dim = int(head_dim) if head_dim else int(expand) * hidden // int(num_heads)
+        return MambaSpec(
+            kind="mamba2",
+            conv_kernel=int(conv),
+            d_inner=int(num_heads) * head_dim,
+            d_state=int(d_state or 128),
+            n_groups=int(reader.get("mamba_n_groups") or reader.get("n_groups") or 1),
+            num_heads=int(num_heads),
+            head_dim=head_dim,
+        )
+    if d_state is not None:  # mamba1 (Jamba, Mamba)
+        d_inner = reader.get("mamba_d_inner") or reader.get("intermediate_size_mamba")
+        return MambaSpec(
+            kind="mamba1",
+            conv_kernel=int(conv),
+            d_inner=int(d_inner) if d_inner else int(expand) * hidden,
+            d_state=int(d_state),
+        )
+    return None
+
+
+def _moe(reader: _Reader, model_type: str, num_layers: int) -> MoeSpec | None:
+    experts = reader.get("num_experts")
+    if isinstance(experts, list):
+        experts = experts[0]
+    if not experts or int(experts) <= 1:
+        return None
+    top_k = reader.get("num_experts_per_token")
+    if top_k is None:
+        raise InvalidModelConfigError(
+            f"{reader.model_id}: MoE config without num_experts_per_tok", field="num_experts_per_tok"
+        )
+    moe_inter = reader.get("moe_intermediate_size") or reader.get("intermediate_size")
+    if model_type in ("mixtral", "gpt_oss", "jamba", "llama4_text", "llama4") and not reader.get(
+            "moe_intermediate_size"):
+        moe_inter = reader.get("intermediate_size")
+    shared = reader.int("num_shared_experts", 0)
+    shared_inter = reader.opt_int("shared_expert_intermediate_size")
+    if shared_inter and not shared:
+        shared = 1
+    if model_type in ("llama4_text", "llama4") and not shared:
+        shared, shared_inter = 1, int(moe_inter)
+    first_dense = reader.int("first_k_dense_replace", 0)
+    period = reader.get("expert_layer_period") or reader.get("decoder_sparse_step") or reader.get(
+        "interleave_moe_layer_step") or reader.get("moe_layer_freq") or 1
+    offset = reader.get("expert_layer_offset") or 0
+    if model_type in ("qwen2_moe", "qwen3_moe", "qwen3_next") and int(period) > 1:
+        offset = int(period) - 1  # Qwen: layer i is sparse when (i + 1) % decoder_sparse_step == 0
+    return MoeSpec(
+        num_experts=int(experts),
+        experts_per_token=int(top_k),
+        moe_intermediate_size=int(moe_inter or 1),
+        num_shared_experts=shared,
+        shared_expert_intermediate_size=shared_inter,
+        first_dense_layers=min(first_dense, num_layers),
+        moe_layer_period=int(period),
+        moe_layer_offset=int(offset),
+    )
+
+
+def _intermediate(reader: _Reader, hidden: int, model_type: str, moe: MoeSpec | None) -> int:
+    if model_type in ("llama4_text", "llama4"):
+        return int(reader.get("intermediate_size_mlp") or reader.get("intermediate_size") or 0)
+    value = reader.get("intermediate_size")
+    if value is None and moe is None:
+        return 4 * hidden  # GPT-2 style default: n_inner = 4 * hidden
+    if moe is not None and value == moe.moe_intermediate_size and moe.first_dense_layers == 0:
+        return int(value)
+    return int(value or 0)
+
+
+def _dtype(config: Config, text: Config) -> str:
+    for source in (text, config):
+        for key in ("torch_dtype", "dtype"):
+            value = source.get(key)
+            if isinstance(value, str):
+                normalized = value.replace("torch.", "")
+                if normalized in ("bfloat16", "float16", "float32"):
+                    return normalized
+                if normalized in ("half", "fp16"):
+                    return "float16"
+    # No dtype in the file: transformers defaults to float32, which vLLM's "auto" downcasts to bf16.
+    return "bfloat16"
+
+
+def _rotary_dim(text: Config, head_dim: int, mla: MlaSpec | None) -> int | None:
+    if mla is not None:
+        return mla.qk_rope_head_dim
+    factor = text.get("partial_rotary_factor")
+    if isinstance(factor, (int, float)) and 0 < factor < 1:
+        return int(head_dim * factor)
+    return None
+
+
+def _context(reader: _Reader, text: Config) -> ContextSpec:
+    base: int | None = None
+    base_key: str | None = None
+    for key in _MAX_LEN_KEYS:
+        value = text.get(key, reader.defaults.get(key))
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and (base is None or value < base):
+            base, base_key = int(value), key
+    rope = text.get("rope_scaling") or text.get("rope_parameters")
+    rope_type = rope_factor = rope_original = None
+    if isinstance(rope, Mapping):
+        if rope and all(isinstance(v, Mapping) for v in rope.values()):  # per-layer-type parameters
+            rope = next(iter(rope.values()))
+        rope_type = rope.get("rope_type") or rope.get("type")
+        factor = rope.get("factor")
+        rope_factor = float(factor) if isinstance(factor, (int, float)) else None
+        original = rope.get("original_max_position_embeddings", text.get("original_max_position_embeddings"))
+        rope_original = int(original) if isinstance(original, (int, float)) else None
+    model_max = text.get("model_max_length")
+    return ContextSpec(
+        base_max_len=base,
+        base_key=base_key,
+        model_max_length=int(model_max) if isinstance(model_max, (int, float)) else None,
+        rope_type=str(rope_type) if rope_type else None,
+        rope_factor=rope_factor,
+        rope_original_max_position=rope_original,
+    )
+
+
+def derived_max_model_len(context: ContextSpec, model_type: str, *, rules: str) -> tuple[int, str | None]:
+    """vLLM's derived max_model_len from the config (before the user's --max-model-len).
+
+    ``rules`` is ``"newest"`` (0.20+: YaRN leaves max_position_embeddings as the scaled length) or
+    ``"yarn-original"`` (<= 0.19: YaRN uses original_max_position_embeddings x factor).
+    """
+    length: float = float(context.base_max_len) if context.base_max_len is not None else float("inf")
+    key = context.base_key
+    if context.model_max_length is not None:
+        length, key = float(context.model_max_length), "model_max_length"
+    if length == float("inf"):
+        return 2048, None  # vLLM assumes 2048 and warns when no key is present
+    if context.rope_type and "gemma3" not in model_type:
+        factor = context.rope_factor if context.rope_factor is not None else 1.0
+        if rules == "newest":
+            if context.rope_type not in ("su", "longrope", "llama3", "yarn", "deepseek_yarn",
+                                         "deepseek_llama_scaling"):
+                length *= factor
+        elif context.rope_type not in ("su", "longrope", "llama3"):
+            if context.rope_type == "yarn" and context.rope_original_max_position is not None:
+                length = float(context.rope_original_max_position)
+            length *= factor
+    return int(length), key
+
+
+def _vision(config: Config) -> VisionSpec | None:
+    vision = config.get("vision_config")
+    if not isinstance(vision, Mapping):
+        return None
+    return VisionSpec(parameters=estimate_vision_parameters(vision, config))

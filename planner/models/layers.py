@@ -1,0 +1,128 @@
+"""Which kind of attention each decoder layer has (the ``layer_pattern`` of a ModelSpec).
+
+Mirrors how vLLM's model classes decide per layer (0.33): ``layer_types`` when the config has it
+(``sliding_attention`` / ``full_attention`` / ``chunked_attention`` / ``linear_attention`` /
+``mamba``), otherwise the family's own rule — Gemma-2 alternates starting with a sliding layer,
+Gemma-3 and Cohere2 make every ``sliding_window_pattern``-th layer global, Llama-4 uses chunked local
+attention on RoPE layers and full attention on NoPE layers, Jamba puts attention at
+``i % attn_layer_period == attn_layer_offset``, Qwen3-Next makes every ``full_attention_interval``-th
+layer full attention. A single ``sliding_window`` with no per-layer list applies to every layer
+(Mistral-7B-v0.1, Phi-3, StarCoder2), except where the config switches it off
+(``use_sliding_window: false`` in Qwen2/Qwen3, or ``sliding_window: 0``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from planner.errors import InvalidModelConfigError, UnsupportedArchitectureError
+
+_TYPE_LETTERS = {
+    "full_attention": "F", "attention": "F", "global": "F", "global_attention": "F",
+    "sliding_attention": "S", "sliding_window": "S", "local": "S", "local_attention": "S",
+    "chunked_attention": "C",
+    "linear_attention": "M", "mamba": "M", "mamba2": "M", "ssm": "M",
+}
+
+
+def _int_or_none(value: Any) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value)
+
+
+def layer_pattern(text: Mapping[str, Any], num_layers: int, model_type: str,
+                  model_id: str) -> tuple[str, int | None, int | None]:
+    """Return ``(pattern, sliding_window, attention_chunk_size)`` for the text config."""
+    window = _int_or_none(text.get("sliding_window"))
+    if model_type == "gemma3_text" and window is None:
+        window = 4096
+    if model_type == "gemma2" and window is None:
+        window = 4096
+    if window == 0:
+        window = None  # vLLM: sliding_window 0 means disabled
+    if text.get("use_sliding_window") is False:
+        window = None  # transformers drops the window when use_sliding_window is false (Qwen2/Qwen3)
+    chunk = _int_or_none(text.get("attention_chunk_size"))
+
+    explicit = text.get("layer_types") or text.get("layers_block_type") or text.get("attn_type_list")
+    if isinstance(explicit, Sequence) and not isinstance(explicit, str) and explicit:
+        return _from_list(explicit, num_layers, model_id, window, chunk), window, chunk
+    hybrid = text.get("hybrid_override_pattern")
+    if isinstance(hybrid, str) and hybrid:
+        return _from_nemotron(hybrid, num_layers, model_id), window, chunk
+
+    if model_type in ("llama4", "llama4_text") and chunk:
+        return _llama4(text, num_layers), window, chunk
+    if text.get("attn_layer_period") is not None:  # Jamba
+        period = int(text["attn_layer_period"])
+        offset = int(text.get("attn_layer_offset", 0))
+        return "".join("F" if i % period == offset else "M" for i in range(num_layers)), None, None
+    if text.get("full_attention_interval") is not None and text.get("linear_num_value_heads"):
+        interval = int(text["full_attention_interval"])
+        return "".join("F" if (i + 1) % interval == 0 else "M" for i in range(num_layers)), None, None
+    if window is None:
+        return "F" * num_layers, None, chunk
+    if model_type == "gemma2":
+        return "".join("S" if (i + 1) % 2 else "F" for i in range(num_layers)), window, None
+    pattern_every = _int_or_none(text.get("sliding_window_pattern"))
+    if model_type in ("gemma3_text", "gemma3") and pattern_every is None:
+        pattern_every = 6
+    if model_type in ("cohere2",) and pattern_every is None:
+        pattern_every = 4
+    if pattern_every and pattern_every > 1:
+        return "".join("S" if (i + 1) % pattern_every else "F" for i in range(num_layers)), window, None
+    max_window_layers = _int_or_none(text.get("max_window_layers"))
+    if model_type in ("qwen2", "qwen2_moe") and max_window_layers is not None \
+            and max_window_layers < num_layers:
+        # transformers: layers from max_window_layers on use the window; vLLM refuses this layout.
+        raise UnsupportedArchitectureError(
+            f"{model_id}: sliding window on only some layers (max_window_layers={max_window_layers} < "
+            f"num_hidden_layers={num_layers}) is not supported by vLLM's Qwen2 model",
+            field="max_window_layers",
+        )
+    return "S" * num_layers, window, None
+
+
+def _from_list(types: Sequence[Any], num_layers: int, model_id: str, window: int | None,
+               chunk: int | None) -> str:
+    if len(types) != num_layers:
+        raise InvalidModelConfigError(
+            f"{model_id}: layer_types has {len(types)} entries but num_hidden_layers is {num_layers}",
+            field="layer_types",
+        )
+    letters = []
+    for value in types:
+        letter = _TYPE_LETTERS.get(str(value).lower())
+        if letter is None:
+            raise UnsupportedArchitectureError(
+                f"{model_id}: unknown layer type {value!r} in layer_types", field="layer_types"
+            )
+        if letter == "S" and window is None:
+            letter = "F"  # sliding layers with the window switched off attend to everything
+        if letter == "C" and chunk is None:
+            raise InvalidModelConfigError(
+                f"{model_id}: chunked_attention layers need attention_chunk_size", field="attention_chunk_size"
+            )
+        letters.append(letter)
+    return "".join(letters)
+
+
+def _from_nemotron(pattern: str, num_layers: int, model_id: str) -> str:
+    # NemotronH: M = mamba2, * = attention, - = MLP only (no cache), E = MoE (no cache)
+    mapping = {"M": "M", "*": "F", "-": "N", "E": "N"}
+    if len(pattern) != num_layers or any(c not in mapping for c in pattern):
+        raise InvalidModelConfigError(
+            f"{model_id}: hybrid_override_pattern must have {num_layers} of M * - E", field="hybrid_override_pattern"
+        )
+    return "".join(mapping[c] for c in pattern)
+
+
+def _llama4(text: Mapping[str, Any], num_layers: int) -> str:
+    no_rope = text.get("no_rope_layers")
+    if not isinstance(no_rope, Sequence) or not no_rope:
+        interval = _int_or_none(text.get("no_rope_layer_interval")) or 4
+        # transformers Llama4TextConfig: 1 = uses RoPE, 0 = NoPE (every interval-th layer)
+        no_rope = [int((i + 1) % interval != 0) for i in range(num_layers)]
+    return "".join("C" if int(no_rope[i]) else "F" for i in range(num_layers))

@@ -1,0 +1,204 @@
+"""ModelSpec: kv-planner's own schema of a model's architecture facts.
+
+Everything the planner needs about a model, normalised from the many spellings of Hugging Face
+``config.json`` (see :mod:`planner.models.config`), and the schema of the embedded catalog
+(``planner/models/data/models.yaml``). Field meanings follow vLLM's reading of the config
+(``vllm/transformers_utils/model_arch_config_convertor.py``), not any one model's field names.
+
+``layer_pattern`` has one character per decoder layer:
+
+=====  ==========================================================================================
+``F``  full attention (MHA/GQA/MQA, or MLA when ``mla`` is set)
+``S``  sliding-window attention (``sliding_window`` tokens)
+``C``  chunked local attention (``attention_chunk_size`` tokens; Llama-4)
+``M``  Mamba / linear-attention (gated delta net) layer: constant per-sequence state
+``N``  no KV cache of its own (e.g. cross-layer KV sharing)
+=====  ==========================================================================================
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+_LAYER_PATTERN = re.compile(r"^[FSCMN]+$")
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CatalogSource(_Spec):
+    """Where the facts of a catalog entry came from."""
+
+    url: str
+    revision: str | None = None
+    verified: bool = Field(
+        default=False, description="checked field by field against a real config.json of that revision"
+    )
+    checkpoint_bytes_source: str | None = Field(
+        default=None, description="where checkpoint_bytes came from (safetensors index/metadata, model card)"
+    )
+
+
+class MlaSpec(_Spec):
+    """Multi-head latent attention (DeepSeek-V2/V3/R1, Kimi-K2): one latent KV head per token."""
+
+    kv_lora_rank: int = Field(ge=1)
+    qk_rope_head_dim: int = Field(ge=0)
+    qk_nope_head_dim: int = Field(ge=0)
+    v_head_dim: int = Field(ge=1)
+    q_lora_rank: int | None = None
+
+    @property
+    def latent_size(self) -> int:
+        """vLLM's MLA head size: ``kv_lora_rank + qk_rope_head_dim`` (576 for DeepSeek-V3)."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+class MoeSpec(_Spec):
+    """Mixture of experts (weights only: the KV cache does not depend on experts)."""
+
+    num_experts: int = Field(ge=1)
+    experts_per_token: int = Field(ge=1)
+    moe_intermediate_size: int = Field(ge=1)
+    num_shared_experts: int = Field(default=0, ge=0)
+    shared_expert_intermediate_size: int | None = None
+    first_dense_layers: int = Field(default=0, ge=0, description="leading layers with a dense MLP")
+    moe_layer_period: int = Field(default=1, ge=1, description="every n-th layer is MoE (Jamba: 2)")
+    moe_layer_offset: int = Field(default=0, ge=0)
+
+
+class MambaSpec(_Spec):
+    """State-space / linear-attention layers and their per-sequence state (per TP rank in vLLM)."""
+
+    kind: Literal["mamba1", "mamba2", "gated_delta_net"]
+    conv_kernel: int = Field(ge=1)
+    # mamba1 / mamba2
+    d_inner: int | None = Field(default=None, description="intermediate size (expand * hidden)")
+    d_state: int | None = None
+    n_groups: int = 1
+    num_heads: int | None = Field(default=None, description="mamba2 heads")
+    head_dim: int | None = Field(default=None, description="mamba2 head dim")
+    # gated delta net (Qwen3-Next / Qwen3.5)
+    num_k_heads: int | None = None
+    num_v_heads: int | None = None
+    k_head_dim: int | None = None
+    v_head_dim: int | None = None
+
+
+class QuantSpec(_Spec):
+    """A quantized checkpoint: what it does to weight bytes and to the KV dtype ``auto`` picks."""
+
+    method: str = Field(description="quantization_config.quant_method (fp8, awq, gptq, compressed-tensors...)")
+    weight_bits: float = Field(gt=0, le=32, description="bits per quantized weight, scales included")
+    scope: Literal["linear", "experts"] = Field(
+        default="linear", description="which weights are quantized: all decoder linears, or MoE experts only"
+    )
+    kv_cache_dtype: str | None = Field(
+        default=None, description="KV dtype the checkpoint declares (vLLM uses it for kv_cache_dtype=auto)"
+    )
+
+
+class ContextSpec(_Spec):
+    """What vLLM's ``_get_and_verify_max_len`` reads, so the derivation can follow each release's rules."""
+
+    base_max_len: int | None = Field(description="smallest of max_position_embeddings, n_positions, seq_length...")
+    base_key: str | None = None
+    model_max_length: int | None = Field(default=None, description="config's model_max_length (Cohere)")
+    rope_type: str | None = None
+    rope_factor: float | None = None
+    rope_original_max_position: int | None = None
+
+
+class VisionSpec(_Spec):
+    """A multimodal model's non-text towers: counted in weights only."""
+
+    parameters: int = Field(ge=0)
+
+
+class ModelSpec(_Spec):
+    """The architecture facts of one model, as vLLM will read them."""
+
+    id: str
+    architecture: str = Field(description="architectures[0] of config.json")
+    model_type: str
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    num_layers: int = Field(ge=1)
+    hidden_size: int = Field(ge=1)
+    num_attention_heads: int = Field(ge=1)
+    num_kv_heads: int = Field(ge=0, description="total KV heads (1 for MQA); 0 for attention-free models")
+    head_dim: int = Field(ge=1, description="K head size (MLA: q/k head size qk_nope+qk_rope)")
+    head_dim_v: int | None = Field(default=None, description="V head size where it differs from head_dim")
+    vocab_size: int = Field(ge=1)
+    intermediate_size: int = Field(ge=0, description="dense MLP size (0 if every layer is MoE)")
+    mlp_gated: bool = Field(default=True, description="gate+up+down (SwiGLU) vs up+down (GELU)")
+    attention_bias: bool = False
+    tie_word_embeddings: bool = False
+    max_position_embeddings: int | None = None
+    derived_max_model_len: int = Field(ge=1, description="vLLM's derived max_model_len (newest rules)")
+    derived_max_model_len_key: str | None = None
+    context: ContextSpec | None = Field(
+        default=None, description="inputs of vLLM's max_model_len derivation, re-run per release"
+    )
+    layer_pattern: str
+    sliding_window: int | None = Field(default=None, ge=1)
+    attention_chunk_size: int | None = Field(default=None, ge=1)
+    mla: MlaSpec | None = None
+    moe: MoeSpec | None = None
+    mamba: MambaSpec | None = None
+    quantization: QuantSpec | None = None
+    vision: VisionSpec | None = None
+    mtp_layers: int = Field(default=0, ge=0, description="multi-token-prediction layers in the checkpoint")
+    rotary_dim: int | None = Field(default=None, description="rotary dims per head (partial rotary)")
+    parameters: int | None = Field(default=None, description="exact parameter count when known")
+    checkpoint_bytes: int | None = Field(default=None, description="exact bytes of the weight files")
+    source: CatalogSource | None = None
+    aliases: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list, description="caveats found while reading the config")
+    popular_rank: int | None = Field(default=None, description="rough deployment popularity, for listings")
+
+    @model_validator(mode="after")
+    def _check_layers(self) -> ModelSpec:
+        if not _LAYER_PATTERN.match(self.layer_pattern):
+            raise ValueError("layer_pattern must use only the letters F, S, C, M, N")
+        if len(self.layer_pattern) != self.num_layers:
+            raise ValueError(
+                f"layer_pattern has {len(self.layer_pattern)} layers, num_layers is {self.num_layers}"
+            )
+        if "S" in self.layer_pattern and self.sliding_window is None:
+            raise ValueError("sliding-window layers (S) need sliding_window")
+        if "C" in self.layer_pattern and self.attention_chunk_size is None:
+            raise ValueError("chunked layers (C) need attention_chunk_size")
+        if "M" in self.layer_pattern and self.mamba is None:
+            raise ValueError("mamba layers (M) need a mamba section")
+        if self.num_kv_heads == 0 and any(c in self.layer_pattern for c in "FSC"):
+            raise ValueError("attention layers need num_kv_heads >= 1")
+        return self
+
+    @property
+    def head_size_v(self) -> int:
+        return self.head_dim_v if self.head_dim_v is not None else self.head_dim
+
+    def count(self, kind: str) -> int:
+        """Number of layers of one kind letter."""
+        return self.layer_pattern.count(kind)
+
+    @property
+    def attention_design(self) -> str:
+        """Short description: mha/gqa/mqa/mla, plus hybrid markers."""
+        if self.mla is not None:
+            base = "mla"
+        elif self.num_kv_heads == 0:
+            base = "none"
+        elif self.num_kv_heads == 1:
+            base = "mqa"
+        elif self.num_kv_heads == self.num_attention_heads:
+            base = "mha"
+        else:
+            base = "gqa"
+        extras = [name for letter, name in (("S", "sliding"), ("C", "chunked"), ("M", "mamba")) if letter in
+                  self.layer_pattern]
+        return "+".join([base, *extras])

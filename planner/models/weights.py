@@ -1,0 +1,274 @@
+"""Weight bytes per GPU, from the architecture (and scaled to the checkpoint's exact size when known).
+
+vLLM measures weights at load time ("Model loading took X GiB"); kv-planner predicts that figure:
+
+* the parameter count of every tensor vLLM creates, layer by layer, from the ModelSpec;
+* split the way vLLM shards them: column/row-parallel linears and vocab-parallel embeddings divide by
+  TP, KV projections are replicated when ``num_kv_heads < tp`` (``QKVParallelLinear``), MLA's
+  ``kv_a``/``q_a`` projections and routers are replicated, layers are split across PP stages by
+  ``get_pp_indices`` (embeddings on the first stage, final norm + LM head on the last; tied embeddings
+  are materialised on both ends when PP > 1);
+* at the serving dtype, except quantized tensors at the checkpoint's bits per weight;
+* plus the RoPE cos/sin cache vLLM builds (``max_position x rotary_dim`` elements).
+
+When the checkpoint's exact byte count is known, the architecture only decides how the total splits
+across ranks: the per-rank figures are scaled so the whole model equals the checkpoint (converted to
+the serving dtype for unquantized checkpoints), minus multi-token-prediction layers vLLM does not load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from planner.models.spec import ModelSpec
+from planner.units import cdiv
+
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+@dataclass
+class _Tensors:
+    """Parameter counts of one layer (or the embeddings), split by how they are sharded/stored."""
+
+    sharded_quantizable: float = 0.0  # TP-split linears that a checkpoint's quantization applies to
+    sharded_experts: float = 0.0  # routed experts (TP- or EP-split), quantizable
+    sharded_plain: float = 0.0  # TP-split, never quantized (embeddings, lm_head)
+    replicated_quantizable: float = 0.0  # replicated on every TP rank, quantizable (MLA kv_a, q_a)
+    replicated_plain: float = 0.0  # norms, routers, biases, state params
+
+    def total(self) -> float:
+        return (self.sharded_quantizable + self.sharded_experts + self.sharded_plain
+                + self.replicated_quantizable + self.replicated_plain)
+
+
+@dataclass
+class WeightEstimate:
+    """Weights of one model under one parallel layout."""
+
+    parameters: int
+    """Parameters vLLM loads for the whole model (MTP layers excluded)."""
+    bytes_per_stage: list[int] = field(default_factory=list)
+    """Bytes on one TP rank of each PP stage (vLLM's "Model loading took" for that rank)."""
+    estimated: bool = True
+    """False when scaled to an exact checkpoint size."""
+
+    @property
+    def max_bytes(self) -> int:
+        return max(self.bytes_per_stage)
+
+
+def pp_partition(num_layers: int, pp: int, override: str | None = None) -> list[int]:
+    """Layers per PP stage as vLLM's ``get_pp_indices`` assigns them (``VLLM_PP_LAYER_PARTITION``)."""
+    if override:
+        parts = [int(p) for p in override.split(",")]
+        if len(parts) != pp or sum(parts) != num_layers:
+            raise ValueError(f"VLLM_PP_LAYER_PARTITION={override!r} does not split {num_layers} layers in {pp}")
+        return parts
+    parts = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        parts[-i] += 1
+    return parts
+
+
+def _is_moe_layer(spec: ModelSpec, index: int) -> bool:
+    moe = spec.moe
+    if moe is None or index < moe.first_dense_layers:
+        return False
+    return (index - moe.moe_layer_offset) % moe.moe_layer_period == 0 if moe.moe_layer_period > 1 else True
+
+
+def _attention(spec: ModelSpec, tp: int) -> _Tensors:
+    hidden, heads = spec.hidden_size, spec.num_attention_heads
+    t = _Tensors(replicated_plain=_norms_per_layer(spec))
+    if spec.mla is not None:
+        mla = spec.mla
+        q_head = mla.qk_nope_head_dim + mla.qk_rope_head_dim
+        if mla.q_lora_rank:
+            t.replicated_quantizable += hidden * mla.q_lora_rank
+            t.replicated_plain += mla.q_lora_rank
+            t.sharded_quantizable += mla.q_lora_rank * heads * q_head / tp
+        else:
+            t.sharded_quantizable += hidden * heads * q_head / tp
+        t.replicated_quantizable += hidden * (mla.kv_lora_rank + mla.qk_rope_head_dim)
+        t.replicated_plain += mla.kv_lora_rank
+        t.sharded_quantizable += mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim) / tp
+        t.sharded_quantizable += heads * mla.v_head_dim * hidden / tp
+        return t
+    q_out = heads * spec.head_dim * (2 if spec.model_type == "qwen3_next" else 1)  # gated attention
+    kv_rank = max(1, spec.num_kv_heads // tp) if spec.num_kv_heads >= tp else 1
+    kv_out_rank = kv_rank * (spec.head_dim + spec.head_size_v)
+    t.sharded_quantizable += hidden * q_out / tp + heads * spec.head_size_v * hidden / tp
+    # KV projections: split by TP down to one head per rank, then replicated.
+    t.sharded_quantizable += hidden * kv_out_rank
+    if spec.attention_bias:
+        t.replicated_plain += (q_out + spec.num_kv_heads * (spec.head_dim + spec.head_size_v)) / tp
+    return t
+
+
+# Families with four norms per layer (pre/post attention and MLP) and per-head q/k norms.
+_FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text", "olmo2", "glm4"}
+_QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text", "olmo2", "cohere2"}
+
+
+def _norms_per_layer(spec: ModelSpec) -> float:
+    norms = (4 if spec.model_type in _FOUR_NORM_TYPES else 2) * spec.hidden_size
+    if spec.model_type == "falcon":
+        norms = spec.hidden_size * 2  # one LayerNorm (weight + bias) for parallel attention/MLP
+    if spec.model_type in _QK_NORM_TYPES:
+        norms += 2 * spec.head_dim
+    return norms
+
+
+def _dense_mlp(spec: ModelSpec, tp: int, size: int) -> float:
+    matrices = 3 if spec.mlp_gated else 2
+    return matrices * spec.hidden_size * size / tp
+
+
+def _moe_mlp(spec: ModelSpec, tp: int, t: _Tensors) -> None:
+    moe = spec.moe
+    assert moe is not None
+    matrices = 3 if spec.mlp_gated else 2
+    t.sharded_experts += moe.num_experts * matrices * spec.hidden_size * moe.moe_intermediate_size / tp
+    t.replicated_plain += spec.hidden_size * moe.num_experts  # router
+    if spec.model_type == "gpt_oss":  # expert biases
+        t.replicated_plain += moe.num_experts * (2 * moe.moe_intermediate_size + spec.hidden_size) / tp
+    if moe.num_shared_experts:
+        shared = moe.shared_expert_intermediate_size or moe.moe_intermediate_size * moe.num_shared_experts
+        if moe.shared_expert_intermediate_size:
+            shared *= moe.num_shared_experts
+        t.sharded_quantizable += matrices * spec.hidden_size * shared / tp
+
+
+def _mamba(spec: ModelSpec, tp: int) -> _Tensors:
+    m = spec.mamba
+    assert m is not None
+    hidden = spec.hidden_size
+    t = _Tensors(replicated_plain=2 * hidden)
+    if m.kind == "gated_delta_net":
+        assert m.num_k_heads and m.num_v_heads and m.k_head_dim and m.v_head_dim
+        key_dim, value_dim = m.num_k_heads * m.k_head_dim, m.num_v_heads * m.v_head_dim
+        t.sharded_quantizable += hidden * (2 * key_dim + 2 * value_dim + 2 * m.num_v_heads) / tp
+        t.sharded_plain += (2 * key_dim + value_dim) * m.conv_kernel / tp + 2 * m.num_v_heads / tp
+        t.replicated_plain += m.v_head_dim
+        t.sharded_quantizable += value_dim * hidden / tp
+        return t
+    d_inner, d_state = m.d_inner or 2 * hidden, m.d_state or 16
+    if m.kind == "mamba2":
+        heads = m.num_heads or 1
+        conv_dim = d_inner + 2 * m.n_groups * d_state
+        t.sharded_quantizable += hidden * (d_inner + conv_dim + heads) / tp + d_inner * hidden / tp
+        t.sharded_plain += conv_dim * m.conv_kernel / tp + 3 * heads / tp + d_inner / tp
+        return t
+    dt_rank = cdiv(hidden, 16)
+    t.sharded_quantizable += hidden * 2 * d_inner / tp + d_inner * hidden / tp
+    t.sharded_quantizable += d_inner * (dt_rank + 2 * d_state) / tp + dt_rank * d_inner / tp
+    t.sharded_plain += d_inner * (m.conv_kernel + 1) / tp + d_inner * (d_state + 2) / tp
+    return t
+
+
+def _layer(spec: ModelSpec, index: int, tp: int) -> _Tensors:
+    kind = spec.layer_pattern[index]
+    t = _mamba(spec, tp) if kind == "M" else _attention(spec, tp)
+    if _is_moe_layer(spec, index):
+        _moe_mlp(spec, tp, t)
+    elif spec.intermediate_size:
+        t.sharded_quantizable += _dense_mlp(spec, tp, spec.intermediate_size)
+    return t
+
+
+def _bytes(t: _Tensors, spec: ModelSpec, dtype_bytes: int) -> float:
+    quant = spec.quantization
+    plain = t.sharded_plain + t.replicated_plain
+    if quant is None or quant.weight_bits >= 16:
+        return t.total() * dtype_bytes
+    qbytes = quant.weight_bits / 8
+    if quant.scope == "experts":
+        return t.sharded_experts * qbytes + (t.total() - t.sharded_experts) * dtype_bytes
+    quantized = t.sharded_quantizable + t.sharded_experts + t.replicated_quantizable
+    return quantized * qbytes + plain * dtype_bytes
+
+
+def _rope_cache_bytes(spec: ModelSpec, dtype_bytes: int) -> int:
+    if spec.max_position_embeddings is None:
+        return 0
+    rotary = spec.rotary_dim or (spec.mla.qk_rope_head_dim if spec.mla else spec.head_dim)
+    # DeepSeek's YaRN scaling keeps its cache in float32.
+    element = 4 if spec.mla is not None else dtype_bytes
+    return spec.max_position_embeddings * rotary * element
+
+
+def estimate_weights(
+    spec: ModelSpec,
+    *,
+    dtype: str,
+    tp: int = 1,
+    pp: int = 1,
+    pp_override: str | None = None,
+    checkpoint_bytes: int | None = None,
+) -> WeightEstimate:
+    """Bytes of weights on one TP rank of each PP stage, and the loaded parameter count."""
+    dtype_bytes = DTYPE_BYTES[dtype]
+    vocab = cdiv(spec.vocab_size, 64) * 64  # vLLM pads vocab-parallel embeddings to a multiple of 64
+    embed = _Tensors(sharded_plain=vocab * spec.hidden_size / tp)
+    head = _Tensors(sharded_plain=vocab * spec.hidden_size / tp, replicated_plain=spec.hidden_size)
+    vision = _Tensors(sharded_plain=(spec.vision.parameters / tp) if spec.vision else 0.0)
+    layers = [_layer(spec, i, tp) for i in range(spec.num_layers)]
+    parts = pp_partition(spec.num_layers, pp, pp_override)
+
+    stage_bytes: list[float] = []
+    start = 0
+    for stage, count in enumerate(parts):
+        total = sum(_bytes(layer, spec, dtype_bytes) for layer in layers[start:start + count])
+        start += count
+        if stage == 0:
+            total += _bytes(embed, spec, dtype_bytes) + _bytes(vision, spec, dtype_bytes)
+        if stage == pp - 1:
+            if spec.tie_word_embeddings and pp == 1:
+                total += spec.hidden_size * dtype_bytes
+            else:
+                total += _bytes(head, spec, dtype_bytes)
+        stage_bytes.append(total)
+
+    full = [_layer(spec, i, 1) for i in range(spec.num_layers)]
+    params = sum(t.total() for t in full) + vocab * spec.hidden_size + spec.hidden_size
+    if not spec.tie_word_embeddings:
+        params += vocab * spec.hidden_size
+    if spec.vision:
+        params += spec.vision.parameters
+
+    estimated = True
+    if checkpoint_bytes:
+        whole_tp1 = _whole_model_bytes(spec, full, vocab, dtype_bytes)
+        exact = _loaded_bytes_from_checkpoint(spec, checkpoint_bytes, dtype, full, vocab)
+        scale = exact / whole_tp1
+        stage_bytes = [b * scale for b in stage_bytes]
+        estimated = False
+    rope = _rope_cache_bytes(spec, dtype_bytes)
+    return WeightEstimate(
+        parameters=int(params),
+        bytes_per_stage=[int(b) + rope for b in stage_bytes],
+        estimated=estimated,
+    )
+
+
+def _whole_model_bytes(spec: ModelSpec, full: list[_Tensors], vocab: int, dtype_bytes: int) -> float:
+    total = sum(_bytes(t, spec, dtype_bytes) for t in full)
+    total += vocab * spec.hidden_size * dtype_bytes * (1 if spec.tie_word_embeddings else 2)
+    total += spec.hidden_size * dtype_bytes
+    if spec.vision:
+        total += spec.vision.parameters * dtype_bytes
+    return total
+
+
+def _loaded_bytes_from_checkpoint(spec: ModelSpec, checkpoint_bytes: int, dtype: str,
+                                  full: list[_Tensors], vocab: int) -> float:
+    """The checkpoint's bytes as vLLM will hold them: MTP layers dropped, unquantized weights cast."""
+    checkpoint_dtype_bytes = DTYPE_BYTES[spec.dtype]
+    loaded = float(checkpoint_bytes)
+    if spec.mtp_layers:
+        per_layer = _bytes(full[-1], spec, checkpoint_dtype_bytes) + 2 * spec.hidden_size * spec.hidden_size * \
+            checkpoint_dtype_bytes
+        loaded -= spec.mtp_layers * per_layer
+    if spec.quantization is None and DTYPE_BYTES[dtype] != checkpoint_dtype_bytes:
+        loaded *= DTYPE_BYTES[dtype] / checkpoint_dtype_bytes
+    return loaded

@@ -1,0 +1,68 @@
+"""Plans: what vLLM will compute at startup for a model on a GPU, and the safe limits.
+
+    from planner.plan import make_plan
+    plan = make_plan(model_spec, gpu_spec, ServingArgs(max_model_len=32768), vllm_version="0.19.0")
+    plan.kv_cache.num_gpu_blocks, plan.fits, plan.recommendation.vllm_args
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from planner.gpus.spec import GpuSpec
+from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
+from planner.models.spec import ModelSpec
+from planner.plan.build import plan_without_recommendation
+from planner.plan.models import Plan
+from planner.plan.recommend import alternatives, recommendation
+from planner.vllm.args import ServingArgs
+
+if TYPE_CHECKING:
+    from planner.workload import WorkloadProfile
+
+__all__ = ["Plan", "make_plan"]
+
+
+def make_plan(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    args: ServingArgs,
+    *,
+    vllm_version: str | None = None,
+    headroom: float = 0.1,
+    workload: WorkloadProfile | None = None,
+    gpu_count: int | None = None,
+    coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+    bigger_gpus: Sequence[GpuSpec] = (),
+    with_alternatives: bool = True,
+) -> Plan:
+    """Predict vLLM's startup for one engine and recommend safe limits.
+
+    Never raises because the model does not fit: ``fits`` is False, ``fit_error`` holds vLLM's error and
+    ``alternatives`` say what would fit. Raises :class:`planner.errors.PlannerInputError` subclasses for
+    settings vLLM refuses before sizing anything.
+    """
+    if not 0 <= headroom < 1:
+        from planner.errors import PlannerInputError
+
+        raise PlannerInputError(f"headroom must be in [0, 1), got {headroom}")
+    plan, prediction = plan_without_recommendation(
+        model, gpu, args, vllm_version=vllm_version, gpu_count=gpu_count, coefficients=coefficients
+    )
+    workload_limit: int | None = None
+    basis: str | None = None
+    if workload is not None and plan.fits:
+        from planner.workload import risk_bounded_concurrency
+
+        advice = risk_bounded_concurrency(plan.kv_cache, workload, headroom=headroom,
+                                          max_model_len=plan.kv_cache.max_model_len)
+        workload_limit, basis = advice.max_num_seqs, "workload"
+    plan.recommendation = recommendation(plan, prediction, args, headroom=headroom,
+                                         workload_limit=workload_limit, workload_basis=basis)
+    if with_alternatives:
+        def replan(m: ModelSpec, g: GpuSpec, a: ServingArgs) -> Plan:
+            return plan_without_recommendation(m, g, a, vllm_version=vllm_version, coefficients=coefficients)[0]
+
+        plan.alternatives = alternatives(plan, model, gpu, args, replan=replan, bigger_gpus=bigger_gpus)
+    return plan

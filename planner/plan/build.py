@@ -1,0 +1,223 @@
+"""make_plan(): model + GPU + serving flags + release -> the Plan vLLM's startup will produce."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.errors import InvalidArgumentError
+from planner.gpus.spec import GpuSpec
+from planner.kv.capacity import KvLayout, capacity, fit_error_text
+from planner.kv.dtypes import is_approximate
+from planner.kv.specs import attention_bytes_per_token, mamba_state_bytes
+from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
+from planner.models.spec import ModelSpec
+from planner.plan.engine import EngineLayout, compute_engine, kv_layout
+from planner.plan.models import (
+    GpuReport,
+    KvCacheReport,
+    KvGroupReport,
+    MemoryReport,
+    ModelReport,
+    Plan,
+)
+from planner.vllm.args import ServingArgs
+from planner.vllm.checks import check_parallelism, derived_length, resolve_max_model_len
+from planner.vllm.defaults import ResolvedArgs, resolve_args
+from planner.units import GiB
+from planner.vllm.releases import Release, Version, resolve_release
+
+
+@dataclass
+class Prediction:
+    """Intermediate result: the engine arithmetic plus the KV layout, before recommendations."""
+
+    version: Version
+    release: Release
+    resolved: ResolvedArgs
+    engine: EngineLayout
+    layout: KvLayout
+    max_model_len: int
+    fits: bool
+    fit_error: str | None
+    warnings: list[str]
+
+
+def _unmodelled_warnings(args: ServingArgs, release: Release, kv_name: str) -> list[str]:
+    warnings = []
+    if args.speculative_config:
+        warnings.append("KVP201 speculative decoding: the draft model's weights and KV blocks are not modelled; "
+                        "real capacity is lower")
+    if args.kv_transfer_config:
+        warnings.append("KVP202 KV transfer (disaggregated prefill/decode) is not modelled")
+    if args.kv_offloading_size:
+        warnings.append("KVP203 KV offloading to CPU adds capacity kv-planner does not count")
+    if is_approximate(kv_name):
+        warnings.append(f"KVP204 --kv-cache-dtype {kv_name}: packed layout approximated by its nominal bits")
+    if args.swap_space is not None:
+        if not release.swap_space_flag:
+            raise InvalidArgumentError("unrecognized arguments: --swap-space (removed in vLLM 0.18)",
+                                       flag="--swap-space")
+        warnings.append("KVP205 --swap-space only matters for the V0 engine; V1 never swaps")
+    if args.data_parallel_size > 1:
+        warnings.append(f"KVP206 data parallel: {args.data_parallel_size} engines, each with the capacity below")
+    return warnings
+
+
+def predict(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    args: ServingArgs,
+    *,
+    vllm_version: str | None = None,
+    coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+    available_override: list[int] | None = None,
+) -> Prediction:
+    """Run vLLM's startup arithmetic. ``available_override`` replaces the predicted per-stage KV
+    memory (used when a log gives the real figure)."""
+    version, release, warnings = resolve_release(vllm_version)
+    check_parallelism(model, args)
+    max_len, auto = resolve_max_model_len(model, args, release, version)
+    resolved = resolve_args(args, model, gpu, release, max_len)
+    engine = compute_engine(model, gpu, args, release, resolved, coefficients=coefficients)
+    warnings += engine.warnings + _unmodelled_warnings(args, release, engine.kv_dtype.name)
+    if model.checkpoint_bytes is None:
+        warnings.append("KVP105 weights estimated from the architecture (no exact checkpoint size)")
+    if available_override is not None:
+        available = list(available_override)
+    elif args.kv_cache_memory_bytes is not None:
+        available = [args.kv_cache_memory_bytes] * len(engine.memory)
+    else:
+        available = [stage.kv_bytes for stage in engine.memory]
+    layout = kv_layout(engine, release, resolved, args, available)
+    fit_error: str | None = None
+    heaviest = max(engine.memory, key=lambda stage: stage.weights_bytes)
+    if available_override is None and heaviest.weights_bytes >= heaviest.budget_bytes:
+        fits = False
+        fit_error = (f"Model weights ({heaviest.weights_bytes / GiB:.2f} GiB per GPU) do not fit in the memory budget "
+                     f"({heaviest.budget_bytes / GiB:.2f} GiB = {resolved.gpu_memory_utilization:g} x "
+                     f"{gpu.memory_bytes / GiB:.2f} GiB): vLLM fails while loading the model (CUDA out of memory)")
+    elif min(available) <= 0:
+        fits = False
+        fit_error = ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+                     "initializing the engine.")
+    elif auto:
+        fit = layout.max_len_that_fits(max_len)
+        if fit <= 0:
+            fits = False
+            fit_error = ("Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single "
+                         "token. Try increasing `gpu_memory_utilization`.")
+        else:
+            if fit < max_len:
+                warnings.append(f"KVP106 --max-model-len auto: vLLM will reduce the context from {max_len} to {fit}")
+            max_len, fits = min(max_len, fit), True
+    else:
+        fits = layout.fits(max_len)
+        if not fits:
+            style = "v0" if release.engine == "v0" else release.fit_error_style
+            fit_error = fit_error_text(layout, max_len, style, block_size=layout.block_size)
+    return Prediction(version=version, release=release, resolved=resolved, engine=engine, layout=layout,
+                      max_model_len=max_len, fits=fits, fit_error=fit_error, warnings=warnings)
+
+
+def kv_report(model: ModelSpec, prediction: Prediction) -> KvCacheReport:
+    layout, engine = prediction.layout, prediction.engine
+    max_len = prediction.max_model_len
+    tokens, concurrency = capacity(layout, max_len, prediction.release.tokens_formula)
+    kv = engine.kv_dtype
+    kv_layers = sum(1 for letter in model.layer_pattern if letter in "FSC")
+    per_token = attention_bytes_per_token(model, kv, 1) * kv_layers if kv_layers else 0
+    conv_bytes = 2 if prediction.resolved.dtype != "float32" else 4
+    state = mamba_state_bytes(model, 1, conv_bytes, conv_bytes) * model.layer_pattern.count("M")
+    groups = [
+        KvGroupReport(
+            kind=group.spec.kind,
+            num_layers=layout.limiting_stage.group_slots if len(layout.grouping.groups) > 1 else len(group.layers),
+            page_bytes=group.spec.page_bytes,
+            block_size=group.spec.block_size,
+            window=group.spec.window,
+            tokens_cap=group.spec.tokens_cap(layout.in_flight),
+            blocks_per_sequence_const=group.spec.const_blocks,
+        )
+        for group in layout.grouping.groups
+    ]
+    derived = derived_length(model, prediction.version)
+    return KvCacheReport(
+        bytes_per_token=per_token,
+        state_bytes_per_sequence=state,
+        kv_cache_dtype=kv.name,
+        block_size=layout.block_size,
+        bytes_per_block=layout.limiting_stage.bytes_per_block,
+        num_gpu_blocks=layout.num_gpu_blocks,
+        tokens=tokens,
+        max_concurrency=round(concurrency, 4),
+        max_model_len=max_len,
+        blocks_per_request=layout.blocks_per_request(max_len),
+        estimated_max_model_len=layout.max_len_that_fits(max(derived, max_len)),
+        groups=groups,
+    )
+
+
+def memory_report(gpu: GpuSpec, prediction: Prediction, kv_memory_given: bool) -> MemoryReport:
+    stage_index = prediction.layout.limiting_stage.stage
+    stage = prediction.engine.memory[stage_index]
+    return MemoryReport(
+        total_bytes=gpu.memory_bytes,
+        gpu_memory_utilization=prediction.resolved.gpu_memory_utilization,
+        budget_bytes=stage.budget_bytes,
+        weights_bytes=stage.weights_bytes,
+        weights_estimated=prediction.engine.weights_estimated,
+        activation_peak_bytes=stage.activation_peak_bytes,
+        non_torch_bytes=stage.non_torch_bytes,
+        cuda_graph_bytes=stage.cuda_graph_bytes,
+        cuda_graph_counted=stage.cuda_graph_counted,
+        kv_cache_bytes=prediction.layout.limiting_stage.available_bytes,
+        kv_cache_memory_bytes_given=kv_memory_given,
+        limiting_rank=f"tp0/pp{stage_index}",
+    )
+
+
+def model_report(model: ModelSpec, prediction: Prediction) -> ModelReport:
+    return ModelReport(
+        id=model.id,
+        architecture=model.architecture,
+        model_type=model.model_type,
+        checkpoint_bytes=model.checkpoint_bytes,
+        parameters=model.parameters or prediction.engine.parameters,
+        dtype=prediction.resolved.dtype,
+        quantization=model.quantization.method if model.quantization else None,
+        attention=model.attention_design,
+        num_layers=model.num_layers,
+        max_position_embeddings=model.max_position_embeddings,
+        derived_max_model_len=derived_length(model, prediction.version),
+        source=model.source.url if model.source else None,
+    )
+
+
+def plan_without_recommendation(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    args: ServingArgs,
+    *,
+    vllm_version: str | None = None,
+    gpu_count: int | None = None,
+    coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+) -> tuple[Plan, Prediction]:
+    prediction = predict(model, gpu, args, vllm_version=vllm_version, coefficients=coefficients)
+    warnings = list(prediction.warnings)
+    if gpu_count is not None and gpu_count != args.gpus_per_engine * args.data_parallel_size:
+        warnings.append(
+            f"KVP107 the pod gets {gpu_count} GPUs but TP x PP x DP = {args.gpus_total}: vLLM needs exactly "
+            "TP x PP GPUs per engine"
+        )
+    plan = Plan(
+        model=model_report(model, prediction),
+        gpu=GpuReport(name=gpu.name, memory_bytes=gpu.memory_bytes, count=args.gpus_per_engine,
+                      bandwidth_bytes_per_s=gpu.bandwidth_bytes_per_s, data_parallel_size=args.data_parallel_size),
+        vllm_version=str(prediction.version),
+        memory=memory_report(gpu, prediction, args.kv_cache_memory_bytes is not None),
+        kv_cache=kv_report(model, prediction),
+        fits=prediction.fits,
+        fit_error=prediction.fit_error,
+        warnings=warnings,
+    )
+    return plan, prediction

@@ -1,0 +1,216 @@
+"""What one vLLM engine computes at startup: per-stage memory budgets and the KV layout.
+
+This is the arithmetic core shared by ``make_plan`` (predictions from the GPU alone) and
+``planner validate`` (the same arithmetic fed a logged KV memory or logged weights).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from planner.errors import InvalidArgumentError
+from planner.gpus.spec import GpuSpec
+from planner.kv.capacity import KvLayout, StageKv
+from planner.kv.dtypes import MODEL_DTYPE_BYTES, KvDtype, resolve_kv_dtype
+from planner.kv.grouping import Grouping, group_layers, stage_group_size
+from planner.kv.specs import RankLayout, build_layer_caches
+from planner.memory.activation import activation_peak
+from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
+from planner.memory.cudagraph import cuda_graph_bytes
+from planner.memory.nontorch import non_torch_bytes
+from planner.models.spec import ModelSpec
+from planner.models.weights import estimate_weights, pp_partition
+from planner.units import GiB
+from planner.vllm.args import ServingArgs
+from planner.vllm.defaults import ResolvedArgs
+from planner.vllm.releases import Release
+
+
+@dataclass
+class StageMemory:
+    stage: int
+    budget_bytes: int
+    weights_bytes: int
+    non_torch_bytes: int
+    activation_peak_bytes: int
+    cuda_graph_bytes: int
+    cuda_graph_counted: bool
+
+    @property
+    def kv_bytes(self) -> int:
+        graphs = self.cuda_graph_bytes if self.cuda_graph_counted else 0
+        return self.budget_bytes - self.weights_bytes - self.non_torch_bytes - self.activation_peak_bytes - graphs
+
+
+@dataclass
+class EngineLayout:
+    """Everything computed for one engine, before formatting."""
+
+    kv_dtype: KvDtype
+    rank: RankLayout
+    grouping: Grouping
+    partition: list[int]
+    hybrid_manager: bool
+    parameters: int
+    weights_estimated: bool
+    memory: list[StageMemory] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def hybrid_manager_enabled(model: ModelSpec, args: ServingArgs, release: Release) -> tuple[bool, list[str]]:
+    """Whether vLLM keeps sliding/chunked layers in their own groups (the hybrid KV cache manager)."""
+    notes: list[str] = []
+    if args.disable_hybrid_kv_cache_manager:
+        return False, notes
+    if "C" in model.layer_pattern:
+        env = args.env.get("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE")
+        allowed = release.chunked_local_hybrid_default if env is None else env.lower() in ("1", "true")
+        if not allowed:
+            notes.append("KVP110 chunked local attention sized as full attention (vLLM disables the hybrid "
+                         "KV cache manager for it in this release)")
+            return False, notes
+    if args.kv_transfer_config and ("S" in model.layer_pattern or "C" in model.layer_pattern):
+        notes.append("KVP111 a KV connector turns the hybrid KV cache manager off: sliding-window layers "
+                     "are sized as full attention")
+        return False, notes
+    return True, notes
+
+
+def in_flight_tokens(release: Release, resolved: ResolvedArgs, pp: int) -> int:
+    """Tokens scheduled but not yet settled, added to sliding windows (``VllmConfig.max_in_flight_tokens``)."""
+    if release.sliding_in_flight == "mnbt":
+        return resolved.max_num_batched_tokens
+    batches = pp if pp > 1 else (2 if resolved.async_scheduling else 1)
+    return batches * resolved.max_num_batched_tokens
+
+
+def build_rank_layout(model: ModelSpec, args: ServingArgs, release: Release, resolved: ResolvedArgs,
+                      kv_dtype: KvDtype, hybrid: bool) -> tuple[RankLayout, Grouping]:
+    if not hybrid and "M" in model.layer_pattern and model.num_kv_heads:
+        raise InvalidArgumentError(
+            "Hybrid KV cache manager is disabled but failed to convert the KV cache specs to one unified "
+            "type. (Mamba/linear-attention hybrids need the hybrid KV cache manager.)",
+            flag="--disable-hybrid-kv-cache-manager",
+        )
+    dtype_bytes = MODEL_DTYPE_BYTES[resolved.dtype]
+    conv = _mamba_dtype_bytes(args.mamba_cache_dtype, dtype_bytes)
+    ssm = _mamba_dtype_bytes(args.mamba_ssm_cache_dtype, conv)
+    mamba_blocks = release.mamba_blocks_per_request if resolved.enable_prefix_caching else 1
+    rank = build_layer_caches(
+        model, kv_dtype, tp=args.tensor_parallel_size, block_size=resolved.block_size,
+        block_size_given=resolved.block_size_given, unify_hybrid=not hybrid,
+        mamba_conv_bytes=conv, mamba_ssm_bytes=ssm, mamba_blocks_per_request=mamba_blocks,
+    )
+    grouping = group_layers(rank.layers, group_size_threshold=release.group_size_threshold,
+                            strided=release.strided_groups)
+    return rank, grouping
+
+
+def _mamba_dtype_bytes(name: str, default: int) -> int:
+    return {"auto": default, "float32": 4, "float16": 2, "bfloat16": 2}.get(name, default)
+
+
+def stage_memory(
+    model: ModelSpec, gpu: GpuSpec, args: ServingArgs, release: Release, resolved: ResolvedArgs,
+    *, partition: list[int], weights_per_stage: list[int], coefficients: MemoryCoefficients,
+) -> list[StageMemory]:
+    tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
+    budget = math.ceil(gpu.memory_bytes * resolved.gpu_memory_utilization)
+    dtype_bytes = MODEL_DTYPE_BYTES[resolved.dtype]
+    stages = []
+    start = 0
+    for stage, count in enumerate(partition):
+        last = stage == pp - 1
+        peak = activation_peak(
+            model, coefficients=coefficients, max_num_batched_tokens=resolved.max_num_batched_tokens,
+            max_num_seqs=resolved.max_num_seqs, tp=tp, dtype_bytes=dtype_bytes, last_stage=last,
+        )
+        moe_layers = sum(1 for i in range(start, start + count) if _moe_layer(model, i))
+        graphs = cuda_graph_bytes(
+            layers_on_rank=count, moe_layers_on_rank=moe_layers, max_num_seqs=resolved.max_num_seqs, tp=tp,
+            enforce_eager=args.enforce_eager, coefficients=coefficients,
+        )
+        counted = release.cuda_graphs_counted and args.env.get(
+            "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "1").lower() not in ("0", "false")
+        weights = weights_per_stage[stage]
+        if args.cpu_offload_gb:
+            weights = max(0, weights - int(args.cpu_offload_gb * GiB))
+        stages.append(StageMemory(
+            stage=stage, budget_bytes=budget, weights_bytes=weights,
+            non_torch_bytes=non_torch_bytes(gpu, tp=tp, last_stage=last, coefficients=coefficients),
+            activation_peak_bytes=peak.peak_bytes, cuda_graph_bytes=graphs, cuda_graph_counted=counted,
+        ))
+        start += count
+    return stages
+
+
+def _moe_layer(model: ModelSpec, index: int) -> bool:
+    moe = model.moe
+    if moe is None or index < moe.first_dense_layers:
+        return False
+    return moe.moe_layer_period <= 1 or (index - moe.moe_layer_offset) % moe.moe_layer_period == 0
+
+
+def lora_bytes(model: ModelSpec, args: ServingArgs, dtype_bytes: int) -> int:
+    """LoRA weight buffers vLLM preallocates: ``max_loras`` slots of A and B for every linear layer."""
+    if not args.enable_lora:
+        return 0
+    hidden = model.hidden_size
+    inter = model.intermediate_size or (model.moe.moe_intermediate_size if model.moe else hidden)
+    q = model.num_attention_heads * model.head_dim
+    kv = model.num_kv_heads * (model.head_dim + model.head_size_v)
+    modules_in_out = [(hidden, q + kv), (q, hidden), (hidden, 2 * inter), (inter, hidden)]
+    per_layer = sum(args.max_lora_rank * (i + o) for i, o in modules_in_out)
+    return int(args.max_loras * per_layer * model.num_layers * dtype_bytes / args.tensor_parallel_size)
+
+
+def compute_engine(
+    model: ModelSpec, gpu: GpuSpec, args: ServingArgs, release: Release, resolved: ResolvedArgs,
+    *, coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+) -> EngineLayout:
+    tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
+    kv_dtype = resolve_kv_dtype(args.kv_cache_dtype, model, resolved.dtype)
+    if kv_dtype.name not in release.kv_cache_dtypes and args.kv_cache_dtype != "auto":
+        raise InvalidArgumentError(
+            f"argument --kv-cache-dtype: invalid choice: {args.kv_cache_dtype!r} (choose from "
+            f"{', '.join(release.kv_cache_dtypes)})",
+            flag="--kv-cache-dtype",
+        )
+    hybrid, notes = hybrid_manager_enabled(model, args, release)
+    rank, grouping = build_rank_layout(model, args, release, resolved, kv_dtype, hybrid)
+    partition = pp_partition(model.num_layers, pp, args.env.get("VLLM_PP_LAYER_PARTITION"))
+    weights = estimate_weights(
+        model, dtype=resolved.dtype, tp=tp, pp=pp, pp_override=args.env.get("VLLM_PP_LAYER_PARTITION"),
+        checkpoint_bytes=model.checkpoint_bytes,
+    )
+    extra = lora_bytes(model, args, MODEL_DTYPE_BYTES[resolved.dtype])
+    per_stage = [b + extra for b in weights.bytes_per_stage]
+    memory = stage_memory(model, gpu, args, release, resolved, partition=partition,
+                          weights_per_stage=per_stage, coefficients=coefficients)
+    return EngineLayout(
+        kv_dtype=kv_dtype, rank=rank, grouping=grouping, partition=partition, hybrid_manager=hybrid,
+        parameters=weights.parameters, weights_estimated=weights.estimated, memory=memory,
+        warnings=[*notes, *grouping.warnings],
+    )
+
+
+def kv_layout(engine: EngineLayout, release: Release, resolved: ResolvedArgs, args: ServingArgs,
+              available_per_stage: list[int]) -> KvLayout:
+    """Blocks per stage for the given per-stage KV memory."""
+    stages = []
+    start = 0
+    for stage, count in enumerate(engine.partition):
+        layers = range(start, start + count)
+        slots = stage_group_size(engine.grouping, layers)
+        stages.append(StageKv(
+            stage=stage, first_layer=start, num_layers=count, group_slots=slots,
+            bytes_per_block=slots * engine.grouping.page_bytes, available_bytes=available_per_stage[stage],
+        ))
+        start += count
+    return KvLayout(
+        grouping=engine.grouping, block_size=engine.rank.block_size, stages=stages,
+        in_flight=in_flight_tokens(release, resolved, args.pipeline_parallel_size),
+        null_block_in_fit_check=release.null_block_in_fit_check,
+        dcp=args.decode_context_parallel_size, num_gpu_blocks_override=args.num_gpu_blocks_override,
+    )

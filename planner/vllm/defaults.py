@@ -1,0 +1,117 @@
+"""The values vLLM fills in for flags the user left out, per release and device.
+
+``EngineArgs`` defaults for ``vllm serve`` (usage context OPENAI_API_SERVER): batch limits by the
+device's total memory, the model dtype from the checkpoint, the block size from the attention backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planner.errors import InvalidArgumentError
+from planner.gpus.spec import GpuSpec
+from planner.models.spec import ModelSpec
+from planner.vllm.args import ServingArgs
+from planner.vllm.releases import Release
+
+# GPUs without bfloat16 (compute capability < 8.0): vLLM's "auto" picks float16 there.
+_NO_BF16_ARCHITECTURES = {"volta", "turing", "pascal"}
+
+
+@dataclass(frozen=True)
+class ResolvedArgs:
+    """ServingArgs with every default resolved for one release and GPU."""
+
+    dtype: str
+    gpu_memory_utilization: float
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    block_size: int
+    block_size_given: bool
+    enable_prefix_caching: bool
+    async_scheduling: bool
+
+
+def resolve_dtype(requested: str, model: ModelSpec, gpu: GpuSpec) -> str:
+    """vLLM's ``_get_and_verify_dtype``: ``auto`` = checkpoint dtype, float32 downcast to 16 bits."""
+    aliases = {"half": "float16", "float": "float32", "fp16": "float16", "bf16": "bfloat16"}
+    value = aliases.get(requested, requested)
+    if value == "auto":
+        value = model.dtype
+        if value == "float32":
+            value = "bfloat16"
+        if value == "bfloat16" and gpu.architecture in _NO_BF16_ARCHITECTURES:
+            value = "float16"
+    if value not in ("bfloat16", "float16", "float32"):
+        raise InvalidArgumentError(f"argument --dtype: invalid choice: {requested!r}", flag="--dtype")
+    if value == "bfloat16" and gpu.architecture in _NO_BF16_ARCHITECTURES:
+        raise InvalidArgumentError(
+            f"Bfloat16 is only supported on GPUs with compute capability of at least 8.0. "
+            f"Your {gpu.name} GPU has compute capability {gpu.compute_capability or '< 8.0'}. "
+            "You can use float16 instead by explicitly setting the `dtype` flag in CLI, for example: --dtype=half.",
+            flag="--dtype",
+        )
+    if value == "float16" and model.model_type in ("gemma2", "gemma3", "gemma3_text", "glm4"):
+        raise InvalidArgumentError(
+            f"The model type {model.model_type!r} does not support float16. Reason: Numerical instability. "
+            "Please use bfloat16 or float32 instead.",
+            flag="--dtype",
+        )
+    return value
+
+
+def default_block_size(model: ModelSpec, gpu: GpuSpec, release: Release) -> int:
+    """The attention backend's preferred block size on CUDA (16; MLA backends differ by GPU)."""
+    if model.mla is None:
+        return 16
+    if gpu.architecture == "blackwell":
+        return release.mla_block_size_blackwell
+    if gpu.architecture == "hopper":
+        return release.mla_block_size_hopper
+    return release.mla_block_size_ampere
+
+
+def batch_defaults(gpu: GpuSpec, release: Release) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) vLLM serve picks for this device class."""
+    memory_gib = gpu.memory_bytes / (1 << 30)
+    is_a100 = gpu.name.upper().startswith(("A100", "A800"))
+    for row in release.batch_defaults:
+        if memory_gib >= row.min_memory_gib and not (row.excludes_a100 and is_a100):
+            return row.max_num_batched_tokens, row.max_num_seqs
+    last = release.batch_defaults[-1]
+    return last.max_num_batched_tokens, last.max_num_seqs
+
+
+def resolve_args(args: ServingArgs, model: ModelSpec, gpu: GpuSpec, release: Release,
+                 max_model_len: int) -> ResolvedArgs:
+    util = args.gpu_memory_utilization
+    if util is None:
+        util = release.default_gpu_memory_utilization
+    if not 0 < util <= 1:
+        raise InvalidArgumentError(
+            f"gpu_memory_utilization must be in (0, 1], got {util}", flag="--gpu-memory-utilization"
+        )
+    mnbt_default, seqs_default = batch_defaults(gpu, release)
+    if args.performance_mode == "throughput":
+        mnbt_default, seqs_default = 2 * mnbt_default, 2 * seqs_default
+    max_num_seqs = args.max_num_seqs or seqs_default
+    mnbt = args.max_num_batched_tokens or mnbt_default
+    if args.enable_chunked_prefill is False:
+        mnbt = max(max_model_len, mnbt)
+    if args.max_num_batched_tokens is None:
+        mnbt = min(max_num_seqs * max_model_len, mnbt)
+    if args.max_num_seqs is None:
+        max_num_seqs = min(max_num_seqs, mnbt)
+    block_size = args.block_size or default_block_size(model, gpu, release)
+    prefix = args.enable_prefix_caching if args.enable_prefix_caching is not None else release.engine == "v1"
+    asynchronous = args.async_scheduling if args.async_scheduling is not None else release.async_scheduling_default
+    return ResolvedArgs(
+        dtype=resolve_dtype(args.dtype, model, gpu),
+        gpu_memory_utilization=util,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=mnbt,
+        block_size=block_size,
+        block_size_given=args.block_size is not None,
+        enable_prefix_caching=prefix,
+        async_scheduling=asynchronous and args.pipeline_parallel_size == 1,
+    )
