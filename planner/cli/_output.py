@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from enum import Enum
 from typing import Any
 
@@ -18,7 +19,12 @@ class OutputFormat(str, Enum):
     yaml = "yaml"
 
 
-console = Console(highlight=False, soft_wrap=False)
+def _width() -> int | None:
+    """Wide enough for model ids when output is piped (rich would assume 80 columns)."""
+    return None if sys.stdout.isatty() else 160
+
+
+console = Console(highlight=False, soft_wrap=False, width=_width())
 err_console = Console(stderr=True, highlight=False)
 
 

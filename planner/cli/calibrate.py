@@ -1,5 +1,111 @@
-"""`planner calibrate` (being written)."""
+"""``planner calibrate LOG...``: read real vLLM startup logs, compare, write a corrections file."""
 
 from __future__ import annotations
 
-from planner.cli._app import app  # noqa: F401
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from planner.calibration.corrections import (
+    CorrectionEntry,
+    Corrections,
+    Terms,
+    load_corrections,
+    save_corrections,
+)
+from planner.calibration.records import StartupRecord
+from planner.calibration.validate import serving_args
+from planner.cli._app import app
+from planner.cli._output import OutputFormat, console, print_json
+from planner.errors import KvPlannerError, PlannerInputError
+from planner.gpus.catalog import lookup_gpu
+from planner.models.catalog import lookup_model
+from planner.plan.build import predict
+from planner.units import GiB
+from planner.vllm.logs import parse_startup_log
+
+
+def _bytes(gib: float | None) -> int | None:
+    return None if gib is None else int(gib * GiB)
+
+
+def _entry(record: StartupRecord, gpu_name: str, log: Path) -> tuple[CorrectionEntry, dict[str, float | None]]:
+    spec = lookup_model(record.model)
+    gpu = lookup_gpu(gpu_name)
+    args = serving_args(record, online_quantization=record.quantization is not None)
+    prediction = predict(spec, gpu, args, vllm_version=record.vllm_version)
+    stage = prediction.engine.memory[0]
+    predicted = Terms(weights_bytes=stage.weights_bytes, non_torch_bytes=stage.non_torch_bytes,
+                      activation_peak_bytes=stage.activation_peak_bytes, cuda_graph_bytes=stage.cuda_graph_bytes,
+                      kv_cache_bytes=stage.kv_bytes)
+    measured = Terms(weights_bytes=_bytes(record.weights_gib), non_torch_bytes=_bytes(record.non_torch_gib),
+                     activation_peak_bytes=_bytes(record.activation_peak_gib),
+                     cuda_graph_bytes=_bytes(record.cuda_graph_gib),
+                     kv_cache_bytes=_bytes(record.kv_cache_memory_gib))
+    entry = CorrectionEntry(
+        model=spec.id, gpu=gpu.name, tensor_parallel_size=args.tensor_parallel_size,
+        pipeline_parallel_size=args.pipeline_parallel_size, vllm_version=str(prediction.version),
+        max_num_batched_tokens=prediction.resolved.max_num_batched_tokens,
+        max_num_seqs=prediction.resolved.max_num_seqs, enforce_eager=args.enforce_eager,
+        measured=measured, predicted=predicted, source=str(log),
+    )
+    kv_error = None
+    if record.kv_cache_memory_gib:
+        kv_error = (stage.kv_bytes / GiB - record.kv_cache_memory_gib) / record.kv_cache_memory_gib
+    return entry, {"kv_error": kv_error}
+
+
+@app.command(help="Parse real vLLM startup logs (V0 or V1), compare them with the planner, and write a "
+                  "corrections file that `planner recommend --calibration FILE` applies.")
+def calibrate(
+    logs: Annotated[list[Path], typer.Argument(help="vLLM startup log files.")],
+    gpu: Annotated[str, typer.Option("--gpu", help="GPU the logs ran on (logs rarely name it).")],
+    model: Annotated[str | None, typer.Option("--model", help="Model id, when the log names a local path.")] = None,
+    write: Annotated[Path | None, typer.Option("--write", help="Corrections file to create or extend.")] = None,
+    output: Annotated[OutputFormat, typer.Option("--output", "-o")] = OutputFormat.table,
+) -> None:
+    corrections = load_corrections(write) if write is not None and write.exists() else Corrections()
+    table = Table(header_style="bold", title="Startup logs vs planner (GiB: logged / predicted)")
+    for column in ("log", "model", "weights", "non-torch", "activation", "graphs", "KV", "KV error"):
+        table.add_column(column)
+    results = []
+    for log in logs:
+        try:
+            text = log.read_text(errors="replace")
+        except OSError as error:
+            raise PlannerInputError(f"cannot read {log}: {error.strerror or error}") from None
+        record = parse_startup_log(text, record_id=log.name)
+        if model is not None:
+            record = record.model_copy(update={"model": model})
+        if record.kv_cache_memory_gib is None and record.weights_gib is None:
+            raise PlannerInputError(f"{log}: no vLLM memory lines found (is this a vLLM startup log?)")
+        try:
+            entry, extra = _entry(record, gpu, log)
+        except KvPlannerError as error:
+            raise PlannerInputError(f"{log}: {error}") from None
+        corrections.entries.append(entry)
+        results.append({"log": str(log), "record": record.model_dump(), "entry": entry.model_dump(), **extra})
+
+        def pair(measured: int | None, predicted: int | None) -> str:
+            m = f"{measured / GiB:.2f}" if measured is not None else "-"
+            p = f"{predicted / GiB:.2f}" if predicted is not None else "-"
+            return f"{m} / {p}"
+
+        me, pr = entry.measured, entry.predicted
+        error_text = f"{extra['kv_error'] * 100:+.2f}%" if extra["kv_error"] is not None else "-"
+        table.add_row(log.name, entry.model, pair(me.weights_bytes, pr.weights_bytes),
+                      pair(me.non_torch_bytes, pr.non_torch_bytes),
+                      pair(me.activation_peak_bytes, pr.activation_peak_bytes),
+                      pair(me.cuda_graph_bytes, pr.cuda_graph_bytes), pair(me.kv_cache_bytes, pr.kv_cache_bytes),
+                      error_text)
+    if write is not None:
+        save_corrections(corrections, write)
+    if output is OutputFormat.json:
+        print_json({"logs": results, "written": str(write) if write else None})
+    else:
+        console.print(table)
+        if write is not None:
+            console.print(f"wrote {len(corrections.entries)} entries to {write}; "
+                          f"use: planner recommend --calibration {write} ...")

@@ -1,5 +1,98 @@
-"""`planner estimate` (being written)."""
+"""``planner estimate``: the KV cost per token and per sequence, from a model or raw dimensions."""
 
 from __future__ import annotations
 
-from planner.cli._app import app  # noqa: F401
+from typing import Annotated
+
+import typer
+from pydantic import BaseModel, ConfigDict
+
+from planner.cli._app import app
+from planner.cli._lookup import model_for
+from planner.cli._output import OutputFormat, console, print_json, print_yaml
+from planner.errors import PlannerInputError
+from planner.kv.dtypes import resolve_kv_dtype
+from planner.kv.specs import attention_bytes_per_token
+from planner.models.spec import ModelSpec
+from planner.units import format_bytes, parse_human_int
+
+
+class SequenceCost(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tokens: int
+    bytes: int
+
+
+class Estimate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    bytes_per_token: int
+    sequences: list[SequenceCost]
+    total_bytes: int
+    num_seqs: int = 1
+
+
+def _raw_model(layers: int, kv_heads: int, head_dim: int) -> ModelSpec:
+    return ModelSpec(
+        id="custom", architecture="custom", model_type="custom", num_layers=layers, hidden_size=head_dim,
+        num_attention_heads=kv_heads, num_kv_heads=kv_heads, head_dim=head_dim, vocab_size=1,
+        intermediate_size=0, derived_max_model_len=1 << 30, layer_pattern="F" * layers,
+    )
+
+
+def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str, dtype_bytes: int | None) -> int:
+    """K+V bytes per token over the model's KV layers (TP=1). Sliding-window layers still cost this
+    per token they keep; this is the figure before windows cap what a sequence keeps."""
+    if dtype_bytes is not None:
+        per_layer = (model.mla.latent_size if model.mla else
+                     model.num_kv_heads * (model.head_dim + model.head_size_v)) * dtype_bytes
+    else:
+        kv = resolve_kv_dtype(kv_cache_dtype, model, model.dtype)
+        per_layer = attention_bytes_per_token(model, kv, 1)
+    return per_layer * sum(1 for letter in model.layer_pattern if letter in "FSC")
+
+
+@app.command(
+    help="KV-cache bytes per token and per sequence, from --model or from raw "
+    "--layers/--kv-heads/--head-dim.",
+    epilog="Example: planner estimate --layers 32 --kv-heads 8 --head-dim 128 --tokens 32768 --num-seqs 8",
+)
+def estimate(
+    tokens: Annotated[str, typer.Option("--tokens", help="Sequence lengths, comma-separated (1024,8k,32K).")],
+    model: Annotated[str | None, typer.Option("--model", help="HF id, catalog id or local path.")] = None,
+    layers: Annotated[int | None, typer.Option("--layers", min=1)] = None,
+    kv_heads: Annotated[int | None, typer.Option("--kv-heads", min=1)] = None,
+    head_dim: Annotated[int | None, typer.Option("--head-dim", min=1)] = None,
+    kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype")] = "auto",
+    dtype_bytes: Annotated[int | None, typer.Option("--dtype-bytes", min=1, max=8,
+                                                    help="Bytes per element (overrides the dtype).")] = None,
+    num_seqs: Annotated[int, typer.Option("--num-seqs", min=1, help="Sequences of each length.")] = 1,
+    revision: Annotated[str | None, typer.Option("--revision")] = None,
+    output: Annotated[OutputFormat, typer.Option("--output", "-o")] = OutputFormat.table,
+) -> None:
+    if model is not None:
+        spec = model_for(model, revision=revision, token=None, refresh=False).spec
+    elif layers and kv_heads and head_dim:
+        spec = _raw_model(layers, kv_heads, head_dim)
+        if dtype_bytes is None and kv_cache_dtype == "auto":
+            dtype_bytes = 2
+    else:
+        raise PlannerInputError("give --model, or all of --layers, --kv-heads and --head-dim")
+    lengths = [parse_human_int(t) for t in tokens.split(",") if t.strip()]
+    if not lengths or any(n < 1 for n in lengths):
+        raise PlannerInputError(f"--tokens needs positive lengths, got {tokens!r}")
+    per_token = kv_bytes_per_token(spec, kv_cache_dtype, dtype_bytes)
+    sequences = [SequenceCost(tokens=n, bytes=n * per_token) for n in lengths]
+    result = Estimate(bytes_per_token=per_token, sequences=sequences,
+                      total_bytes=sum(s.bytes for s in sequences) * num_seqs, num_seqs=num_seqs)
+    if output is OutputFormat.json:
+        print_json(result)
+    elif output is OutputFormat.yaml:
+        print_yaml(result)
+    else:
+        console.print(f"KV cache per token: [bold]{format_bytes(per_token)}[/] ({per_token:,} B)")
+        for s in sequences:
+            console.print(f"  {s.tokens:>9,} tokens: {format_bytes(s.bytes)}")
+        suffix = f" ({num_seqs} sequences of each length)" if num_seqs > 1 else ""
+        console.print(f"  together: [bold]{format_bytes(result.total_bytes)}[/]{suffix}")

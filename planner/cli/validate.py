@@ -1,5 +1,63 @@
-"""`planner validate` (being written)."""
+"""``planner validate FILE.jsonl``: the planner against real vLLM startup reports."""
 
 from __future__ import annotations
 
-from planner.cli._app import app  # noqa: F401
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from planner.calibration.records import StartupRecord, load_records
+from planner.calibration.validate import ValidationReport, validate_records
+from planner.cli._app import app
+from planner.cli._output import OutputFormat, console, err_console, print_json, print_yaml
+from planner.gpus.catalog import lookup_gpu
+from planner.models.catalog import lookup_model
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:+.2f}%"
+
+
+def render_report(report: ValidationReport) -> None:
+    table = Table(header_style="bold", title="Planner vs vLLM startup reports")
+    for column in ("id", "model", "blocks (pred/logged)", "tokens (pred/logged)", "exact", "budget", "full"):
+        table.add_column(column)
+    for r in report.records:
+        if not r.supported:
+            table.add_row(r.id, r.model, f"unsupported: {r.reason}", "", "", "", "")
+            continue
+        layout = r.layout
+        blocks = tokens = exact = "-"
+        if layout is not None:
+            blocks = f"{layout.num_gpu_blocks:,} / {layout.logged_gpu_blocks:,}" if layout.logged_gpu_blocks \
+                else f"{layout.num_gpu_blocks:,} / -"
+            tokens = f"{layout.tokens:,} / {layout.logged_tokens:,}" if layout.logged_tokens else f"{layout.tokens:,}"
+            exact = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[layout.exact]
+        table.add_row(r.id, r.model, blocks, tokens, exact, _pct(r.budget.error if r.budget else None),
+                      _pct(r.full.error if r.full else None))
+    console.print(table)
+    s = report.summary
+    console.print(f"records {s.records}, supported {s.supported}, layout exact {s.layout_exact}/{s.layout_scored}")
+    for name, stats in (("budget", s.budget), ("full", s.full)):
+        console.print(f"{name}: KV memory error median {_pct(stats.median)}, p90 {_pct(stats.p90)}, "
+                      f"max {_pct(stats.max)}, |max| {_pct(stats.abs_max)} over {stats.count} records")
+
+
+@app.command(help="Compare the planner with real vLLM startup reports (JSONL, the calibration schema).")
+def validate(
+    file: Annotated[Path, typer.Argument(help="JSONL of startup records (see docs/accuracy.md).")],
+    output: Annotated[OutputFormat, typer.Option("--output", "-o")] = OutputFormat.table,
+) -> None:
+    loaded = load_records(file)
+    records = [r for r in loaded if isinstance(r, StartupRecord)]
+    for problem in (r for r in loaded if isinstance(r, str)):
+        err_console.print(f"[yellow]skipped[/] {file}: {problem}")
+    report = validate_records(records, lookup_model=lookup_model, lookup_gpu=lookup_gpu)
+    if output is OutputFormat.json:
+        print_json(report)
+    elif output is OutputFormat.yaml:
+        print_yaml(report)
+    else:
+        render_report(report)

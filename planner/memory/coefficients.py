@@ -27,7 +27,8 @@ class MemoryCoefficients(BaseModel):
         description="fused-MoE workspace per (batched token x top-k x expert width element x dtype byte)"
     )
     cuda_workspace_bytes: int = Field(description="cuBLAS/cuDNN workspaces created during the first forward")
-    sampler_non_torch_bytes: int = Field(description="non-torch memory of the sampler on the last PP stage")
+    single_process_non_torch_bytes: int = Field(
+        description="extra non-torch memory when the model runs inside the engine process (TP = PP = 1)")
     nccl_bytes_nvls: int = Field(description="NCCL buffers for TP > 1 on NVSwitch systems with NVLS (H100/H200/B200)")
     nccl_bytes_per_extra_rank: int = Field(description="NCCL buffer growth per TP rank beyond 2")
     nccl_bytes_plain: int = Field(description="NCCL buffers for TP > 1 without NVLS (PCIe, A100, L40S)")
@@ -42,7 +43,7 @@ DEFAULT_COEFFICIENTS = MemoryCoefficients(
     forward_bytes_per_token_width=1.1,
     moe_bytes_per_token_expert_width=2.5,
     cuda_workspace_bytes=int(0.07 * GiB),
-    sampler_non_torch_bytes=int(0.18 * GiB),
+    single_process_non_torch_bytes=int(0.18 * GiB),
     nccl_bytes_nvls=int(1.75 * GiB),
     nccl_bytes_per_extra_rank=int(0.03 * GiB),
     nccl_bytes_plain=int(0.12 * GiB),

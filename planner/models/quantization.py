@@ -125,3 +125,29 @@ def _compressed_tensors(cfg: Mapping[str, Any], notes: list[str], model_id: str)
     if "pack" not in fmt and num_bits < 8:
         notes.append(f"{model_id}: compressed-tensors {num_bits:g}-bit weights in format {fmt!r}")
     return num_bits, kv
+
+
+# Bits per weight of schemes named by a record or by ``--quantization`` (online / quantized variants).
+_SCHEME_BITS: dict[str, tuple[float, str]] = {
+    "fp8": (8.0, "linear"),
+    "fbgemm_fp8": (8.0, "linear"),
+    "w8a8": (8.0, "linear"),
+    "int8": (8.0, "linear"),
+    "experts_int8": (8.0, "experts"),
+    "w4a16": (4.0 + 16 / 128, "linear"),
+    "awq": (4.0 + 20 / 128, "linear"),
+    "gptq": (4.0 + 20 / 128, "linear"),
+    "mxfp4": (4.25, "experts"),
+    "nvfp4": (4.5, "linear"),
+    "bitsandbytes": (4.0 + 8 / 64 + 32 / (64 * 256), "linear"),
+}
+
+
+def scheme_quantization(scheme: str) -> QuantSpec | None:
+    """A QuantSpec for a scheme name (``--quantization fp8`` quantizes a bf16 checkpoint at load time;
+    calibration records name the scheme of a quantized variant). None for unknown names."""
+    key = scheme.lower().replace("-", "_")
+    if key not in _SCHEME_BITS:
+        return None
+    bits, scope = _SCHEME_BITS[key]
+    return QuantSpec(method=key, weight_bits=bits, scope="experts" if scope == "experts" else "linear")

@@ -110,6 +110,10 @@ _FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text", "olmo2", "glm4"}
 _QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text", "olmo2", "cohere2"}
 
 
+# Families whose LayerNorms carry a bias (the final norm counts weight + bias).
+_LAYERNORM_BIAS_TYPES = {"falcon", "starcoder2", "gpt2", "gpt_bigcode", "phi", "gpt_neox"}
+
+
 def _norms_per_layer(spec: ModelSpec) -> float:
     norms = (4 if spec.model_type in _FOUR_NORM_TYPES else 2) * spec.hidden_size
     if spec.model_type == "falcon":
@@ -210,7 +214,8 @@ def estimate_weights(
     dtype_bytes = DTYPE_BYTES[dtype]
     vocab = cdiv(spec.vocab_size, 64) * 64  # vLLM pads vocab-parallel embeddings to a multiple of 64
     embed = _Tensors(sharded_plain=vocab * spec.hidden_size / tp)
-    head = _Tensors(sharded_plain=vocab * spec.hidden_size / tp, replicated_plain=spec.hidden_size)
+    final_norm = spec.hidden_size * (2 if spec.model_type in _LAYERNORM_BIAS_TYPES else 1)
+    head = _Tensors(sharded_plain=vocab * spec.hidden_size / tp, replicated_plain=final_norm)
     vision = _Tensors(sharded_plain=(spec.vision.parameters / tp) if spec.vision else 0.0)
     layers = [_layer(spec, i, tp) for i in range(spec.num_layers)]
     parts = pp_partition(spec.num_layers, pp, pp_override)
@@ -230,7 +235,7 @@ def estimate_weights(
         stage_bytes.append(total)
 
     full = [_layer(spec, i, 1) for i in range(spec.num_layers)]
-    params = sum(t.total() for t in full) + vocab * spec.hidden_size + spec.hidden_size
+    params = sum(t.total() for t in full) + vocab * spec.hidden_size + final_norm
     if not spec.tie_word_embeddings:
         params += vocab * spec.hidden_size
     if spec.vision:

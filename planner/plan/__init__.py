@@ -19,6 +19,7 @@ from planner.plan.recommend import alternatives, recommendation
 from planner.vllm.args import ServingArgs
 
 if TYPE_CHECKING:
+    from planner.calibration.corrections import Corrections
     from planner.workload import WorkloadProfile
 
 __all__ = ["Plan", "make_plan"]
@@ -34,6 +35,7 @@ def make_plan(
     workload: WorkloadProfile | None = None,
     gpu_count: int | None = None,
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+    corrections: Corrections | None = None,
     bigger_gpus: Sequence[GpuSpec] = (),
     with_alternatives: bool = True,
 ) -> Plan:
@@ -48,7 +50,8 @@ def make_plan(
 
         raise PlannerInputError(f"headroom must be in [0, 1), got {headroom}")
     plan, prediction = plan_without_recommendation(
-        model, gpu, args, vllm_version=vllm_version, gpu_count=gpu_count, coefficients=coefficients
+        model, gpu, args, vllm_version=vllm_version, gpu_count=gpu_count, coefficients=coefficients,
+        corrections=corrections,
     )
     workload_limit: int | None = None
     basis: str | None = None
@@ -62,7 +65,8 @@ def make_plan(
                                          workload_limit=workload_limit, workload_basis=basis)
     if with_alternatives:
         def replan(m: ModelSpec, g: GpuSpec, a: ServingArgs) -> Plan:
-            return plan_without_recommendation(m, g, a, vllm_version=vllm_version, coefficients=coefficients)[0]
+            return plan_without_recommendation(m, g, a, vllm_version=vllm_version, coefficients=coefficients,
+                                               corrections=corrections)[0]
 
         plan.alternatives = alternatives(plan, model, gpu, args, replan=replan, bigger_gpus=bigger_gpus)
     return plan

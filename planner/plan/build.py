@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from planner.errors import InvalidArgumentError
 from planner.gpus.spec import GpuSpec
@@ -25,6 +26,9 @@ from planner.vllm.checks import check_parallelism, derived_length, resolve_max_m
 from planner.vllm.defaults import ResolvedArgs, resolve_args
 from planner.units import GiB
 from planner.vllm.releases import Release, Version, resolve_release
+
+if TYPE_CHECKING:
+    from planner.calibration.corrections import Corrections
 
 
 @dataclass
@@ -71,6 +75,7 @@ def predict(
     vllm_version: str | None = None,
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
     available_override: list[int] | None = None,
+    corrections: Corrections | None = None,
 ) -> Prediction:
     """Run vLLM's startup arithmetic. ``available_override`` replaces the predicted per-stage KV
     memory (used when a log gives the real figure)."""
@@ -78,8 +83,11 @@ def predict(
     check_parallelism(model, args)
     max_len, auto = resolve_max_model_len(model, args, release, version)
     resolved = resolve_args(args, model, gpu, release, max_len)
-    engine = compute_engine(model, gpu, args, release, resolved, coefficients=coefficients)
-    warnings += engine.warnings + _unmodelled_warnings(args, release, engine.kv_dtype.name)
+    deltas = corrections.deltas_for(model, gpu, args, str(version)) if corrections is not None else None
+    engine = compute_engine(model, gpu, args, release, resolved, coefficients=coefficients, deltas=deltas)
+    warnings += engine.warnings
+    if deltas is not None:
+        warnings.append("KVP108 memory terms corrected with measurements from the calibration file") + _unmodelled_warnings(args, release, engine.kv_dtype.name)
     if model.checkpoint_bytes is None:
         warnings.append("KVP105 weights estimated from the architecture (no exact checkpoint size)")
     if available_override is not None:
@@ -149,7 +157,7 @@ def kv_report(model: ModelSpec, prediction: Prediction) -> KvCacheReport:
         bytes_per_block=layout.limiting_stage.bytes_per_block,
         num_gpu_blocks=layout.num_gpu_blocks,
         tokens=tokens,
-        max_concurrency=round(concurrency, 4),
+        max_concurrency=concurrency,
         max_model_len=max_len,
         blocks_per_request=layout.blocks_per_request(max_len),
         estimated_max_model_len=layout.max_len_that_fits(max(derived, max_len)),
@@ -201,8 +209,10 @@ def plan_without_recommendation(
     vllm_version: str | None = None,
     gpu_count: int | None = None,
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+    corrections: Corrections | None = None,
 ) -> tuple[Plan, Prediction]:
-    prediction = predict(model, gpu, args, vllm_version=vllm_version, coefficients=coefficients)
+    prediction = predict(model, gpu, args, vllm_version=vllm_version, coefficients=coefficients,
+                         corrections=corrections)
     warnings = list(prediction.warnings)
     if gpu_count is not None and gpu_count != args.gpus_per_engine * args.data_parallel_size:
         warnings.append(

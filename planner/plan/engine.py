@@ -19,12 +19,23 @@ from planner.memory.activation import activation_peak
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.memory.cudagraph import cuda_graph_bytes
 from planner.memory.nontorch import non_torch_bytes
+from planner.models.quantization import scheme_quantization
 from planner.models.spec import ModelSpec
 from planner.models.weights import estimate_weights, pp_partition
 from planner.units import GiB
 from planner.vllm.args import ServingArgs
 from planner.vllm.defaults import ResolvedArgs
 from planner.vllm.releases import Release
+
+
+@dataclass(frozen=True)
+class TermDeltas:
+    """Measured minus predicted bytes per budget term (from ``planner calibrate``)."""
+
+    weights_bytes: int = 0
+    non_torch_bytes: int = 0
+    activation_peak_bytes: int = 0
+    cuda_graph_bytes: int = 0
 
 
 @dataclass
@@ -114,7 +125,11 @@ def _mamba_dtype_bytes(name: str, default: int) -> int:
 def stage_memory(
     model: ModelSpec, gpu: GpuSpec, args: ServingArgs, release: Release, resolved: ResolvedArgs,
     *, partition: list[int], weights_per_stage: list[int], coefficients: MemoryCoefficients,
+    deltas: TermDeltas | None = None,
 ) -> list[StageMemory]:
+    """Each PP stage's budget terms (every TP rank of a stage is alike). ``deltas`` are measured-minus-
+    predicted corrections from a calibration file, added to every stage."""
+    d = deltas or TermDeltas()
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     budget = math.ceil(gpu.memory_bytes * resolved.gpu_memory_utilization)
     dtype_bytes = MODEL_DTYPE_BYTES[resolved.dtype]
@@ -137,9 +152,11 @@ def stage_memory(
         if args.cpu_offload_gb:
             weights = max(0, weights - int(args.cpu_offload_gb * GiB))
         stages.append(StageMemory(
-            stage=stage, budget_bytes=budget, weights_bytes=weights,
-            non_torch_bytes=non_torch_bytes(gpu, tp=tp, last_stage=last, coefficients=coefficients),
-            activation_peak_bytes=peak.peak_bytes, cuda_graph_bytes=graphs, cuda_graph_counted=counted,
+            stage=stage, budget_bytes=budget, weights_bytes=max(0, weights + d.weights_bytes),
+            non_torch_bytes=max(0, non_torch_bytes(gpu, tp=tp, pp=pp, coefficients=coefficients)
+                                + d.non_torch_bytes),
+            activation_peak_bytes=max(0, peak.peak_bytes + d.activation_peak_bytes),
+            cuda_graph_bytes=max(0, graphs + d.cuda_graph_bytes), cuda_graph_counted=counted,
         ))
         start += count
     return stages
@@ -165,11 +182,23 @@ def lora_bytes(model: ModelSpec, args: ServingArgs, dtype_bytes: int) -> int:
     return int(args.max_loras * per_layer * model.num_layers * dtype_bytes / args.tensor_parallel_size)
 
 
+def with_online_quantization(model: ModelSpec, args: ServingArgs) -> ModelSpec:
+    """``--quantization fp8`` (or bitsandbytes) on an unquantized checkpoint quantizes it while loading."""
+    if not args.quantization or model.quantization is not None:
+        return model
+    scheme = scheme_quantization(args.quantization)
+    if scheme is None:
+        return model
+    # The file is still 16-bit: checkpoint bytes no longer give the loaded size.
+    return model.model_copy(update={"quantization": scheme, "checkpoint_bytes": None})
+
+
 def compute_engine(
     model: ModelSpec, gpu: GpuSpec, args: ServingArgs, release: Release, resolved: ResolvedArgs,
-    *, coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+    *, coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS, deltas: TermDeltas | None = None,
 ) -> EngineLayout:
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
+    model = with_online_quantization(model, args)
     kv_dtype = resolve_kv_dtype(args.kv_cache_dtype, model, resolved.dtype)
     if kv_dtype.name not in release.kv_cache_dtypes and args.kv_cache_dtype != "auto":
         raise InvalidArgumentError(
@@ -187,7 +216,7 @@ def compute_engine(
     extra = lora_bytes(model, args, MODEL_DTYPE_BYTES[resolved.dtype])
     per_stage = [b + extra for b in weights.bytes_per_stage]
     memory = stage_memory(model, gpu, args, release, resolved, partition=partition,
-                          weights_per_stage=per_stage, coefficients=coefficients)
+                          weights_per_stage=per_stage, coefficients=coefficients, deltas=deltas)
     return EngineLayout(
         kv_dtype=kv_dtype, rank=rank, grouping=grouping, partition=partition, hybrid_manager=hybrid,
         parameters=weights.parameters, weights_estimated=weights.estimated, memory=memory,

@@ -1,0 +1,1 @@
+"""Checking the planner against real vLLM startups: records, validation, log parsing, corrections."""

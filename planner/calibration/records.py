@@ -1,0 +1,68 @@
+"""One real vLLM startup: the schema of ``../shared/calibration/vllm-startup.jsonl``.
+
+Numbers are as vLLM printed them (GiB rounded to 0.01, sometimes 4 decimals); a field vLLM did not
+print is null. ``planner calibrate`` writes the same schema from raw logs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from planner.errors import PlannerInputError
+
+
+class StartupRecord(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    model: str
+    base_model: str | None = None
+    quantization: str | None = None
+    gpu: str | None = None
+    gpu_count: int | None = None
+    vllm_version: str | None = None
+    engine: str | None = None
+    tensor_parallel_size: int | None = 1
+    pipeline_parallel_size: int | None = 1
+    dtype: str | None = None
+    kv_cache_dtype: str | None = None
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    block_size: int | None = None
+    enforce_eager: bool | None = None
+    total_gpu_memory_gib: float | None = None
+    weights_gib: float | None = None
+    non_torch_gib: float | None = None
+    activation_peak_gib: float | None = None
+    cuda_graph_gib: float | None = None
+    kv_cache_memory_gib: float | None = None
+    kv_cache_tokens: int | None = None
+    gpu_blocks: int | None = None
+    max_concurrency_len: int | None = None
+    max_concurrency_x: float | None = None
+    source_url: str | None = None
+
+
+def load_records(path: Path) -> list[StartupRecord | str]:
+    """Records of a JSONL file; a line that is not a valid record becomes its error message."""
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise PlannerInputError(f"cannot read {path}: {error.strerror or error}") from None
+    out: list[StartupRecord | str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append(StartupRecord.model_validate(json.loads(line)))
+        except json.JSONDecodeError as error:
+            out.append(f"line {number}: not JSON ({error.msg})")
+        except ValidationError as error:
+            first = error.errors()[0]
+            out.append(f"line {number}: field {'.'.join(str(p) for p in first['loc'])}: {first['msg']}")
+    return out

@@ -1,0 +1,38 @@
+"""Turning the CLI's names into specs: ``--gpu`` / ``--gpu-memory`` and ``--model``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from planner.cli._output import err_console
+from planner.errors import PlannerInputError
+from planner.gpus.catalog import gpu_from_memory, lookup_gpu
+from planner.gpus.spec import GpuSpec
+from planner.hub.progress import hub_progress
+from planner.models.resolve import resolve_model
+from planner.models.spec import ModelSpec
+from planner.units import parse_size
+
+
+def gpu_for(name: str | None, memory: str | None) -> GpuSpec:
+    """The catalog GPU, or an ad-hoc one for ``--gpu-memory SIZE`` (a card not in the catalog)."""
+    if memory is not None:
+        return gpu_from_memory(parse_size(memory), name=name or "custom")
+    if not name:
+        raise PlannerInputError("--gpu is required (a catalog name such as A100-80GB, or --gpu-memory SIZE)",
+                                hint="See: planner gpus")
+    return lookup_gpu(name)
+
+
+@dataclass
+class LoadedModel:
+    spec: ModelSpec
+    source: str
+    warnings: list[str] = field(default_factory=list)
+
+
+def model_for(name: str, *, revision: str | None, token: str | None, refresh: bool) -> LoadedModel:
+    """Resolve a model the way vLLM names it: local path, catalog id or Hub repo id."""
+    with hub_progress(err_console) as progress:
+        resolved = resolve_model(name, revision=revision, token=token, refresh=refresh, progress=progress)
+    return LoadedModel(spec=resolved.spec, source=resolved.source, warnings=list(resolved.warnings))

@@ -1,0 +1,101 @@
+"""Human-readable renderings of a Plan and of the per-model fleet table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.table import Table
+
+from planner.gpus.spec import GpuSpec
+from planner.plan.fleet import FleetRow
+from planner.plan.models import Plan
+from planner.units import GiB, format_bytes
+from planner.vllm.args import ServingArgs
+
+
+def _gib(num_bytes: int) -> str:
+    return f"{num_bytes / GiB:,.2f} GiB"
+
+
+def render_plan(console: Console, plan: Plan, args: ServingArgs) -> None:
+    m, g, mem, kv = plan.model, plan.gpu, plan.memory, plan.kv_cache
+    console.print(
+        f"[bold]{m.id}[/] ({m.architecture}, {m.attention}, {m.num_layers} layers, {m.dtype}"
+        f"{', ' + m.quantization if m.quantization else ''}) on [bold]{g.count} x {g.name}[/] "
+        f"({_gib(g.memory_bytes)} each), vLLM {plan.vllm_version}"
+    )
+    budget = Table(title=f"Memory per GPU ({mem.limiting_rank})", show_header=True, header_style="bold")
+    budget.add_column("term")
+    budget.add_column("bytes", justify="right")
+    budget.add_row(f"budget = ceil({mem.total_bytes / GiB:.2f} GiB x {mem.gpu_memory_utilization:g})",
+                   _gib(mem.budget_bytes))
+    budget.add_row("- weights" + (" (estimated)" if mem.weights_estimated else ""), _gib(mem.weights_bytes))
+    budget.add_row("- non-torch (CUDA, NCCL)", _gib(mem.non_torch_bytes))
+    budget.add_row("- activation peak (profiling)", _gib(mem.activation_peak_bytes))
+    graphs = _gib(mem.cuda_graph_bytes) if mem.cuda_graph_counted else f"({_gib(mem.cuda_graph_bytes)}, not counted)"
+    budget.add_row("- CUDA graphs", graphs)
+    budget.add_row("[bold]= KV cache[/]", f"[bold]{_gib(mem.kv_cache_bytes)}[/]")
+    console.print(budget)
+
+    cache = Table(title="KV cache", show_header=False)
+    cache.add_column("what")
+    cache.add_column("value", justify="right")
+    cache.add_row("per token (whole model, TP=1)", format_bytes(kv.bytes_per_token))
+    if kv.state_bytes_per_sequence:
+        cache.add_row("state per sequence (Mamba/linear)", format_bytes(kv.state_bytes_per_sequence))
+    cache.add_row("dtype / block size", f"{kv.kv_cache_dtype} / {kv.block_size} tokens")
+    kinds = ", ".join(f"{grp.kind}" + (f"({grp.window})" if grp.window else "") for grp in kv.groups)
+    cache.add_row("groups", f"{len(kv.groups)}: {kinds}" if len(kv.groups) > 1 else kinds)
+    cache.add_row("bytes per block (per GPU)", format_bytes(kv.bytes_per_block))
+    cache.add_row("GPU blocks", f"{kv.num_gpu_blocks:,}")
+    cache.add_row("GPU KV cache size", f"{kv.tokens:,} tokens")
+    cache.add_row(f"max concurrency @ {kv.max_model_len:,} tokens", f"{kv.max_concurrency:.2f}x")
+    cache.add_row("longest single sequence", f"{kv.estimated_max_model_len:,} tokens")
+    console.print(cache)
+
+    if plan.fits:
+        console.print("[green]fits:[/] vLLM's startup check passes")
+    else:
+        console.print(f"[red]does not fit:[/] {plan.fit_error}")
+    rec = plan.recommendation
+    if rec is not None:
+        console.print(f"recommended ({rec.basis}): --max-model-len {rec.max_model_len} "
+                      f"--max-num-seqs {rec.max_num_seqs}")
+        console.print("[bold]args:[/] " + " ".join(rec.vllm_args))
+        if rec.basis == "worst-case":
+            console.print("  (every sequence at the full context; pass --workload for a realistic limit)")
+    if plan.alternatives:
+        alt = Table(title="What would fit", show_header=True, header_style="bold")
+        alt.add_column("change")
+        alt.add_column("fits")
+        alt.add_column("max concurrency", justify="right")
+        for a in plan.alternatives:
+            alt.add_row(a.change, "yes" if a.fits else "no",
+                        f"{a.max_concurrency:.2f}x" if a.max_concurrency is not None else "-")
+        console.print(alt)
+    for warning in plan.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+
+
+def render_fleet(console: Console, gpu: GpuSpec, args: ServingArgs, rows: Sequence[FleetRow]) -> None:
+    table = Table(
+        title=f"Catalog models on {args.gpus_per_engine} x {gpu.name} ({_gib(gpu.memory_bytes)} each)",
+        header_style="bold",
+    )
+    table.add_column("model")
+    table.add_column("fits")
+    table.add_column("max context", justify="right")
+    table.add_column("seqs @4k", justify="right")
+    table.add_column("seqs @32k", justify="right")
+    table.add_column("seqs @max", justify="right")
+
+    def cell(value: float | None) -> str:
+        return "-" if value is None else f"{value:,.1f}"
+
+    for row in rows:
+        table.add_row(row.id, "[green]yes[/]" if row.fits else "[red]no[/]",
+                      f"{row.max_model_len:,}" if row.max_model_len else "-",
+                      cell(row.max_concurrency_4096), cell(row.max_concurrency_32768),
+                      cell(row.max_concurrency_max))
+    console.print(table)
