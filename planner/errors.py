@@ -15,6 +15,7 @@ builtin that says what kind of fault it is, so callers can catch either::
     │   ├── PolicyError                           a policy file that does not validate
     │   └── WorkloadProfileError                  a request-length profile that cannot be used
     ├── CapacityError                             the model cannot be served with these settings
+    ├── CatalogDataError (RuntimeError)           an embedded catalog file does not validate (a packaging bug)
     ├── ModelResolutionError (OSError)            reading a model from disk or the Hub failed
     │   ├── GatedModelError (PermissionError)     gated/private repo, token missing or refused
     │   ├── ModelNotFoundError (FileNotFoundError) repo, revision or file does not exist
@@ -109,6 +110,13 @@ class WorkloadProfileError(PlannerInputError):
 
 class CapacityError(KvPlannerError):
     """The model cannot be served with the given settings (weights or one sequence do not fit)."""
+
+
+class CatalogDataError(KvPlannerError, RuntimeError):
+    """An embedded catalog file (GPUs, instance types, models) that does not validate.
+
+    Never the user's fault: the package ships a broken catalog. The CLI reports it as an internal error.
+    """
 
 
 class ModelResolutionError(KvPlannerError, OSError):

@@ -19,11 +19,11 @@ from pydantic import BaseModel, ConfigDict
 from planner.calibration.records import StartupRecord
 from planner.errors import KvPlannerError, UnknownModelError, UnknownVllmVersionError
 from planner.gpus.spec import GpuSpec
+from planner.kv.capacity import capacity
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.models.quantization import scheme_quantization
 from planner.models.spec import ModelSpec
 from planner.plan.build import Prediction, predict
-from planner.kv.capacity import capacity
 from planner.units import GiB
 from planner.vllm.args import ServingArgs
 from planner.vllm.releases import resolve_release
@@ -159,7 +159,7 @@ def _layout(record: StartupRecord, spec: ModelSpec, gpu: GpuSpec, args: ServingA
     else:
         exact = None
     return LayoutResult(
-        num_gpu_blocks=blocks, tokens=tokens, max_concurrency=round(concurrency, 2),
+        num_gpu_blocks=blocks, tokens=tokens, max_concurrency=round(concurrency, 4),
         logged_gpu_blocks=record.gpu_blocks, logged_tokens=record.kv_cache_tokens,
         logged_max_concurrency=record.max_concurrency_x, exact=exact,
     )
@@ -224,7 +224,7 @@ def _stats(errors: list[float]) -> ErrorStats:
     if not errors:
         return ErrorStats(count=0, median=None, p90=None, max=None, abs_median=None, abs_max=None)
     ordered = sorted(errors)
-    p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
+    p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
     absolute = sorted(abs(e) for e in errors)
     return ErrorStats(count=len(errors), median=round(statistics.median(errors), 5), p90=round(p90, 5),
                       max=round(max(errors), 5), abs_median=round(statistics.median(absolute), 5),
@@ -235,7 +235,7 @@ def summarize(results: list[RecordResult]) -> Summary:
     scored = [r.layout for r in results if r.layout is not None and r.layout.exact is not None]
     return Summary(
         records=len(results),
-        supported=sum(r.supported for r in results),
+        supported=sum(1 for r in results if r.supported),
         layout_exact=sum(1 for layout in scored if layout.exact),
         layout_scored=len(scored),
         budget=_stats([r.budget.error for r in results if r.budget is not None]),

@@ -11,7 +11,6 @@ import os
 import sys
 from typing import Any
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -34,22 +33,27 @@ def exit_code_for(error: BaseException) -> int:
     return EXIT_INTERNAL
 
 
+def _is_cli_control(error: BaseException) -> bool:
+    """typer's own exits, aborts and usage errors (typer vendors click, so match by class name)."""
+    if isinstance(error, (typer.Exit, typer.Abort)):
+        return True
+    return any(cls.__name__ == "ClickException" for cls in type(error).__mro__)
+
+
 class _ErrorBoundary(TyperGroup):
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
-        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
-            raise
         except KvPlannerError as error:
-            click.echo(f"error: {error}", err=True)
+            typer.echo(f"error: {error}", err=True)
             raise typer.Exit(exit_code_for(error)) from None
         except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
+            typer.echo("interrupted", err=True)
             raise typer.Exit(130) from None
         except Exception as error:  # the boundary: never a traceback for the user
-            if os.environ.get("KV_PLANNER_DEBUG"):
+            if _is_cli_control(error) or os.environ.get("KV_PLANNER_DEBUG"):
                 raise
-            click.echo(
+            typer.echo(
                 f"internal error: {type(error).__name__}: {error}\n"
                 "This is a kv-planner bug; rerun with KV_PLANNER_DEBUG=1 for the traceback and report it.",
                 err=True,

@@ -15,7 +15,8 @@ from planner.calibration.corrections import (
     load_corrections,
     save_corrections,
 )
-from planner.calibration.records import StartupRecord
+from planner.calibration.fit import fit_report
+from planner.calibration.records import StartupRecord, load_records
 from planner.calibration.validate import serving_args
 from planner.cli._app import app
 from planner.cli._output import OutputFormat, console, print_json
@@ -57,15 +58,60 @@ def _entry(record: StartupRecord, gpu_name: str, log: Path) -> tuple[CorrectionE
     return entry, {"kv_error": kv_error}
 
 
+def _fit(records_file: Path, write: Path | None, output: OutputFormat) -> None:
+    loaded = load_records(records_file)
+    records = [r for r in loaded if isinstance(r, StartupRecord)]
+    if not records:
+        raise PlannerInputError(f"{records_file}: no startup records")
+    report = fit_report(records, lookup_model=lookup_model, lookup_gpu=lookup_gpu)
+    if write is not None:
+        corrections = load_corrections(write) if write.exists() else Corrections()
+        corrections.coefficients = report.coefficients
+        save_corrections(corrections, write)
+    if output is OutputFormat.json:
+        print_json(report)
+        return
+    table = Table(header_style="bold", title=f"Memory model fitted on {report.observations} records")
+    table.add_column("coefficient")
+    table.add_column("value", justify="right")
+    for name, value in report.coefficients.model_dump().items():
+        shown = f"{value:.4g}" if isinstance(value, float) else (
+            f"{value / GiB:.4f} GiB" if value > 1000 else str(value))
+        table.add_row(name, shown)
+    console.print(table)
+    lomo = Table(header_style="bold", title="Leave one model out: KV memory error (full prediction)")
+    for column in ("model", "records", "in-sample median", "held-out median", "held-out |max|"):
+        lomo.add_column(column)
+
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{value * 100:+.2f}%"
+
+    for row in report.leave_one_model_out:
+        lomo.add_row(row.model, str(row.records), pct(row.in_sample_median_error), pct(row.held_out_median_error),
+                     pct(row.held_out_max_abs_error))
+    console.print(lomo)
+    if write is not None:
+        console.print(f"wrote the fitted coefficients to {write}")
+
+
 @app.command(help="Parse real vLLM startup logs (V0 or V1), compare them with the planner, and write a "
-                  "corrections file that `planner recommend --calibration FILE` applies.")
+                  "corrections file that `planner recommend --calibration FILE` applies. With --fit, refit the "
+                  "memory model on a JSONL of startup records and report leave-one-model-out errors.")
 def calibrate(
-    logs: Annotated[list[Path], typer.Argument(help="vLLM startup log files.")],
-    gpu: Annotated[str, typer.Option("--gpu", help="GPU the logs ran on (logs rarely name it).")],
+    logs: Annotated[list[Path] | None, typer.Argument(help="vLLM startup log files.")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="GPU the logs ran on (logs rarely name it).")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model id, when the log names a local path.")] = None,
+    fit: Annotated[Path | None, typer.Option("--fit", help="JSONL of startup records to refit on.")] = None,
     write: Annotated[Path | None, typer.Option("--write", help="Corrections file to create or extend.")] = None,
     output: Annotated[OutputFormat, typer.Option("--output", "-o")] = OutputFormat.table,
 ) -> None:
+    if fit is not None:
+        _fit(fit, write, output)
+        return
+    if not logs:
+        raise PlannerInputError("give startup log files (and --gpu), or --fit RECORDS.jsonl")
+    if gpu is None:
+        raise PlannerInputError("--gpu is required with log files: vLLM logs rarely name the GPU")
     corrections = load_corrections(write) if write is not None and write.exists() else Corrections()
     table = Table(header_style="bold", title="Startup logs vs planner (GiB: logged / predicted)")
     for column in ("log", "model", "weights", "non-torch", "activation", "graphs", "KV", "KV error"):

@@ -8,12 +8,12 @@ from typing import Annotated, Any
 
 import typer
 
+from planner.calibration.corrections import Corrections, load_corrections
 from planner.cli import _vllm_options as v
 from planner.cli._app import EXIT_FAILED, app
 from planner.cli._lookup import gpu_for, model_for
 from planner.cli._output import console, print_json, print_yaml
 from planner.cli._plan_table import render_fleet, render_plan
-from planner.calibration.corrections import Corrections, load_corrections
 from planner.errors import PlannerInputError, WorkloadProfileError
 from planner.gpus.catalog import all_gpus
 from planner.gpus.spec import GpuSpec

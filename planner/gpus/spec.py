@@ -15,6 +15,9 @@ class MigProfile(BaseModel):
     name: str = Field(description="profile as in the resource name, e.g. 3g.40gb")
     memory_bytes: int = Field(gt=0)
     compute_fraction: float = Field(gt=0, le=1, description="share of the SMs (g slices / 7)")
+    memory_source: str | None = Field(
+        default=None, description="where memory_bytes comes from (nvidia-smi mig -lgip, derived)"
+    )
 
 
 class GpuSpec(BaseModel):

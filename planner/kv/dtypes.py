@@ -69,15 +69,17 @@ def is_approximate(name: str) -> bool:
     return name in _APPROXIMATE
 
 
-def resolve_kv_dtype(requested: str, model: ModelSpec, model_dtype: str) -> KvDtype:
+def resolve_kv_dtype(requested: str, model: ModelSpec, model_dtype: str, *,
+                     from_checkpoint: bool = True) -> KvDtype:
     """The storage format in force for ``--kv-cache-dtype requested``.
 
     ``auto`` takes the checkpoint's declared KV scheme (ModelOpt ``kv_cache_quant_algo``,
-    compressed-tensors ``kv_cache_scheme``) and otherwise the model dtype, as vLLM does.
+    compressed-tensors ``kv_cache_scheme``; vLLM 0.14+, ``from_checkpoint``) and otherwise the model
+    dtype, as vLLM does.
     """
     name = requested
     if name == "auto":
-        declared = model.quantization.kv_cache_dtype if model.quantization else None
+        declared = model.quantization.kv_cache_dtype if model.quantization and from_checkpoint else None
         name = declared or model_dtype
     if name in ("half",):
         name = "float16"

@@ -70,7 +70,7 @@ def group_layers(
 
     specs = _unify_page_sizes(specs)
     buckets: dict[LayerCache, list[int]] = {}
-    for (index, _), spec in zip(indexed, specs):
+    for (index, _), spec in zip(indexed, specs, strict=True):
         buckets.setdefault(spec, []).append(index)
     sizes = [len(members) for members in buckets.values()]
     group_size = min(sizes)

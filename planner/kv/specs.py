@@ -38,7 +38,7 @@ class LayerCache:
     window: int | None = None
     """Sliding window or attention chunk, in tokens."""
     const_blocks: int | None = None
-    """Mamba: blocks one request holds whatever its length."""
+    """Mamba: blocks one request holds whatever its length (None for Mamba in "all" mode: one per block)."""
 
     def blocks_for(self, tokens: int, *, in_flight: int, dcp: int = 1) -> int:
         """Blocks one request of ``tokens`` tokens needs in this layer's group
@@ -98,13 +98,14 @@ def mamba_state_bytes(model: ModelSpec, tp: int, conv_bytes: int, ssm_bytes: int
     return (d_inner // tp) * kernel * conv_bytes + (d_inner // tp) * d_state * ssm_bytes
 
 
-def hybrid_block_size(attention_page_per_token: int, mamba_page: int, requested: int) -> int:
-    """vLLM's ``_align_hybrid_block_size``: the smallest kernel-aligned block size whose attention
-    page holds at least one Mamba state (never below the block size already in force)."""
+def hybrid_block_size(attention_page_per_token: int, mamba_page: int, requested: int,
+                      alignment: int = KERNEL_BLOCK_ALIGNMENT) -> int:
+    """vLLM's ``_align_hybrid_block_size``: the smallest aligned block size whose attention page holds at
+    least one Mamba state (never below the block size already in force)."""
     if mamba_page <= 0 or attention_page_per_token <= 0:
         return requested
-    alignment = max(KERNEL_BLOCK_ALIGNMENT, requested)
-    needed = alignment * cdiv(mamba_page, alignment * attention_page_per_token)
+    align = max(alignment, requested)
+    needed = align * cdiv(mamba_page, align * attention_page_per_token)
     needed = KERNEL_BLOCK_ALIGNMENT * cdiv(needed, KERNEL_BLOCK_ALIGNMENT)
     return max(requested, needed)
 
@@ -115,6 +116,8 @@ class RankLayout:
 
     layers: list[LayerCache | None]
     """One entry per decoder layer; None for layers without a cache of their own."""
+    raw_layers: list[LayerCache | None]
+    """The same before the hybrid manager's unification (vLLM <= 0.13 checks the fit on these)."""
     block_size: int
     attention_page_per_token: int
     mamba_state_bytes: int
@@ -126,36 +129,39 @@ def build_layer_caches(
     *,
     tp: int,
     block_size: int,
-    block_size_given: bool,
     unify_hybrid: bool,
     mamba_conv_bytes: int,
     mamba_ssm_bytes: int,
-    mamba_blocks_per_request: int,
+    mamba_blocks_per_request: int | None,
+    hybrid_alignment: int = KERNEL_BLOCK_ALIGNMENT,
 ) -> RankLayout:
     """The per-layer specs of one rank. ``unify_hybrid`` is vLLM's "hybrid KV cache manager disabled":
-    sliding-window and chunked layers become full attention when full layers exist too."""
+    sliding-window and chunked layers become full attention when full layers exist too.
+    ``mamba_blocks_per_request`` None is vLLM's "all" mode: Mamba groups keep a block per block of tokens."""
     per_token = attention_bytes_per_token(model, kv, tp) if model.num_kv_heads or model.mla else 0
     state = mamba_state_bytes(model, tp, mamba_conv_bytes, mamba_ssm_bytes) if "M" in model.layer_pattern else 0
     if state and per_token:
-        block_size = hybrid_block_size(per_token, state, block_size)
-    elif state and not per_token:
-        block_size = block_size  # pure SSM model: pages are the state itself
+        block_size = hybrid_block_size(per_token, state, block_size, hybrid_alignment)
     attention_page = per_token * block_size
     has_full = "F" in model.layer_pattern
     layers: list[LayerCache | None] = []
+    raw: list[LayerCache | None] = []
     for letter in model.layer_pattern:
+        spec: LayerCache | None
         if letter == "N":
-            layers.append(None)
+            spec = None
         elif letter == "M":
             page = max(state, attention_page) if per_token else state
-            layers.append(LayerCache("mamba", page, block_size, const_blocks=mamba_blocks_per_request))
-        elif letter == "F" or (unify_hybrid and has_full):
-            layers.append(LayerCache("full", attention_page, block_size))
+            spec = LayerCache("mamba", page, block_size, const_blocks=mamba_blocks_per_request)
+        elif letter == "F":
+            spec = LayerCache("full", attention_page, block_size)
         elif letter == "S":
-            layers.append(LayerCache("sliding_window", attention_page, block_size, window=model.sliding_window))
+            spec = LayerCache("sliding_window", attention_page, block_size, window=model.sliding_window)
         else:
-            layers.append(LayerCache("chunked_local", attention_page, block_size,
-                                     window=model.attention_chunk_size))
-    del block_size_given  # the user's --block-size is already in block_size; vLLM may still raise it
-    return RankLayout(layers=layers, block_size=block_size, attention_page_per_token=per_token,
+            spec = LayerCache("chunked_local", attention_page, block_size, window=model.attention_chunk_size)
+        raw.append(spec)
+        if spec is not None and unify_hybrid and has_full and spec.kind in ("sliding_window", "chunked_local"):
+            spec = LayerCache("full", attention_page, block_size)
+        layers.append(spec)
+    return RankLayout(layers=layers, raw_layers=raw, block_size=block_size, attention_page_per_token=per_token,
                       mamba_state_bytes=state)

@@ -9,6 +9,9 @@ sampler warm-up on ``num_reqs`` rows of logits (``gpu_model_runner.profile_run``
   output, fused gate/up and the MLP output — ``tokens x width x dtype_bytes``; for MoE layers the
   fused-MoE workspace ``tokens x top_k x (2 x expert_width + hidden)``;
 * sampler: fp32 logits, probabilities and sort buffers, ``num_reqs x vocab x bytes_per_logit``.
+
+A pipeline stage after the first also holds the hidden states and residual it received
+(``IntermediateTensors``: ``2 x tokens x hidden x dtype_bytes``) through both peaks.
 """
 
 from __future__ import annotations
@@ -53,8 +56,10 @@ def activation_peak(
     tp: int,
     dtype_bytes: int,
     last_stage: bool,
+    receives_from_previous_stage: bool = False,
 ) -> ActivationPeak:
     tokens = max_num_batched_tokens
+    received = 2 * tokens * model.hidden_size * dtype_bytes if receives_from_previous_stage else 0
     forward = coefficients.forward_bytes_per_token_width * tokens * dense_width(model, tp) * dtype_bytes
     if model.moe is not None:
         forward = max(forward, coefficients.moe_bytes_per_token_expert_width * tokens
@@ -63,4 +68,5 @@ def activation_peak(
     if last_stage:
         num_reqs = min(max_num_seqs, max_num_batched_tokens)
         sampler = coefficients.sampler_bytes_per_logit * num_reqs * model.vocab_size
-    return ActivationPeak(forward_bytes=int(forward), sampler_bytes=int(sampler))
+    return ActivationPeak(forward_bytes=int(forward) + received, sampler_bytes=int(sampler) + received if last_stage
+                          else 0)

@@ -1,6 +1,6 @@
 """The few constants of kv-planner's memory model, each a property of a cause, not of a model.
 
-They are fitted by ``planner calibrate --fit`` (``planner/calibration/fit.py``) on the startup reports
+They are fitted by ``planner calibrate --fit FILE`` (``planner/calibration/fit.py``) on the startup reports
 in ``../shared/calibration`` and checked model-by-model with leave-one-model-out in
 ``docs/accuracy.md``. Change them only through that fit; the tests pin the accuracy, not the values.
 """
@@ -38,17 +38,18 @@ class MemoryCoefficients(BaseModel):
     cudagraph_reference_sizes: int = Field(description="number of capture sizes the per-layer figure was fitted at")
 
 
+# Fitted by `planner calibrate --fit ../shared/calibration/vllm-startup.jsonl` (see docs/accuracy.md).
 DEFAULT_COEFFICIENTS = MemoryCoefficients(
-    sampler_bytes_per_logit=15.2,
-    forward_bytes_per_token_width=1.1,
-    moe_bytes_per_token_expert_width=2.5,
+    sampler_bytes_per_logit=15.35,
+    forward_bytes_per_token_width=1.236,
+    moe_bytes_per_token_expert_width=2.151,
     cuda_workspace_bytes=int(0.07 * GiB),
     single_process_non_torch_bytes=int(0.18 * GiB),
-    nccl_bytes_nvls=int(1.75 * GiB),
+    nccl_bytes_nvls=int(2.0 * GiB),
     nccl_bytes_per_extra_rank=int(0.03 * GiB),
     nccl_bytes_plain=int(0.12 * GiB),
-    cudagraph_base_bytes=int(0.37 * GiB),
-    cudagraph_bytes_per_layer=int(0.0167 * GiB),
-    cudagraph_bytes_per_moe_layer=int(0.02 * GiB),
+    cudagraph_base_bytes=int(0.549 * GiB),
+    cudagraph_bytes_per_layer=int(0.0104 * GiB),
+    cudagraph_bytes_per_moe_layer=int(0.0222 * GiB),
     cudagraph_reference_sizes=51,
 )

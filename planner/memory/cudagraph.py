@@ -1,9 +1,8 @@
-"""CUDA-graph memory: what vLLM's estimate subtracts from the KV budget (from 0.20 by default).
+"""CUDA-graph memory: what vLLM's estimate subtracts from the KV budget (by default from 0.20).
 
-vLLM captures one graph per capture size (``[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)``
-with ``max = min(2 x max_num_seqs, 512)``). Piecewise graphs keep per-layer buffers for every size, so
-graph memory grows with the layers on the rank and the number of sizes; MoE layers keep larger
-fused-MoE buffers. ``--enforce-eager`` captures nothing.
+vLLM captures one graph per capture size (see :func:`capture_sizes`). Piecewise graphs keep per-layer
+buffers for every size, so graph memory grows with the layers on the rank and the number of sizes; MoE
+layers keep larger fused-MoE buffers. ``--enforce-eager`` captures nothing.
 """
 
 from __future__ import annotations
@@ -11,11 +10,28 @@ from __future__ import annotations
 from planner.memory.coefficients import MemoryCoefficients
 
 
-def capture_sizes(max_num_seqs: int, limit: int = 512) -> list[int]:
-    """vLLM's default CUDA-graph capture sizes for decode (``VllmConfig._set_cudagraph_sizes``)."""
+def capture_sizes(max_num_seqs: int, max_num_batched_tokens: int | None = None, rule: str = "v0_20",
+                  limit: int = 512) -> list[int]:
+    """vLLM's default CUDA-graph capture sizes (``VllmConfig._set_cudagraph_sizes``), by release rule:
+
+    * ``v0_8`` (0.8): ``[1, 2, 4] + range(8, 513, 8)``, at most max_num_batched_tokens;
+    * ``v0_10`` (0.10-0.11): ``[1, 2, 4] + range(8, N + 1, 8)`` with ``N = min(2 x max_num_seqs, 512)``;
+    * ``v0_12`` (0.12-0.19): ``[1, 2, 4] + range(8, 256, 8) + range(256, N + 1, 16)``;
+    * ``v0_20`` (0.20+): the same, plus max_num_batched_tokens when it is at most N.
+    """
+    tokens = max_num_batched_tokens if max_num_batched_tokens is not None else 1 << 30
+    if rule == "v0_8":
+        return [s for s in [1, 2, 4, *range(8, 513, 8)] if s <= tokens]
     largest = min(2 * max_num_seqs, limit)
-    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, largest + 1, 16)]
-    return [s for s in sizes if s <= largest]
+    if rule == "v0_10":
+        return [s for s in [1, 2, 4, *range(8, largest + 1, 8)] if s <= min(largest, tokens)]
+    largest = min(largest, tokens)
+    sizes = [s for s in [1, 2, 4, *range(8, min(largest + 1, 256), 8), *range(256, largest + 1, 16)]
+             if s <= largest]
+    if rule == "v0_20" and max_num_batched_tokens is not None and max_num_batched_tokens <= largest \
+            and max_num_batched_tokens not in sizes:
+        sizes.append(max_num_batched_tokens)
+    return sorted(sizes)
 
 
 def cuda_graph_bytes(
@@ -23,14 +39,16 @@ def cuda_graph_bytes(
     layers_on_rank: int,
     moe_layers_on_rank: int,
     max_num_seqs: int,
+    max_num_batched_tokens: int,
     tp: int,
     enforce_eager: bool,
     coefficients: MemoryCoefficients,
-    capture_limit: int = 512,
+    rule: str = "v0_20",
 ) -> int:
     if enforce_eager or layers_on_rank == 0:
         return 0
-    scale = len(capture_sizes(max_num_seqs, capture_limit)) / coefficients.cudagraph_reference_sizes
+    sizes = capture_sizes(max_num_seqs, max_num_batched_tokens, rule)
+    scale = len(sizes) / coefficients.cudagraph_reference_sizes
     per_rank_base = coefficients.cudagraph_base_bytes / max(1.0, tp ** 0.5)
     depth = coefficients.cudagraph_bytes_per_layer * layers_on_rank
     moe = coefficients.cudagraph_bytes_per_moe_layer * moe_layers_on_rank

@@ -87,7 +87,7 @@ class _Reader:
                 return self.defaults[key]
         return default
 
-    def int(self, name: str, default: int | None = None, *, minimum: int = 0) -> int:
+    def integer(self, name: str, default: int | None = None, *, minimum: int = 0) -> int:
         value = self.get(name, default)
         if value is None:
             names = " / ".join(_ALIASES.get(name, (name,)))
@@ -107,7 +107,7 @@ class _Reader:
         return int(value)
 
     def opt_int(self, name: str) -> int | None:
-        return self.int(name) if self.get(name) is not None else None
+        return self.integer(name) if self.get(name) is not None else None
 
 
 def text_config_of(config: Config) -> Config:
@@ -146,9 +146,9 @@ def parse_config(config: Config, *, model_id: str) -> ModelSpec:
     model_type = str(text.get("model_type") or config.get("model_type") or "")
     _reject_unservable(config, text, model_id, model_type)
 
-    num_layers = reader.int("num_hidden_layers", minimum=1)
-    hidden = reader.int("hidden_size", minimum=1)
-    heads = reader.int("num_attention_heads", minimum=1)
+    num_layers = reader.integer("num_hidden_layers", minimum=1)
+    hidden = reader.integer("hidden_size", minimum=1)
+    heads = reader.integer("num_attention_heads", minimum=1)
     mla = _mla(reader)
     kv_heads = _kv_heads(reader, heads, model_type)
     head_dim = _head_dim(reader, hidden, heads, mla)
@@ -183,7 +183,7 @@ def parse_config(config: Config, *, model_id: str) -> ModelSpec:
         num_kv_heads=kv_heads,
         head_dim=head_dim,
         head_dim_v=head_dim_v if head_dim_v != head_dim else None,
-        vocab_size=reader.int("vocab_size", minimum=1),
+        vocab_size=reader.integer("vocab_size", minimum=1),
         intermediate_size=intermediate,
         mlp_gated=model_type not in _UNGATED_MLP_TYPES,
         attention_bias=bool(text.get("attention_bias") or text.get("add_qkv_bias") or text.get("qkv_bias")
@@ -201,7 +201,7 @@ def parse_config(config: Config, *, model_id: str) -> ModelSpec:
         mamba=mamba,
         quantization=quant,
         vision=vision,
-        mtp_layers=reader.int("num_nextn_predict_layers", 0) or reader.int("mtp_num_hidden_layers", 0),
+        mtp_layers=reader.integer("num_nextn_predict_layers", 0) or reader.integer("mtp_num_hidden_layers", 0),
         rotary_dim=_rotary_dim(text, head_dim, mla),
         notes=notes,
     )
@@ -223,16 +223,16 @@ def _reject_unservable(config: Config, text: Config, model_id: str, model_type: 
 
 def _kv_heads(reader: _Reader, heads: int, model_type: str) -> int:
     # Falcon: multi_query without new_decoder_architecture means one KV head (vLLM's Falcon convertor).
-    if model_type == "falcon" and not reader.get("new_decoder_architecture", False):
-        if reader.get("multi_query", False):
-            return 1
+    if model_type == "falcon" and not reader.get("new_decoder_architecture", False) \
+            and reader.get("multi_query", False):
+        return 1
     # ChatGLM: multi_query_group_num applies only when multi_query_attention is on.
     if model_type == "chatglm" and not reader.get("multi_query_attention", False):
         return heads
     value = reader.get("num_kv_heads")
     if value is None:
         return heads
-    return reader.int("num_kv_heads", minimum=1)
+    return reader.integer("num_kv_heads", minimum=1)
 
 
 def _head_dim(reader: _Reader, hidden: int, heads: int, mla: MlaSpec | None) -> int:
@@ -264,10 +264,10 @@ def _mla(reader: _Reader) -> MlaSpec | None:
     if reader.get("kv_lora_rank") is None:
         return None
     return MlaSpec(
-        kv_lora_rank=reader.int("kv_lora_rank", minimum=1),
-        qk_rope_head_dim=reader.int("qk_rope_head_dim", 0),
-        qk_nope_head_dim=reader.int("qk_nope_head_dim", 0),
-        v_head_dim=reader.int("v_head_dim", minimum=1),
+        kv_lora_rank=reader.integer("kv_lora_rank", minimum=1),
+        qk_rope_head_dim=reader.integer("qk_rope_head_dim", 0),
+        qk_nope_head_dim=reader.integer("qk_nope_head_dim", 0),
+        v_head_dim=reader.integer("v_head_dim", minimum=1),
         q_lora_rank=reader.opt_int("q_lora_rank"),
     )
 
@@ -276,11 +276,11 @@ def _mamba(reader: _Reader, hidden: int, model_type: str) -> MambaSpec | None:
     if reader.get("linear_num_value_heads") is not None:  # gated delta net (Qwen3-Next, Qwen3.5)
         return MambaSpec(
             kind="gated_delta_net",
-            conv_kernel=reader.int("linear_conv_kernel_dim", 4),
-            num_k_heads=reader.int("linear_num_key_heads", minimum=1),
-            num_v_heads=reader.int("linear_num_value_heads", minimum=1),
-            k_head_dim=reader.int("linear_key_head_dim", minimum=1),
-            v_head_dim=reader.int("linear_value_head_dim", minimum=1),
+            conv_kernel=reader.integer("linear_conv_kernel_dim", 4),
+            num_k_heads=reader.integer("linear_num_key_heads", minimum=1),
+            num_v_heads=reader.integer("linear_num_value_heads", minimum=1),
+            k_head_dim=reader.integer("linear_key_head_dim", minimum=1),
+            v_head_dim=reader.integer("linear_value_head_dim", minimum=1),
         )
     num_heads = reader.get("mamba_n_heads") or reader.get("mamba_num_heads")
     d_state = reader.get("mamba_d_state") or reader.get("ssm_state_size") or reader.get("state_size")
@@ -324,13 +324,13 @@ def _moe(reader: _Reader, model_type: str, num_layers: int) -> MoeSpec | None:
     if model_type in ("mixtral", "gpt_oss", "jamba", "llama4_text", "llama4") and not reader.get(
             "moe_intermediate_size"):
         moe_inter = reader.get("intermediate_size")
-    shared = reader.int("num_shared_experts", 0)
+    shared = reader.integer("num_shared_experts", 0)
     shared_inter = reader.opt_int("shared_expert_intermediate_size")
     if shared_inter and not shared:
         shared = 1
     if model_type in ("llama4_text", "llama4") and not shared:
         shared, shared_inter = 1, int(moe_inter)
-    first_dense = reader.int("first_k_dense_replace", 0)
+    first_dense = reader.integer("first_k_dense_replace", 0)
     period = reader.get("expert_layer_period") or reader.get("decoder_sparse_step") or reader.get(
         "interleave_moe_layer_step") or reader.get("moe_layer_freq") or 1
     offset = reader.get("expert_layer_offset") or 0

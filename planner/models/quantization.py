@@ -66,7 +66,7 @@ def parse_quantization(cfg: Any, *, model_id: str) -> tuple[QuantSpec | None, li
     kv: str | None = None
     bits: float
     scope = "linear"
-    if method == "fp8" or method == "fbgemm_fp8":
+    if method in {"fp8", "fbgemm_fp8"}:
         bits = 8.0
     elif method.startswith("modelopt"):
         inner = cfg.get("quantization", cfg)
@@ -80,10 +80,7 @@ def parse_quantization(cfg: Any, *, model_id: str) -> tuple[QuantSpec | None, li
         group = cfg.get("group_size", cfg.get("q_group_size", 128))
         bits = _group_bits(float(raw_bits), group, zeros=True)
     elif method == "bitsandbytes":
-        if cfg.get("load_in_8bit"):
-            bits = 8.0 + 32 / 4096
-        else:
-            bits = 4.0 + 8 / 64 + 32 / (64 * 256)
+        bits = 8.0 + 32 / 4096 if cfg.get("load_in_8bit") else 4.0 + 8 / 64 + 32 / (64 * 256)
     elif method == "compressed-tensors":
         bits, kv = _compressed_tensors(cfg, notes, model_id)
     elif method in ("experts_int8", "int8", "w8a8", "smoothquant"):

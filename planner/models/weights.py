@@ -270,6 +270,12 @@ def _loaded_bytes_from_checkpoint(spec: ModelSpec, checkpoint_bytes: int, dtype:
     """The checkpoint's bytes as vLLM will hold them: MTP layers dropped, unquantized weights cast."""
     checkpoint_dtype_bytes = DTYPE_BYTES[spec.dtype]
     loaded = float(checkpoint_bytes)
+    if spec.tie_word_embeddings:
+        # Some tied checkpoints still store lm_head.weight (Qwen3-0.6B/1.7B, Falcon); vLLM does not load it.
+        head = vocab * spec.hidden_size * checkpoint_dtype_bytes
+        tied_total = _whole_model_bytes(spec, full, vocab, checkpoint_dtype_bytes)
+        if abs(loaded - head - tied_total) < 0.01 * tied_total:
+            loaded -= head
     if spec.mtp_layers:
         per_layer = _bytes(full[-1], spec, checkpoint_dtype_bytes) + 2 * spec.hidden_size * spec.hidden_size * \
             checkpoint_dtype_bytes

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from planner.errors import InvalidArgumentError
 from planner.gpus.spec import GpuSpec
-from planner.kv.capacity import KvLayout, capacity, fit_error_text
+from planner.kv.capacity import KvLayout, capacity, fit_error_text, no_memory_text
 from planner.kv.dtypes import is_approximate
 from planner.kv.specs import attention_bytes_per_token, mamba_state_bytes
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
@@ -21,10 +21,10 @@ from planner.plan.models import (
     ModelReport,
     Plan,
 )
+from planner.units import GiB
 from planner.vllm.args import ServingArgs
 from planner.vllm.checks import check_parallelism, derived_length, resolve_max_model_len
 from planner.vllm.defaults import ResolvedArgs, resolve_args
-from planner.units import GiB
 from planner.vllm.releases import Release, Version, resolve_release
 
 if TYPE_CHECKING:
@@ -57,9 +57,12 @@ def _unmodelled_warnings(args: ServingArgs, release: Release, kv_name: str) -> l
         warnings.append("KVP203 KV offloading to CPU adds capacity kv-planner does not count")
     if is_approximate(kv_name):
         warnings.append(f"KVP204 --kv-cache-dtype {kv_name}: packed layout approximated by its nominal bits")
+    if args.kv_cache_memory_bytes is not None and not release.kv_cache_memory_bytes_flag:
+        raise InvalidArgumentError("unrecognized arguments: --kv-cache-memory-bytes (added in vLLM 0.10.2)",
+                                   flag="--kv-cache-memory-bytes")
     if args.swap_space is not None:
         if not release.swap_space_flag:
-            raise InvalidArgumentError("unrecognized arguments: --swap-space (removed in vLLM 0.18)",
+            raise InvalidArgumentError("unrecognized arguments: --swap-space (removed in vLLM 0.18.0)",
                                        flag="--swap-space")
         warnings.append("KVP205 --swap-space only matters for the V0 engine; V1 never swaps")
     if args.data_parallel_size > 1:
@@ -85,9 +88,9 @@ def predict(
     resolved = resolve_args(args, model, gpu, release, max_len)
     deltas = corrections.deltas_for(model, gpu, args, str(version)) if corrections is not None else None
     engine = compute_engine(model, gpu, args, release, resolved, coefficients=coefficients, deltas=deltas)
-    warnings += engine.warnings
+    warnings += engine.warnings + _unmodelled_warnings(args, release, engine.kv_dtype.name)
     if deltas is not None:
-        warnings.append("KVP108 memory terms corrected with measurements from the calibration file") + _unmodelled_warnings(args, release, engine.kv_dtype.name)
+        warnings.append("KVP108 memory terms corrected with measurements from the calibration file")
     if model.checkpoint_bytes is None:
         warnings.append("KVP105 weights estimated from the architecture (no exact checkpoint size)")
     if available_override is not None:
@@ -106,8 +109,7 @@ def predict(
                      f"{gpu.memory_bytes / GiB:.2f} GiB): vLLM fails while loading the model (CUDA out of memory)")
     elif min(available) <= 0:
         fits = False
-        fit_error = ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-                     "initializing the engine.")
+        fit_error = no_memory_text(release.fit_error_style)
     elif auto:
         fit = layout.max_len_that_fits(max_len)
         if fit <= 0:
@@ -121,8 +123,7 @@ def predict(
     else:
         fits = layout.fits(max_len)
         if not fits:
-            style = "v0" if release.engine == "v0" else release.fit_error_style
-            fit_error = fit_error_text(layout, max_len, style, block_size=layout.block_size)
+            fit_error = fit_error_text(layout, max_len, release.fit_error_style)
     return Prediction(version=version, release=release, resolved=resolved, engine=engine, layout=layout,
                       max_model_len=max_len, fits=fits, fit_error=fit_error, warnings=warnings)
 

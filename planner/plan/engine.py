@@ -96,8 +96,31 @@ def in_flight_tokens(release: Release, resolved: ResolvedArgs, pp: int) -> int:
     return batches * resolved.max_num_batched_tokens
 
 
-def build_rank_layout(model: ModelSpec, args: ServingArgs, release: Release, resolved: ResolvedArgs,
-                      kv_dtype: KvDtype, hybrid: bool) -> tuple[RankLayout, Grouping]:
+# Models whose Mamba layers support "all"-mode prefix caching (vLLM SupportsMambaPrefixCaching, 0.15-0.26).
+_MAMBA_ALL_MODE = {"jamba", "mamba", "mamba2", "nemotron_h", "zamba2", "granitemoehybrid", "falcon_h1", "bamba"}
+
+
+def mamba_blocks_and_alignment(model: ModelSpec, gpu: GpuSpec, release: Release,
+                               resolved: ResolvedArgs) -> tuple[int | None, int]:
+    """(blocks a Mamba group holds per request — None for one per block of tokens —, block-size alignment)."""
+    if "M" not in model.layer_pattern or not resolved.enable_prefix_caching:
+        return 1, 16  # "none" mode: one state block per sequence
+    mode = release.mamba_prefix_mode
+    if mode == "one_block":
+        return 1, 16
+    if mode == "per_block":
+        return None, 16
+    if mode == "all_or_align":
+        return (None, 16) if model.model_type in _MAMBA_ALL_MODE else (2, 16)
+    # 0.33 "align": two state blocks; gated-delta-net prefill on Hopper/Blackwell (FlashInfer) also keeps a
+    # checkpoint block and aligns blocks to 64 tokens.
+    gdn_checkpoint = model.mamba is not None and model.mamba.kind == "gated_delta_net" \
+        and gpu.architecture in ("hopper", "blackwell")
+    return (3, 64) if gdn_checkpoint else (2, 16)
+
+
+def build_rank_layout(model: ModelSpec, gpu: GpuSpec, args: ServingArgs, release: Release,
+                      resolved: ResolvedArgs, kv_dtype: KvDtype, hybrid: bool) -> tuple[RankLayout, Grouping]:
     if not hybrid and "M" in model.layer_pattern and model.num_kv_heads:
         raise InvalidArgumentError(
             "Hybrid KV cache manager is disabled but failed to convert the KV cache specs to one unified "
@@ -107,11 +130,11 @@ def build_rank_layout(model: ModelSpec, args: ServingArgs, release: Release, res
     dtype_bytes = MODEL_DTYPE_BYTES[resolved.dtype]
     conv = _mamba_dtype_bytes(args.mamba_cache_dtype, dtype_bytes)
     ssm = _mamba_dtype_bytes(args.mamba_ssm_cache_dtype, conv)
-    mamba_blocks = release.mamba_blocks_per_request if resolved.enable_prefix_caching else 1
+    mamba_blocks, alignment = mamba_blocks_and_alignment(model, gpu, release, resolved)
     rank = build_layer_caches(
         model, kv_dtype, tp=args.tensor_parallel_size, block_size=resolved.block_size,
-        block_size_given=resolved.block_size_given, unify_hybrid=not hybrid,
-        mamba_conv_bytes=conv, mamba_ssm_bytes=ssm, mamba_blocks_per_request=mamba_blocks,
+        unify_hybrid=not hybrid, mamba_conv_bytes=conv, mamba_ssm_bytes=ssm,
+        mamba_blocks_per_request=mamba_blocks, hybrid_alignment=alignment,
     )
     grouping = group_layers(rank.layers, group_size_threshold=release.group_size_threshold,
                             strided=release.strided_groups)
@@ -131,7 +154,9 @@ def stage_memory(
     predicted corrections from a calibration file, added to every stage."""
     d = deltas or TermDeltas()
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
-    budget = math.ceil(gpu.memory_bytes * resolved.gpu_memory_utilization)
+    # ceil(total x util) from 0.14 (request_memory); a float product before, floored by the block division.
+    product = gpu.memory_bytes * resolved.gpu_memory_utilization
+    budget = math.ceil(product) if release.budget_ceil else math.floor(product)
     dtype_bytes = MODEL_DTYPE_BYTES[resolved.dtype]
     stages = []
     start = 0
@@ -140,11 +165,13 @@ def stage_memory(
         peak = activation_peak(
             model, coefficients=coefficients, max_num_batched_tokens=resolved.max_num_batched_tokens,
             max_num_seqs=resolved.max_num_seqs, tp=tp, dtype_bytes=dtype_bytes, last_stage=last,
+            receives_from_previous_stage=stage > 0,
         )
         moe_layers = sum(1 for i in range(start, start + count) if _moe_layer(model, i))
         graphs = cuda_graph_bytes(
-            layers_on_rank=count, moe_layers_on_rank=moe_layers, max_num_seqs=resolved.max_num_seqs, tp=tp,
-            enforce_eager=args.enforce_eager, coefficients=coefficients,
+            layers_on_rank=count, moe_layers_on_rank=moe_layers, max_num_seqs=resolved.max_num_seqs,
+            max_num_batched_tokens=resolved.max_num_batched_tokens, tp=tp, enforce_eager=args.enforce_eager,
+            coefficients=coefficients, rule=release.capture_rule,
         )
         counted = release.cuda_graphs_counted and args.env.get(
             "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "1").lower() not in ("0", "false")
@@ -199,15 +226,20 @@ def compute_engine(
 ) -> EngineLayout:
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     model = with_online_quantization(model, args)
-    kv_dtype = resolve_kv_dtype(args.kv_cache_dtype, model, resolved.dtype)
-    if kv_dtype.name not in release.kv_cache_dtypes and args.kv_cache_dtype != "auto":
+    kv_dtype = resolve_kv_dtype(args.kv_cache_dtype, model, resolved.dtype,
+                                from_checkpoint=release.auto_kv_from_checkpoint)
+    if args.kv_cache_dtype not in release.kv_cache_dtypes and args.kv_cache_dtype != "auto":
         raise InvalidArgumentError(
             f"argument --kv-cache-dtype: invalid choice: {args.kv_cache_dtype!r} (choose from "
             f"{', '.join(release.kv_cache_dtypes)})",
             flag="--kv-cache-dtype",
         )
     hybrid, notes = hybrid_manager_enabled(model, args, release)
-    rank, grouping = build_rank_layout(model, args, release, resolved, kv_dtype, hybrid)
+    if resolved.engine == "v0":
+        hybrid = False  # V0 has no hybrid KV cache manager: every attention layer keeps every token
+        notes.append("KVP112 vLLM runs these settings on its V0 engine (fp8 KV cache without FlashAttention 3, "
+                     "float32, or VLLM_USE_V1=0)")
+    rank, grouping = build_rank_layout(model, gpu, args, release, resolved, kv_dtype, hybrid)
     partition = pp_partition(model.num_layers, pp, args.env.get("VLLM_PP_LAYER_PARTITION"))
     weights = estimate_weights(
         model, dtype=resolved.dtype, tp=tp, pp=pp, pp_override=args.env.get("VLLM_PP_LAYER_PARTITION"),
@@ -240,6 +272,8 @@ def kv_layout(engine: EngineLayout, release: Release, resolved: ResolvedArgs, ar
     return KvLayout(
         grouping=engine.grouping, block_size=engine.rank.block_size, stages=stages,
         in_flight=in_flight_tokens(release, resolved, args.pipeline_parallel_size),
-        null_block_in_fit_check=release.null_block_in_fit_check,
+        fit_check=release.fit_check, raw_layers=engine.rank.raw_layers,
         dcp=args.decode_context_parallel_size, num_gpu_blocks_override=args.num_gpu_blocks_override,
+        override_in_fit_check=release.tokens_formula == "concurrency_x_len",  # 0.20+
+        v0=resolved.engine == "v0",
     )

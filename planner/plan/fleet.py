@@ -11,6 +11,7 @@ from planner.gpus.spec import GpuSpec
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.models.spec import ModelSpec
 from planner.plan.build import plan_without_recommendation
+from planner.plan.models import KvCacheReport
 from planner.vllm.args import ServingArgs
 
 
@@ -50,8 +51,9 @@ def fleet_rows(models: Iterable[ModelSpec], gpu: GpuSpec, args: ServingArgs, *, 
         longest = kv.max_model_len if plan.fits else kv.estimated_max_model_len
         derived = plan.model.derived_max_model_len
 
-        def at(length: int) -> float | None:
-            if not usable or length > max(derived, kv.max_model_len) or length > longest:
+        def at(length: int, *, usable: bool = usable, longest: int = longest, kv: KvCacheReport = kv,
+               limit: int = max(derived, kv.max_model_len)) -> float | None:
+            if not usable or length > limit or length > longest:
                 return None
             return _concurrency(kv.num_gpu_blocks, kv.blocks_for_sequence(length))
 

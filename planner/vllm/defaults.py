@@ -22,6 +22,8 @@ _NO_BF16_ARCHITECTURES = {"volta", "turing", "pascal"}
 class ResolvedArgs:
     """ServingArgs with every default resolved for one release and GPU."""
 
+    engine: str
+    """"v1", or "v0" where an old release falls back to its V0 engine."""
     dtype: str
     gpu_memory_utilization: float
     max_num_seqs: int
@@ -71,6 +73,19 @@ def default_block_size(model: ModelSpec, gpu: GpuSpec, release: Release) -> int:
     return release.mla_block_size_ampere
 
 
+def uses_v0_engine(args: ServingArgs, gpu: GpuSpec, release: Release, dtype: str) -> bool:
+    """Releases up to 0.10.2 run the V0 engine when asked (VLLM_USE_V1=0) or when V1 cannot serve the
+    settings: an fp8 KV cache without FlashAttention 3 (pre-Hopper GPUs), float32, compute capability < 8."""
+    if not release.v0_available:
+        return False
+    flag = args.env.get("VLLM_USE_V1")
+    if flag is not None:
+        return flag.strip() == "0"
+    fp8_kv = args.kv_cache_dtype.startswith("fp8")
+    return (fp8_kv and gpu.architecture not in ("hopper", "blackwell")) or dtype == "float32" \
+        or gpu.architecture in _NO_BF16_ARCHITECTURES
+
+
 def batch_defaults(gpu: GpuSpec, release: Release) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) vLLM serve picks for this device class."""
     memory_gib = gpu.memory_bytes / (1 << 30)
@@ -91,22 +106,35 @@ def resolve_args(args: ServingArgs, model: ModelSpec, gpu: GpuSpec, release: Rel
         raise InvalidArgumentError(
             f"gpu_memory_utilization must be in (0, 1], got {util}", flag="--gpu-memory-utilization"
         )
-    mnbt_default, seqs_default = batch_defaults(gpu, release)
-    if args.performance_mode == "throughput":
-        mnbt_default, seqs_default = 2 * mnbt_default, 2 * seqs_default
-    max_num_seqs = args.max_num_seqs or seqs_default
-    mnbt = args.max_num_batched_tokens or mnbt_default
-    if args.enable_chunked_prefill is False:
-        mnbt = max(max_model_len, mnbt)
-    if args.max_num_batched_tokens is None:
-        mnbt = min(max_num_seqs * max_model_len, mnbt)
-    if args.max_num_seqs is None:
-        max_num_seqs = min(max_num_seqs, mnbt)
+    dtype = resolve_dtype(args.dtype, model, gpu)
+    v0 = uses_v0_engine(args, gpu, release, dtype)
+    if v0:
+        # V0 (vllm/engine/arg_utils.py _set_default_args_v0): 256 sequences; chunked prefill only past 32K.
+        max_num_seqs = args.max_num_seqs or 256
+        chunked = args.enable_chunked_prefill if args.enable_chunked_prefill is not None else max_model_len > 32768
+        mnbt = args.max_num_batched_tokens or (2048 if chunked else max(max_model_len, 2048))
+    else:
+        mnbt_default, seqs_default = batch_defaults(gpu, release)
+        if args.performance_mode == "throughput":
+            mnbt_default, seqs_default = 2 * mnbt_default, 2 * seqs_default
+        max_num_seqs = args.max_num_seqs or seqs_default
+        mnbt = args.max_num_batched_tokens or mnbt_default
+        if args.enable_chunked_prefill is False and args.max_num_batched_tokens is None:
+            mnbt = max(max_model_len, mnbt)
+        if args.max_num_batched_tokens is None and release.clamp_batched_tokens:
+            mnbt = min(max_num_seqs * max_model_len, mnbt)
+        if args.max_num_seqs is None:
+            max_num_seqs = min(max_num_seqs, mnbt)
     block_size = args.block_size or default_block_size(model, gpu, release)
-    prefix = args.enable_prefix_caching if args.enable_prefix_caching is not None else release.engine == "v1"
+    hybrid = "M" in model.layer_pattern
+    if args.enable_prefix_caching is not None:
+        prefix = args.enable_prefix_caching
+    else:
+        prefix = not v0 and (release.hybrid_prefix_caching_default if hybrid else True)
     asynchronous = args.async_scheduling if args.async_scheduling is not None else release.async_scheduling_default
     return ResolvedArgs(
-        dtype=resolve_dtype(args.dtype, model, gpu),
+        engine="v0" if v0 else "v1",
+        dtype=dtype,
         gpu_memory_utilization=util,
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=mnbt,

@@ -1,8 +1,9 @@
 """vLLM release -> behaviour: the one table that says how each release sizes its KV cache.
 
-Each row starts at a release and holds until the next row. Every field was read in that release's
-source (``pip download vllm==X.Y.Z --no-deps``; files cited in ``docs/vllm-releases.md``, which is the
-same table for humans). ``planner --vllm-version X.Y.Z`` picks the row with the largest start <= X.Y.Z.
+Each row is a release whose source was read (``pip download vllm==X.Y.Z --no-deps``); the row holds
+from that release until the next row. Releases between two rows were not read: they are planned with
+the older row's behaviour (a change may have landed in any of them). ``docs/vllm-releases.md`` is the
+same table for humans, with the file and function behind every field.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ from planner.errors import UnknownVllmVersionError
 
 TokensFormula = Literal["blocks_x_block_size", "blocks_div_groups", "concurrency_x_len"]
 InFlight = Literal["mnbt", "concurrent_batches"]
+FitCheck = Literal["per_layer", "first_group_global", "first_group", "all_groups", "all_groups_null_block"]
+FitErrorStyle = Literal["e0", "e1", "e2", "e3", "e4"]
+CaptureRule = Literal["v0_8", "v0_10", "v0_12", "v0_20"]
+MambaPrefixMode = Literal["one_block", "per_block", "all_or_align", "align"]
 
 
 @total_ordering
@@ -30,7 +35,7 @@ class Version(BaseModel):
     @classmethod
     def parse(cls, text: str) -> Version:
         """``X.Y.Z`` with an optional leading ``v`` and an optional fourth part (``0.8.5.post1``,
-        ``0.10.1.1``) or local/dev suffix, which are ignored for behaviour."""
+        ``0.10.1.1``) or local/dev suffix, which do not change behaviour."""
         match = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+\-][0-9A-Za-z.+\-]*)?\s*$", text or "")
         if not match:
             raise UnknownVllmVersionError(
@@ -62,154 +67,126 @@ class BatchDefaults(BaseModel):
 
 
 class Release(BaseModel):
-    """How one range of vLLM releases sizes the KV cache."""
+    """How one range of vLLM releases sizes the KV cache (V1 engine unless said otherwise)."""
 
     model_config = ConfigDict(frozen=True)
 
-    since: str
-    engine: Literal["v0", "v1"] = "v1"
+    since: str = Field(description="the release whose source was read; the row holds until the next row")
+    v0_available: bool = Field(description="the V0 engine still exists (fallback for fp8 KV without FA3)")
     default_gpu_memory_utilization: float
-    cuda_graphs_counted: bool = Field(description="CUDA-graph memory estimate subtracted from the KV budget")
+    budget_ceil: bool = Field(description="requested memory = ceil(total x util) (float product before)")
+    cuda_graphs_counted: bool = Field(description="CUDA-graph estimate subtracted from the KV budget by default")
     tokens_formula: TokensFormula
-    sliding_in_flight: InFlight = Field(
-        description="tokens in flight added to sliding/chunked windows: max_num_batched_tokens, or "
-                    "max_concurrent_batches x max_num_batched_tokens"
-    )
-    async_scheduling_default: bool = False
+    sliding_in_flight: InFlight
+    async_scheduling_default: bool
     group_size_threshold: float | None = Field(description="use the largest bucket when max < t x min")
     strided_groups: bool
-    null_block_in_fit_check: bool = Field(description="fit check plans against available - one block")
-    fit_error_style: Literal["v0", "models's", "model's"]
+    fit_check: FitCheck
+    fit_error_style: FitErrorStyle
     max_model_len_auto: bool
-    human_readable_ints: bool
     chunked_local_hybrid_default: bool = Field(
         description="Llama-4 chunked layers keep their own groups (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE)"
     )
     mla_block_size_hopper: int
-    mla_block_size_ampere: int
+    mla_block_size_ampere: int = 16
     mla_block_size_blackwell: int
-    mamba_blocks_per_request: int = Field(description="blocks a Mamba group holds per request")
     batch_defaults: tuple[BatchDefaults, ...]
-    cudagraph_max_capture: int = 512
+    clamp_batched_tokens: bool = Field(description="max_num_batched_tokens = min(max_num_seqs x max_model_len, ..)")
+    capture_rule: CaptureRule
+    hybrid_prefix_caching_default: bool = Field(description="prefix caching on by default for Mamba hybrids")
+    mamba_prefix_mode: MambaPrefixMode = Field(
+        description="Mamba blocks per request with prefix caching on: one_block (<= 0.11), per_block "
+                    "(0.12-0.14: one per block of tokens), all_or_align (0.15-0.26: 'all' for models with "
+                    "Mamba prefix caching, else 'align' = 2), align (0.33: 2, +1 GDN checkpoint on SM90+)")
+    auto_kv_from_checkpoint: bool = Field(description="kv_cache_dtype=auto follows the checkpoint's KV scheme")
     swap_space_flag: bool
+    kv_cache_memory_bytes_flag: bool
     kv_cache_dtypes: tuple[str, ...]
     evidence: str = Field(description="source files read for this row")
 
+    @property
+    def null_block_in_fit_check(self) -> bool:
+        return self.fit_check == "all_groups_null_block"
 
-_DTYPES_0_8 = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
-_DTYPES_0_10 = (*_DTYPES_0_8, "fp8_inc")
-_DTYPES_0_12 = (*_DTYPES_0_10, "bfloat16", "fp8_ds_mla")
-_DTYPES_0_21 = (*_DTYPES_0_12, "float16", "nvfp4", "int8_per_token_head", "fp8_per_token_head",
-                "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc")
-_DTYPES_0_33 = (*_DTYPES_0_21, "nvfp4_ds_mla", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact",
-                "ultraquant_4bit", "int4_per_token_head", "nvfp4_4over6")
 
-_BATCH_OLD = (
+_D0 = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
+_D1 = (*_D0, "fp8_inc")
+_D2 = (*_D1, "bfloat16")
+_D3 = (*_D2, "fp8_ds_mla")
+_D4 = (*_D3, "float16")
+_D5 = (*_D4, "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
+       "int8_per_token_head", "fp8_per_token_head", "nvfp4")
+_D6 = (*_D5, "int4_per_token_head")
+_D7 = (*_D6, "nvfp4_ds_mla", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit",
+       "nvfp4_4over6")
+
+_BATCH_0_8 = (
     BatchDefaults(min_memory_gib=70, max_num_batched_tokens=8192, max_num_seqs=1024),
     BatchDefaults(min_memory_gib=0, max_num_batched_tokens=2048, max_num_seqs=256),
 )
-_BATCH_A100_EXCEPTION = (
+_BATCH_0_10 = (
     BatchDefaults(min_memory_gib=70, max_num_batched_tokens=8192, max_num_seqs=1024, excludes_a100=True),
     BatchDefaults(min_memory_gib=0, max_num_batched_tokens=2048, max_num_seqs=256),
 )
-_BATCH_B200 = (
-    BatchDefaults(min_memory_gib=160, max_num_batched_tokens=16384, max_num_seqs=1024),
-    *_BATCH_A100_EXCEPTION,
+_BATCH_0_33 = (BatchDefaults(min_memory_gib=160, max_num_batched_tokens=16384, max_num_seqs=1024), *_BATCH_0_10)
+
+_BASE = Release(
+    since="0.8.0", v0_available=True, default_gpu_memory_utilization=0.9, budget_ceil=False,
+    cuda_graphs_counted=False, tokens_formula="blocks_x_block_size", sliding_in_flight="mnbt",
+    async_scheduling_default=False, group_size_threshold=None, strided_groups=False, fit_check="per_layer",
+    fit_error_style="e0", max_model_len_auto=False, chunked_local_hybrid_default=False,
+    mla_block_size_hopper=64, mla_block_size_blackwell=128, batch_defaults=_BATCH_0_8, clamp_batched_tokens=False,
+    capture_rule="v0_8", hybrid_prefix_caching_default=False, mamba_prefix_mode="one_block",
+    auto_kv_from_checkpoint=False,
+    swap_space_flag=True, kv_cache_memory_bytes_flag=False, kv_cache_dtypes=_D0,
+    evidence="0.8.5.post1: v1/core/kv_cache_utils.py, v1/worker/gpu_worker.py, config.py, engine/arg_utils.py",
 )
 
+
+def _row(previous: Release, since: str, evidence: str, **changes: object) -> Release:
+    return previous.model_copy(update={"since": since, "evidence": evidence, **changes})
+
+
+_R_0_10 = _row(_BASE, "0.10.0", "0.10.1.1: v1/core/kv_cache_utils.py, config/cache.py, engine/arg_utils.py",
+               tokens_formula="blocks_div_groups", fit_error_style="e1", batch_defaults=_BATCH_0_10,
+               capture_rule="v0_10", kv_cache_dtypes=_D1)
+_R_0_10_2 = _row(_R_0_10, "0.10.2", "0.10.2: v1/worker/gpu_worker.py (kv_cache_memory_bytes)",
+                 kv_cache_memory_bytes_flag=True)
+_R_0_11 = _row(_R_0_10_2, "0.11.0", "0.11.0: v1/core/kv_cache_utils.py (strided groups), envs.py (no V0)",
+               v0_available=False, strided_groups=True, kv_cache_dtypes=_D2)
+_R_0_12 = _row(_R_0_11, "0.12.0", "0.12.0: v1/core/kv_cache_utils.py, config/vllm.py, engine/arg_utils.py",
+               group_size_threshold=1.25, clamp_batched_tokens=True, capture_rule="v0_12", kv_cache_dtypes=_D3,
+               mamba_prefix_mode="per_block")
+_R_0_13 = _row(_R_0_12, "0.13.0", "0.13.0: v1/core/kv_cache_utils.py (error text)", fit_error_style="e2")
+_R_0_14 = _row(_R_0_13, "0.14.0", "0.14.0: v1/worker/utils.py request_memory, envs.py, v1/core/kv_cache_utils.py",
+               budget_ceil=True, fit_check="first_group_global", fit_error_style="e3", max_model_len_auto=True,
+               chunked_local_hybrid_default=True, async_scheduling_default=True, auto_kv_from_checkpoint=True)
+_R_0_15 = _row(_R_0_14, "0.15.0", "0.15.1: platforms/cuda.py (Blackwell MLA), v1/kv_cache_interface.py",
+               mla_block_size_blackwell=64, mamba_prefix_mode="all_or_align")
+_R_0_17 = _row(_R_0_15, "0.17.0", "0.17.1: v1/core/kv_cache_utils.py (fit check per worker)",
+               fit_check="first_group")
+_R_0_18 = _row(_R_0_17, "0.18.0", "0.18.0: v1/core/kv_cache_utils.py (1.5 rule), platforms/interface.py, "
+                                  "config/cache.py (no swap_space)",
+               group_size_threshold=1.5, mla_block_size_hopper=16, mla_block_size_blackwell=32,
+               swap_space_flag=False, kv_cache_dtypes=_D4)
+_R_0_19 = _row(_R_0_18, "0.19.0", "0.19.0: v1/core/kv_cache_utils.py get_kv_cache_configs (all groups)",
+               fit_check="all_groups")
+_R_0_20 = _row(_R_0_19, "0.20.0", "0.20.2: v1/worker/gpu_worker.py, envs.py, config/cache.py, kv_cache_utils.py",
+               default_gpu_memory_utilization=0.92, cuda_graphs_counted=True, tokens_formula="concurrency_x_len",
+               capture_rule="v0_20", kv_cache_dtypes=_D5)
+_R_0_21 = _row(_R_0_20, "0.21.0", "0.21.0: v1/core/kv_cache_utils.py, v1/kv_cache_interface.py")
+_R_0_26 = _row(_R_0_21, "0.26.0", "0.26.0: config/vllm.py max_in_flight_tokens, v1/kv_cache_interface.py, "
+                                  "v1/core/kv_cache_utils.py (error text)",
+               sliding_in_flight="concurrent_batches", fit_error_style="e4", kv_cache_dtypes=_D6)
+_R_0_33 = _row(_R_0_26, "0.33.0", "0.33.0: v1/core/kv_cache_planning.py, v1/core/kv_cache_utils.py, "
+                                  "engine/arg_utils.py, config/cache.py",
+               fit_check="all_groups_null_block", batch_defaults=_BATCH_0_33, hybrid_prefix_caching_default=True,
+               mamba_prefix_mode="align",
+               kv_cache_dtypes=_D7)
+
 RELEASES: tuple[Release, ...] = (
-    Release(
-        since="0.8.0", default_gpu_memory_utilization=0.9, cuda_graphs_counted=False,
-        tokens_formula="blocks_x_block_size", sliding_in_flight="mnbt", group_size_threshold=None,
-        strided_groups=False, null_block_in_fit_check=False, fit_error_style="models's",
-        max_model_len_auto=False, human_readable_ints=False, chunked_local_hybrid_default=False,
-        mla_block_size_hopper=64, mla_block_size_ampere=16, mla_block_size_blackwell=64,
-        mamba_blocks_per_request=1, batch_defaults=_BATCH_OLD, swap_space_flag=True,
-        kv_cache_dtypes=_DTYPES_0_8, evidence="0.8.5.post1: v1/core/kv_cache_utils.py, v1/worker/gpu_worker.py",
-    ),
-    Release(
-        since="0.10.0", default_gpu_memory_utilization=0.9, cuda_graphs_counted=False,
-        tokens_formula="blocks_div_groups", sliding_in_flight="mnbt", group_size_threshold=None,
-        strided_groups=False, null_block_in_fit_check=False, fit_error_style="models's",
-        max_model_len_auto=False, human_readable_ints=True, chunked_local_hybrid_default=False,
-        mla_block_size_hopper=64, mla_block_size_ampere=16, mla_block_size_blackwell=64,
-        mamba_blocks_per_request=1, batch_defaults=_BATCH_OLD, swap_space_flag=True,
-        kv_cache_dtypes=_DTYPES_0_10, evidence="0.10.1.1, 0.10.2: v1/core/kv_cache_utils.py",
-    ),
-    Release(
-        since="0.11.0", default_gpu_memory_utilization=0.9, cuda_graphs_counted=False,
-        tokens_formula="blocks_div_groups", sliding_in_flight="mnbt", group_size_threshold=None,
-        strided_groups=True, null_block_in_fit_check=False, fit_error_style="models's",
-        max_model_len_auto=False, human_readable_ints=True, chunked_local_hybrid_default=False,
-        mla_block_size_hopper=64, mla_block_size_ampere=16, mla_block_size_blackwell=128,
-        mamba_blocks_per_request=1, batch_defaults=_BATCH_OLD, swap_space_flag=True,
-        kv_cache_dtypes=_DTYPES_0_10, evidence="0.11.0: v1/core/kv_cache_utils.py",
-    ),
-    Release(
-        since="0.12.0", default_gpu_memory_utilization=0.9, cuda_graphs_counted=False,
-        tokens_formula="blocks_div_groups", sliding_in_flight="mnbt", group_size_threshold=1.25,
-        strided_groups=True, null_block_in_fit_check=False, fit_error_style="models's",
-        max_model_len_auto=False, human_readable_ints=True, chunked_local_hybrid_default=False,
-        mla_block_size_hopper=64, mla_block_size_ampere=16, mla_block_size_blackwell=128,
-        mamba_blocks_per_request=1, batch_defaults=_BATCH_A100_EXCEPTION, swap_space_flag=True,
-        kv_cache_dtypes=_DTYPES_0_12, evidence="0.12.0: v1/core/kv_cache_utils.py, platforms/cuda.py",
-    ),
-    Release(
-        since="0.14.0", default_gpu_memory_utilization=0.9, cuda_graphs_counted=False,
-        tokens_formula="blocks_div_groups", sliding_in_flight="mnbt", group_size_threshold=1.25,
-        strided_groups=True, null_block_in_fit_check=False, fit_error_style="models's",
-        max_model_len_auto=False, human_readable_ints=True, chunked_local_hybrid_default=True,
-        mla_block_size_hopper=64, mla_block_size_ampere=16, mla_block_size_blackwell=128,
-        mamba_blocks_per_request=1, batch_defaults=_BATCH_A100_EXCEPTION, swap_space_flag=True,
-        kv_cache_dtypes=_DTYPES_0_12, evidence="0.14.0: envs.py, v1/core/kv_cache_utils.py",
-    ),
-    Release(
-        since="0.16.0", default_gpu_memory_utilization=0.9, cuda_graphs_counted=False,
-        tokens_formula="blocks_div_groups", sliding_in_flight="mnbt", group_size_threshold=1.25,
-        strided_groups=True, null_block_in_fit_check=False, fit_error_style="models's",
-        max_model_len_auto=True, human_readable_ints=True, chunked_local_hybrid_default=True,
-        mla_block_size_hopper=64, mla_block_size_ampere=16, mla_block_size_blackwell=128,
-        mamba_blocks_per_request=1, batch_defaults=_BATCH_A100_EXCEPTION, swap_space_flag=True,
-        kv_cache_dtypes=_DTYPES_0_12, evidence="0.16.0: v1/core/kv_cache_utils.py",
-    ),
-    Release(
-        since="0.18.0", default_gpu_memory_utilization=0.9, cuda_graphs_counted=False,
-        tokens_formula="blocks_div_groups", sliding_in_flight="mnbt", group_size_threshold=1.5,
-        strided_groups=True, null_block_in_fit_check=False, fit_error_style="models's",
-        max_model_len_auto=True, human_readable_ints=True, chunked_local_hybrid_default=True,
-        mla_block_size_hopper=16, mla_block_size_ampere=16, mla_block_size_blackwell=128,
-        mamba_blocks_per_request=1, batch_defaults=_BATCH_B200, swap_space_flag=False,
-        kv_cache_dtypes=_DTYPES_0_12, evidence="0.18.0, 0.19.0: v1/core/kv_cache_utils.py, config/cache.py",
-    ),
-    Release(
-        since="0.20.0", default_gpu_memory_utilization=0.92, cuda_graphs_counted=True,
-        tokens_formula="concurrency_x_len", sliding_in_flight="mnbt", group_size_threshold=1.5,
-        strided_groups=True, null_block_in_fit_check=False, fit_error_style="models's",
-        max_model_len_auto=True, human_readable_ints=True, chunked_local_hybrid_default=True,
-        mla_block_size_hopper=16, mla_block_size_ampere=16, mla_block_size_blackwell=128,
-        mamba_blocks_per_request=1, batch_defaults=_BATCH_B200, swap_space_flag=False,
-        kv_cache_dtypes=_DTYPES_0_12, evidence="0.20.2: v1/core/kv_cache_utils.py, v1/worker/gpu_worker.py",
-    ),
-    Release(
-        since="0.21.0", default_gpu_memory_utilization=0.92, cuda_graphs_counted=True,
-        tokens_formula="concurrency_x_len", sliding_in_flight="concurrent_batches",
-        async_scheduling_default=True, group_size_threshold=1.5, strided_groups=True,
-        null_block_in_fit_check=True, fit_error_style="model's", max_model_len_auto=True,
-        human_readable_ints=True, chunked_local_hybrid_default=True,
-        mla_block_size_hopper=16, mla_block_size_ampere=16, mla_block_size_blackwell=128,
-        mamba_blocks_per_request=2, batch_defaults=_BATCH_B200, swap_space_flag=False,
-        kv_cache_dtypes=_DTYPES_0_21, evidence="0.21.0, 0.26.0: v1/core/kv_cache_utils.py, config/vllm.py",
-    ),
-    Release(
-        since="0.33.0", default_gpu_memory_utilization=0.92, cuda_graphs_counted=True,
-        tokens_formula="concurrency_x_len", sliding_in_flight="concurrent_batches",
-        async_scheduling_default=True, group_size_threshold=1.5, strided_groups=True,
-        null_block_in_fit_check=True, fit_error_style="model's", max_model_len_auto=True,
-        human_readable_ints=True, chunked_local_hybrid_default=True,
-        mla_block_size_hopper=16, mla_block_size_ampere=16, mla_block_size_blackwell=128,
-        mamba_blocks_per_request=2, batch_defaults=_BATCH_B200, swap_space_flag=False,
-        kv_cache_dtypes=_DTYPES_0_33, evidence="0.33.0: v1/core/kv_cache_planning.py, v1/core/kv_cache_utils.py",
-    ),
+    _BASE, _R_0_10, _R_0_10_2, _R_0_11, _R_0_12, _R_0_13, _R_0_14, _R_0_15, _R_0_17, _R_0_18, _R_0_19, _R_0_20,
+    _R_0_21, _R_0_26, _R_0_33,
 )
 
 OLDEST = Version.parse(RELEASES[0].since)

@@ -63,7 +63,7 @@ def test_gemma3_27b_groups_and_padding(shared_model, h100) -> None:  # type: ign
 def test_llama4_chunked_groups_depend_on_release(shared_model, h100) -> None:  # type: ignore[no-untyped-def]
     spec = shared_model("meta-llama--Llama-4-Scout-17B-16E-Instruct")
     before, kv_before = _layout_for(spec, h100, 30.0, "0.13.0", max_model_len=65536)
-    after, kv_after = _layout_for(spec, h100, 30.0, "0.14.0", max_model_len=65536)
+    _, kv_after = _layout_for(spec, h100, 30.0, "0.14.0", max_model_len=65536)
     assert [g.kind for g in kv_before.groups] == ["full"]  # hybrid manager off: all layers full
     assert sorted(g.kind for g in kv_after.groups) == ["chunked_local"] * 3 + ["full"]  # 4 groups of 12
     assert kv_after.bytes_per_block == 12 * kv_after.groups[0].page_bytes
@@ -155,9 +155,9 @@ def test_utilization_outside_range_is_refused(shared_model, h100) -> None:  # ty
 @given(kv_gib=st.floats(min_value=0.05, max_value=40), length=st.integers(min_value=1, max_value=131072),
        version=st.sampled_from(["0.10.2", "0.19.0", "0.33.0"]))
 def test_estimated_max_len_is_the_largest_that_fits(kv_gib: float, length: int, version: str) -> None:
-    from tests.core.conftest import make_gpu
-    from tests.conftest import load_shared_config
     from planner.models.config import parse_config
+    from tests.conftest import load_shared_config
+    from tests.core.conftest import make_gpu
 
     spec = parse_config(load_shared_config("google--gemma-2-9b-it"), model_id="g")
     gpu = make_gpu("H100-80GB", 79.19)

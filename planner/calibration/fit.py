@@ -1,0 +1,239 @@
+"""Fitting the memory model's constants on startup reports, and leave-one-model-out checks.
+
+Each constant belongs to a cause (see :mod:`planner.memory.coefficients`), and each is fitted on the
+records where that cause is the one visible in the logged term:
+
+* activation peak ``= max(a x tokens x dense width x dtype, c x tokens x MoE width x dtype,
+  b x dummy requests x vocabulary)``: the branch that is largest for a record is fitted on it
+  (alternating least squares through the origin, a few rounds);
+* non-torch: the CUDA workspace from multi-process ranks without TP (PP), the single-process extra
+  from TP=PP=1 minus that, NCCL/NVLS from TP>1 on NVSwitch GPUs (base at TP=2, slope per rank);
+* CUDA graphs: linear least squares of ``base/sqrt(tp) + sizes/51 x (p x layers + q x MoE layers)``.
+
+Leave-one-model-out refits everything without one model's records and predicts that model's KV
+memory, which is how the planner will meet a model it has never seen.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from planner.calibration.records import StartupRecord
+from planner.calibration.validate import serving_args, validate_records
+from planner.errors import KvPlannerError
+from planner.gpus.spec import GpuSpec
+from planner.kv.dtypes import MODEL_DTYPE_BYTES
+from planner.memory.activation import dense_width, moe_width
+from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
+from planner.memory.cudagraph import capture_sizes
+from planner.models.spec import ModelSpec
+from planner.plan.build import predict
+from planner.plan.engine import with_online_quantization
+from planner.units import GiB
+
+ModelLookup = Callable[[str], ModelSpec]
+GpuLookup = Callable[[str], GpuSpec]
+
+# Values from first principles, used where no training record informs a constant (so a held-out model
+# never borrows its own fit): three fp32 copies of the logits (logits, probabilities, sorted values),
+# one activation element per width element, MoE workspace of about two buffers, no measured overheads.
+FIRST_PRINCIPLES = DEFAULT_COEFFICIENTS.model_copy(update={
+    "sampler_bytes_per_logit": 12.0,
+    "forward_bytes_per_token_width": 1.0,
+    "moe_bytes_per_token_expert_width": 2.0,
+    "cuda_workspace_bytes": 0,
+    "single_process_non_torch_bytes": 0,
+    "nccl_bytes_nvls": int(1.0 * GiB),
+    "nccl_bytes_per_extra_rank": 0,
+})
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One record's features and logged terms (bytes)."""
+
+    model_key: str
+    tp: int
+    pp: int
+    nvls: bool
+    dense_feature: float
+    moe_feature: float
+    sampler_feature: float
+    activation: float | None
+    non_torch: float | None
+    graph_features: tuple[float, float, float]
+    cuda_graph: float | None
+
+
+def observe(record: StartupRecord, spec: ModelSpec, gpu: GpuSpec) -> Observation:
+    args = serving_args(record, online_quantization=record.quantization is not None and record.base_model is None)
+    prediction = predict(spec, gpu, args, vllm_version=record.vllm_version)
+    resolved = prediction.resolved
+    tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
+    model = with_online_quantization(spec, args)
+    dtype_bytes = MODEL_DTYPE_BYTES[resolved.dtype]
+    tokens = resolved.max_num_batched_tokens
+    first_stage_layers = prediction.engine.partition[0]
+    moe_layers = first_stage_layers if model.moe is not None else 0
+    sizes = len(capture_sizes(resolved.max_num_seqs)) / DEFAULT_COEFFICIENTS.cudagraph_reference_sizes
+    gib = float(GiB)
+
+    def logged(value: float | None) -> float | None:
+        return None if value is None else value * gib
+
+    return Observation(
+        model_key=(record.base_model or record.model).lower(),
+        tp=tp, pp=pp, nvls=gpu.nvswitch_multicast,
+        dense_feature=tokens * dense_width(model, tp) * dtype_bytes,
+        moe_feature=tokens * moe_width(model, tp) * dtype_bytes,
+        # The logged terms are the first stage's: it runs the sampler only without PP.
+        sampler_feature=float(min(resolved.max_num_seqs, tokens) * model.vocab_size) if pp == 1 else 0.0,
+        activation=logged(record.activation_peak_gib),
+        non_torch=logged(record.non_torch_gib),
+        graph_features=(1 / math.sqrt(tp), sizes * first_stage_layers, sizes * moe_layers),
+        cuda_graph=logged(record.cuda_graph_gib),
+    )
+
+
+def _through_origin(xs: list[float], ys: list[float], default: float) -> float:
+    denominator = sum(x * x for x in xs)
+    return sum(x * y for x, y in zip(xs, ys, strict=True)) / denominator if denominator else default
+
+
+def _fit_activation(obs: Sequence[Observation], prior: MemoryCoefficients) -> tuple[float, float, float]:
+    a, c, b = prior.forward_bytes_per_token_width, prior.moe_bytes_per_token_expert_width, \
+        prior.sampler_bytes_per_logit
+    rows = [o for o in obs if o.activation is not None]
+    for _ in range(10):
+        groups: dict[str, tuple[list[float], list[float]]] = {"a": ([], []), "c": ([], []), "b": ([], [])}
+        for o in rows:
+            assert o.activation is not None
+            candidates = {"a": a * o.dense_feature, "c": c * o.moe_feature, "b": b * o.sampler_feature}
+            branch = max(candidates, key=lambda k: candidates[k])
+            feature = {"a": o.dense_feature, "c": o.moe_feature, "b": o.sampler_feature}[branch]
+            groups[branch][0].append(feature)
+            groups[branch][1].append(o.activation)
+        a = _through_origin(*groups["a"], default=a)
+        c = _through_origin(*groups["c"], default=c)
+        b = _through_origin(*groups["b"], default=b)
+    return a, c, b
+
+
+def _median(values: list[float], default: float) -> float:
+    return statistics.median(values) if values else default
+
+
+def _fit_non_torch(obs: Sequence[Observation], prior: MemoryCoefficients) -> dict[str, int]:
+    workspace = _median([o.non_torch for o in obs if o.non_torch is not None and o.tp == 1 and o.pp > 1],
+                        prior.cuda_workspace_bytes)
+    single = _median([o.non_torch - workspace for o in obs
+                      if o.non_torch is not None and o.tp == 1 and o.pp == 1],
+                     prior.single_process_non_torch_bytes)
+    nvls = [(o.tp, o.non_torch - workspace) for o in obs if o.non_torch is not None and o.tp > 1 and o.nvls]
+    base = _median([v for tp, v in nvls if tp == 2], prior.nccl_bytes_nvls)
+    slopes = [(v - base) / (tp - 2) for tp, v in nvls if tp > 2]
+    return {
+        "cuda_workspace_bytes": int(workspace),
+        "single_process_non_torch_bytes": int(max(0.0, single)),
+        "nccl_bytes_nvls": int(base),
+        "nccl_bytes_per_extra_rank": int(_median(slopes, prior.nccl_bytes_per_extra_rank)),
+    }
+
+
+def _fit_graphs(obs: Sequence[Observation], prior: MemoryCoefficients) -> dict[str, int]:
+    rows = [o for o in obs if o.cuda_graph is not None]
+    has_moe = any(o.graph_features[2] for o in rows)
+    if len(rows) < 3:
+        return {}
+    matrix = np.array([o.graph_features if has_moe else o.graph_features[:2] for o in rows], dtype=float)
+    target = np.array([o.cuda_graph for o in rows], dtype=float)
+    solution, *_ = np.linalg.lstsq(matrix, target, rcond=None)
+    out = {"cudagraph_base_bytes": int(max(0.0, solution[0])),
+           "cudagraph_bytes_per_layer": int(max(0.0, solution[1]))}
+    out["cudagraph_bytes_per_moe_layer"] = int(max(0.0, solution[2])) if has_moe else \
+        prior.cudagraph_bytes_per_moe_layer
+    return out
+
+
+def fit_coefficients(observations: Sequence[Observation],
+                     prior: MemoryCoefficients = DEFAULT_COEFFICIENTS) -> MemoryCoefficients:
+    a, c, b = _fit_activation(observations, prior)
+    update: dict[str, float | int] = {
+        "forward_bytes_per_token_width": round(a, 4),
+        "moe_bytes_per_token_expert_width": round(c, 4),
+        "sampler_bytes_per_logit": round(b, 4),
+        **_fit_non_torch(observations, prior),
+        **_fit_graphs(observations, prior),
+    }
+    return prior.model_copy(update=update)
+
+
+class ModelError(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    records: int
+    in_sample_median_error: float | None
+    held_out_median_error: float | None
+    held_out_max_abs_error: float | None
+
+
+class FitReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    coefficients: MemoryCoefficients
+    observations: int
+    leave_one_model_out: list[ModelError]
+
+
+def _observations(records: Sequence[StartupRecord], lookup_model: ModelLookup,
+                  lookup_gpu: GpuLookup) -> list[tuple[StartupRecord, Observation]]:
+    out = []
+    for record in records:
+        try:
+            spec = lookup_model(record.model)
+        except KvPlannerError:
+            if not record.base_model:
+                continue
+            try:
+                spec = lookup_model(record.base_model)
+            except KvPlannerError:
+                continue
+        try:
+            gpu = lookup_gpu(record.gpu or "")
+            out.append((record, observe(record, spec, gpu)))
+        except (KvPlannerError, LookupError):
+            continue
+    return out
+
+
+def fit_report(records: Sequence[StartupRecord], *, lookup_model: ModelLookup, lookup_gpu: GpuLookup,
+               prior: MemoryCoefficients = FIRST_PRINCIPLES) -> FitReport:
+    pairs = _observations(records, lookup_model, lookup_gpu)
+    everything = fit_coefficients([o for _, o in pairs], prior)
+    in_sample = validate_records([r for r, _ in pairs], lookup_model=lookup_model, lookup_gpu=lookup_gpu,
+                                 coefficients=everything)
+    in_errors: dict[str, list[float]] = {}
+    for (_, obs), result in zip(pairs, in_sample.records, strict=True):
+        if result.full is not None and result.full.error is not None:
+            in_errors.setdefault(obs.model_key, []).append(result.full.error)
+    lomo = []
+    for key in sorted({o.model_key for _, o in pairs}):
+        training = [o for _, o in pairs if o.model_key != key]
+        held = [r for r, o in pairs if o.model_key == key]
+        coefficients = fit_coefficients(training, prior)
+        report = validate_records(held, lookup_model=lookup_model, lookup_gpu=lookup_gpu, coefficients=coefficients)
+        errors = [r.full.error for r in report.records if r.full is not None and r.full.error is not None]
+        lomo.append(ModelError(
+            model=key, records=len(held),
+            in_sample_median_error=round(statistics.median(in_errors[key]), 5) if in_errors.get(key) else None,
+            held_out_median_error=round(statistics.median(errors), 5) if errors else None,
+            held_out_max_abs_error=round(max(abs(e) for e in errors), 5) if errors else None,
+        ))
+    return FitReport(coefficients=everything, observations=len(pairs), leave_one_model_out=lomo)

@@ -1,0 +1,269 @@
+"""Resolve a model named the way vLLM names it to its config and exact weight bytes.
+
+``resolve_model`` accepts what ``vllm serve`` accepts: a local directory (or a file in it), a Hugging
+Face repository id with an optional ``revision`` (branch, tag or commit). The order is:
+
+1. an existing local path: config.json + safetensors headers of that directory;
+2. the built-in catalog (:func:`planner.models.catalog.lookup_model`), unless a revision is pinned or
+   ``refresh`` asks for the Hub;
+3. the Hugging Face Hub through ``huggingface_hub`` (config via the cache-aware download API, weight bytes
+   via the safetensors metadata API), or its local cache when offline or when the Hub is unreachable.
+
+With ``timeout`` (the webhook's budget), the Hub lookup runs in a background thread and the call raises
+:class:`~planner.errors.ResolutionTimeoutError` when the budget is spent; the lookup finishes anyway and
+fills the in-memory memo, so the next call for that model answers at once. Every failure is an error of
+:mod:`planner.errors`: :class:`~planner.errors.ModelResolutionError` subclasses for "could not read"
+(callers on the admission path treat them as "model not resolved: not checked") and
+:class:`~planner.errors.PlannerInputError` subclasses for bad names and configs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import os
+import re
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner.errors import (
+    InvalidArgumentError,
+    ModelNotFoundError,
+    ModelResolutionError,
+    UnknownModelError,
+)
+from planner.hub.local import load_local, looks_like_path
+from planner.hub.memo import Memo, SingleFlight, run_with_deadline, ttl_for
+from planner.hub.progress import ResolveProgress
+from planner.hub.settings import HubSettings
+from planner.models.checkpoint import CheckpointInfo, read_local_checkpoint
+from planner.models.config import parse_config
+from planner.models.spec import ModelSpec
+from planner.models.weights import estimate_weights
+
+Source = Literal["local", "catalog", "hub", "hub-cache"]
+
+
+class ResolvedModel(BaseModel):
+    """A model's architecture and checkpoint, and where they were read from."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="the name or path as given")
+    spec: ModelSpec = Field(
+        description="checkpoint_bytes/parameters set when the checkpoint was read exactly"
+    )
+    checkpoint: CheckpointInfo | None = Field(
+        default=None, description="None for catalog entries (their spec carries checkpoint_bytes)"
+    )
+    source: Source
+    revision: str | None = Field(default=None, description="commit sha the files came from (Hub)")
+    location: str | None = Field(default=None, description="directory config.json was read from")
+    warnings: list[str] = Field(default_factory=list)
+
+    @property
+    def weights_exact(self) -> bool:
+        if self.checkpoint is not None:
+            return self.checkpoint.exact
+        return self.spec.checkpoint_bytes is not None
+
+
+_MEMO: Memo[ResolvedModel] = Memo()
+_FLIGHTS: SingleFlight[ResolvedModel] = SingleFlight()
+
+
+def clear_resolution_cache() -> None:
+    """Forget every in-memory lookup (the on-disk Hugging Face cache is kept)."""
+    _MEMO.clear()
+
+
+def resolve_model(
+    name_or_path: str,
+    *,
+    revision: str | None = None,
+    token: str | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    offline: bool | None = None,
+    refresh: bool = False,
+    timeout: float | None = None,
+    progress: ResolveProgress | None = None,
+) -> ResolvedModel:
+    """Resolve ``name_or_path`` (local path, catalog id or Hub repo id) to a :class:`ResolvedModel`.
+
+    ``token``/``cache_dir``/``offline`` default to ``HF_TOKEN``, ``HF_HUB_CACHE``/``HF_HOME`` and
+    ``HF_HUB_OFFLINE`` read now; ``HF_ENDPOINT`` picks a mirror. ``refresh`` skips the catalog and every
+    cache (files are downloaded again). ``timeout`` bounds the wait in seconds (webhook path).
+    """
+    name = name_or_path.strip()
+    if not name:
+        raise InvalidArgumentError("The model name is empty.", flag="--model")
+    if timeout is not None and timeout <= 0:
+        raise InvalidArgumentError(f"The model lookup timeout must be positive, not {timeout}.")
+    path = Path(name).expanduser()
+    if path.exists():
+        return _resolve_local(name, path, revision=revision)
+    if looks_like_path(name):
+        raise ModelNotFoundError(f"{name}: no such file or directory.", model=name)
+    settings = HubSettings.from_env(token=token, cache_dir=cache_dir, offline=offline)
+    if refresh and settings.offline:
+        raise InvalidArgumentError(
+            "--refresh needs the Hub, but offline mode is on (HF_HUB_OFFLINE).", flag="--refresh"
+        )
+    # The token is part of the key (as a digest, never kept in clear) so that an answer obtained with one
+    # token, or a "gated" refusal without one, is not handed to a caller with other credentials.
+    token_id = hashlib.sha256(settings.token.encode()).hexdigest()[:16] if settings.token else None
+    key: Hashable = (
+        settings.endpoint,
+        str(settings.cache_dir),
+        name,
+        revision or "main",
+        settings.offline,
+        token_id,
+    )
+    if not refresh:
+        # Before the catalog: only Hub answers are memoized, and a catalog miss costs milliseconds
+        # (it computes "did you mean" suggestions), too much to repeat on every admission.
+        hit = _MEMO.get(key)
+        if hit is not None:
+            return hit
+    unknown: UnknownModelError | None = None
+    if revision is None and not refresh:
+        spec, unknown = _from_catalog(name)
+        if spec is not None:
+            return ResolvedModel(name=name, spec=spec, source="catalog", revision=_catalog_revision(spec))
+    repo_id = _repo_id(name, unknown)
+
+    def job() -> ResolvedModel:
+        return _resolve_hub(key, repo_id, revision, settings, refresh=refresh, progress=progress)
+
+    if timeout is None:
+        return job()
+    return run_with_deadline(_FLIGHTS, key, job, timeout, what=repo_id)
+
+
+def _resolve_local(name: str, path: Path, *, revision: str | None) -> ResolvedModel:
+    local = load_local(path)
+    spec = parse_config(local.config, model_id=name)
+    checkpoint = read_local_checkpoint(local.directory, config=local.config, num_layers=spec.num_layers)
+    warnings = []
+    if revision is not None:
+        warnings.append(f"--revision {revision} is ignored for the local path {name}.")
+    if checkpoint is None:
+        warnings.append(
+            f"{local.directory} has no safetensors files; weight bytes are estimated from the architecture."
+        )
+    return _assemble(
+        name,
+        spec,
+        checkpoint,
+        source="local",
+        revision=None,
+        location=str(local.directory),
+        warnings=warnings,
+    )
+
+
+def _resolve_hub(
+    key: Hashable,
+    repo_id: str,
+    revision: str | None,
+    settings: HubSettings,
+    *,
+    refresh: bool,
+    progress: ResolveProgress | None,
+) -> ResolvedModel:
+    # Imported on the first Hub lookup: huggingface_hub and httpx take about a second to import, which
+    # local paths and catalog ids never need (the CLI starts faster).
+    from planner.hub.remote import HubReader  # noqa: PLC0415
+
+    try:
+        reader = HubReader(repo_id, revision, settings, refresh=refresh, progress=progress)
+        fetched = reader.fetch_config()
+        spec = parse_config(fetched.config, model_id=repo_id)
+        checkpoint, notes = reader.fetch_checkpoint(fetched, num_layers=spec.num_layers)
+        result = _assemble(
+            repo_id,
+            spec,
+            checkpoint,
+            source="hub" if fetched.online else "hub-cache",
+            revision=fetched.commit,
+            location=str(fetched.snapshot_dir),
+            warnings=[*fetched.warnings, *notes],
+        )
+    except ModelResolutionError as error:
+        _MEMO.put_failure(key, error)
+        raise
+    _MEMO.put(key, result, ttl_for(revision))
+    return result
+
+
+def _assemble(
+    name: str,
+    spec: ModelSpec,
+    checkpoint: CheckpointInfo | None,
+    *,
+    source: Source,
+    revision: str | None,
+    location: str | None,
+    warnings: list[str],
+) -> ResolvedModel:
+    if checkpoint is None:
+        estimate = estimate_weights(spec, dtype=spec.dtype)
+        checkpoint = CheckpointInfo(
+            format="estimate",
+            exact=False,
+            total_bytes=estimate.max_bytes,
+            parameters=estimate.parameters,
+            logical_parameters=estimate.parameters,
+        )
+    else:
+        update: dict[str, int] = {"checkpoint_bytes": checkpoint.total_bytes}
+        if checkpoint.logical_parameters is not None:
+            update["parameters"] = checkpoint.logical_parameters
+        spec = spec.model_copy(update=update)
+    return ResolvedModel(
+        name=name,
+        spec=spec,
+        checkpoint=checkpoint,
+        source=source,
+        revision=revision,
+        location=location,
+        warnings=warnings,
+    )
+
+
+# The Hub's repository id rules (huggingface_hub validate_repo_id): [namespace/]name, each part 1-96 of
+# letters, digits, "-", "_", ".", not starting or ending with "-" or ".", and no "--" or "..".
+_REPO_PART = re.compile(r"^(?![-.])[A-Za-z0-9_.-]{1,96}(?<![-.])$")
+
+
+def _repo_id(name: str, unknown: UnknownModelError | None) -> str:
+    parts = name.split("/")
+    if len(parts) > 2 or "--" in name or ".." in name or not all(_REPO_PART.match(p) for p in parts):
+        raise UnknownModelError(
+            name,
+            unknown.suggestions if unknown is not None else (),
+            hint="It is not a local path, not in the built-in catalog, and not a Hugging Face repository id "
+            "(org/name).",
+        )
+    return name
+
+
+def _from_catalog(name: str) -> tuple[ModelSpec | None, UnknownModelError | None]:
+    # Imported on first use: the catalog loads its YAML data, which local paths and Hub ids never need.
+    try:
+        catalog = importlib.import_module("planner.models.catalog")
+    except ModuleNotFoundError:  # a build without the catalog: go straight to the Hub
+        return None, None
+    lookup: Callable[[str], ModelSpec] = catalog.lookup_model
+    try:
+        return lookup(name), None
+    except UnknownModelError as error:
+        return None, error
+
+
+def _catalog_revision(spec: ModelSpec) -> str | None:
+    return spec.source.revision if spec.source is not None else None

@@ -1,0 +1,63 @@
+"""The planner against real vLLM startup reports (../shared/calibration): the figures docs/accuracy.md
+publishes must hold, so a change that makes the planner less faithful fails here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planner.calibration.fit import fit_report
+from planner.calibration.records import StartupRecord, load_records
+from planner.calibration.validate import ValidationReport, validate_records
+from planner.gpus.catalog import lookup_gpu
+from planner.models.catalog import lookup_model
+
+
+@pytest.fixture(scope="module")
+def records(calibration_file: Path) -> list[StartupRecord]:
+    return [r for r in load_records(calibration_file) if isinstance(r, StartupRecord)]
+
+
+@pytest.fixture(scope="module")
+def report(records: list[StartupRecord]) -> ValidationReport:
+    return validate_records(records, lookup_model=lookup_model, lookup_gpu=lookup_gpu)
+
+
+def test_every_record_is_supported(report: ValidationReport) -> None:
+    assert report.summary.supported == report.summary.records
+
+
+def test_layout_reproduces_logged_blocks_and_tokens(report: ValidationReport, records: list[StartupRecord]) -> None:
+    pipeline = {r.id for r in records if (r.pipeline_parallel_size or 1) > 1}
+    for result in report.records:
+        assert result.layout is not None
+        if result.id in pipeline:
+            # The log gives the first stage's KV memory; the last stage decides. Within 0.05%.
+            assert result.layout.logged_gpu_blocks is not None
+            assert abs(result.layout.num_gpu_blocks - result.layout.logged_gpu_blocks) \
+                <= 5e-4 * result.layout.logged_gpu_blocks
+        else:
+            assert result.layout.exact, result.id
+            if result.layout.logged_max_concurrency is not None:
+                # vLLM prints %.2f, and the +-0.005 GiB band of the logged memory is ~2e-4 of these sizes
+                logged = result.layout.logged_max_concurrency
+                assert abs(result.layout.max_concurrency - logged) <= 0.005 + 2.5e-4 * logged, result.id
+
+
+def test_full_prediction_median_error_is_under_two_percent(report: ValidationReport) -> None:
+    stats = report.summary.full
+    assert stats.abs_median is not None and stats.abs_median < 0.02
+    assert stats.abs_max is not None and stats.abs_max < 0.06
+
+
+def test_budget_error_given_logged_weights(report: ValidationReport) -> None:
+    stats = report.summary.budget
+    assert stats.abs_median is not None and stats.abs_median < 0.01
+
+
+def test_leave_one_model_out_generalises(records: list[StartupRecord]) -> None:
+    fit = fit_report(records, lookup_model=lookup_model, lookup_gpu=lookup_gpu)
+    for row in fit.leave_one_model_out:
+        assert row.held_out_median_error is not None
+        assert abs(row.held_out_median_error) < 0.02, row.model
