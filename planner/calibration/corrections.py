@@ -69,7 +69,9 @@ class Corrections(BaseModel):
                 return entry
         return None
 
-    def deltas_for(self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs, version: str) -> TermDeltas | None:
+    def deltas_for(self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs, *, max_num_batched_tokens: int,
+                   max_num_seqs: int) -> TermDeltas | None:
+        """Measured-minus-predicted terms for this deployment (batch limits as resolved for the release)."""
         entry = self._match(model, gpu, args)
         if entry is None:
             return None
@@ -78,8 +80,8 @@ class Corrections(BaseModel):
         def diff(a: int | None, b: int | None) -> int:
             return a - b if a is not None and b is not None else 0
 
-        same_batch = (entry.max_num_batched_tokens in (None, args.max_num_batched_tokens)
-                      and entry.max_num_seqs in (None, args.max_num_seqs))
+        same_batch = (entry.max_num_batched_tokens in (None, max_num_batched_tokens)
+                      and entry.max_num_seqs in (None, max_num_seqs))
         return TermDeltas(
             weights_bytes=diff(m.weights_bytes, p.weights_bytes),
             non_torch_bytes=diff(m.non_torch_bytes, p.non_torch_bytes),

@@ -5,10 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner.cli._output import err_console
-from planner.errors import PlannerInputError
+from planner.errors import HubUnavailableError, ModelNotFoundError, PlannerInputError, UnknownModelError
 from planner.gpus.catalog import gpu_from_memory, lookup_gpu
 from planner.gpus.spec import GpuSpec
 from planner.hub.progress import hub_progress
+from planner.models.catalog import lookup_model
 from planner.models.resolve import resolve_model
 from planner.models.spec import ModelSpec
 from planner.units import parse_size
@@ -31,8 +32,27 @@ class LoadedModel:
     warnings: list[str] = field(default_factory=list)
 
 
+def _catalog_suggestions(name: str) -> list[str]:
+    try:
+        lookup_model(name)
+    except UnknownModelError as error:
+        return error.suggestions
+    return []
+
+
 def model_for(name: str, *, revision: str | None, token: str | None, refresh: bool) -> LoadedModel:
-    """Resolve a model the way vLLM names it: local path, catalog id or Hub repo id."""
-    with hub_progress(err_console) as progress:
-        resolved = resolve_model(name, revision=revision, token=token, refresh=refresh, progress=progress)
+    """Resolve a model the way vLLM names it: local path, catalog id or Hub repo id.
+
+    A name the Hub does not know is an unknown model (exit 2, with the catalog's "did you mean"); a Hub
+    that cannot be reached stays a resolution failure (exit 3) unless the catalog has a close match."""
+    try:
+        with hub_progress(err_console) as progress:
+            resolved = resolve_model(name, revision=revision, token=token, refresh=refresh, progress=progress)
+    except ModelNotFoundError as error:
+        raise UnknownModelError(name, _catalog_suggestions(name), hint=error.message) from None
+    except HubUnavailableError as error:
+        suggestions = _catalog_suggestions(name)
+        if suggestions:
+            raise UnknownModelError(name, suggestions, hint=error.message) from None
+        raise
     return LoadedModel(spec=resolved.spec, source=resolved.source, warnings=list(resolved.warnings))

@@ -180,6 +180,30 @@ def _layer(spec: ModelSpec, index: int, tp: int) -> _Tensors:
     return t
 
 
+def _layers(spec: ModelSpec, tp: int) -> list[_Tensors]:
+    """Every decoder layer's tensors; layers of the same kind (attention letter, MoE or dense) are alike,
+    so each distinct kind is computed once."""
+    kinds: dict[tuple[str, bool], _Tensors] = {}
+    out = []
+    for index, letter in enumerate(spec.layer_pattern):
+        key = (letter, _is_moe_layer(spec, index))
+        if key not in kinds:
+            kinds[key] = _layer(spec, index, tp)
+        out.append(kinds[key])
+    return out
+
+
+def _layer_bytes(spec: ModelSpec, tp: int, dtype_bytes: int) -> list[float]:
+    cache: dict[int, float] = {}
+    out = []
+    for tensors in _layers(spec, tp):
+        key = id(tensors)
+        if key not in cache:
+            cache[key] = _bytes(tensors, spec, dtype_bytes)
+        out.append(cache[key])
+    return out
+
+
 def _bytes(t: _Tensors, spec: ModelSpec, dtype_bytes: int) -> float:
     quant = spec.quantization
     plain = t.sharded_plain + t.replicated_plain
@@ -217,13 +241,13 @@ def estimate_weights(
     final_norm = spec.hidden_size * (2 if spec.model_type in _LAYERNORM_BIAS_TYPES else 1)
     head = _Tensors(sharded_plain=vocab * spec.hidden_size / tp, replicated_plain=final_norm)
     vision = _Tensors(sharded_plain=(spec.vision.parameters / tp) if spec.vision else 0.0)
-    layers = [_layer(spec, i, tp) for i in range(spec.num_layers)]
+    layer_bytes = _layer_bytes(spec, tp, dtype_bytes)
     parts = pp_partition(spec.num_layers, pp, pp_override)
 
     stage_bytes: list[float] = []
     start = 0
     for stage, count in enumerate(parts):
-        total = sum(_bytes(layer, spec, dtype_bytes) for layer in layers[start:start + count])
+        total = sum(layer_bytes[start:start + count])
         start += count
         if stage == 0:
             total += _bytes(embed, spec, dtype_bytes) + _bytes(vision, spec, dtype_bytes)
@@ -234,7 +258,7 @@ def estimate_weights(
                 total += _bytes(head, spec, dtype_bytes)
         stage_bytes.append(total)
 
-    full = [_layer(spec, i, 1) for i in range(spec.num_layers)]
+    full = _layers(spec, 1)
     params = sum(t.total() for t in full) + vocab * spec.hidden_size + final_norm
     if not spec.tie_word_embeddings:
         params += vocab * spec.hidden_size

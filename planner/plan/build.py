@@ -86,7 +86,9 @@ def predict(
     check_parallelism(model, args)
     max_len, auto = resolve_max_model_len(model, args, release, version)
     resolved = resolve_args(args, model, gpu, release, max_len)
-    deltas = corrections.deltas_for(model, gpu, args, str(version)) if corrections is not None else None
+    deltas = corrections.deltas_for(
+        model, gpu, args, max_num_batched_tokens=resolved.max_num_batched_tokens, max_num_seqs=resolved.max_num_seqs,
+    ) if corrections is not None else None
     engine = compute_engine(model, gpu, args, release, resolved, coefficients=coefficients, deltas=deltas)
     warnings += engine.warnings + _unmodelled_warnings(args, release, engine.kv_dtype.name)
     if deltas is not None:

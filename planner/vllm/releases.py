@@ -191,6 +191,8 @@ RELEASES: tuple[Release, ...] = (
 
 OLDEST = Version.parse(RELEASES[0].since)
 LATEST_KNOWN = "0.33.0"
+_LATEST = Version.parse(LATEST_KNOWN)
+_STARTS = [(Version.parse(row.since), row) for row in RELEASES]
 
 
 def resolve_release(version: str | None) -> tuple[Version, Release, list[str]]:
@@ -206,13 +208,13 @@ def resolve_release(version: str | None) -> tuple[Version, Release, list[str]]:
             f"vLLM {parsed} is older than the oldest release kv-planner models ({OLDEST}); "
             "its V0-only engine sizes the cache differently"
         )
-    if parsed > Version.parse(LATEST_KNOWN):
+    if parsed > _LATEST:
         warnings.append(
             f"KVP104 vLLM {parsed} is newer than the newest release checked ({LATEST_KNOWN}); "
             "planned with that release's behaviour"
         )
     row = RELEASES[0]
-    for candidate in RELEASES:
-        if Version.parse(candidate.since) <= parsed:
+    for start, candidate in _STARTS:
+        if start <= parsed:
             row = candidate
     return parsed, row, warnings

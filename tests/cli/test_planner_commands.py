@@ -1,0 +1,174 @@
+"""The `planner` command as users call it: contracts of DESIGN.md, exit codes, messages, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from planner.cli import app
+
+runner = CliRunner()
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, list(args))
+    assert "Traceback" not in result.stdout + result.stderr
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_recommend_without_model_lists_catalog_models_offline() -> None:
+    code, out, _ = run("recommend", "--gpu", "A100-80GB", "--output", "json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["gpu"]["name"] == "A100-80GB" and data["gpu"]["memory_bytes"] > 0
+    assert len(data["models"]) >= 50
+    row = next(m for m in data["models"] if m["id"] == "meta-llama/Llama-3.1-8B-Instruct")
+    assert set(row) >= {"id", "fits", "max_model_len", "max_concurrency_4096", "max_concurrency_32768",
+                        "max_concurrency_max"}
+    assert row["fits"] and row["max_concurrency_4096"] > row["max_concurrency_32768"] > 0
+
+
+def test_recommend_json_contract() -> None:
+    code, out, _ = run("recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct",
+                       "--max-model-len", "32K", "--vllm-version", "0.19.0", "--output", "json")
+    assert code == 0
+    plan = json.loads(out)
+    assert set(plan) >= {"model", "gpu", "vllm_version", "memory", "kv_cache", "fits", "recommendation",
+                         "alternatives", "warnings"}
+    assert set(plan["memory"]) >= {"total_bytes", "budget_bytes", "weights_bytes", "weights_estimated",
+                                   "activation_peak_bytes", "non_torch_bytes", "cuda_graph_bytes", "kv_cache_bytes"}
+    assert set(plan["kv_cache"]) >= {"bytes_per_token", "state_bytes_per_sequence", "block_size", "bytes_per_block",
+                                     "num_gpu_blocks", "tokens", "max_concurrency", "max_model_len"}
+    assert plan["kv_cache"]["bytes_per_token"] == 131072
+    assert plan["kv_cache"]["max_model_len"] == 32768
+    assert plan["vllm_version"] == "0.19.0" and plan["fits"] is True
+    rec = plan["recommendation"]
+    assert rec["vllm_args"][:2] == ["--max-model-len", "32768"]
+    assert rec["max_num_seqs"] >= 1 and rec["gpu_memory_utilization"] == 0.9
+
+
+def test_recommend_args_and_yaml_outputs() -> None:
+    code, out, _ = run("recommend", "--gpu", "L4", "--model", "Qwen/Qwen2.5-7B-Instruct", "--max-model-len", "8k",
+                       "--output", "args")
+    assert code == 0 and out.startswith("--max-model-len 8000 --max-num-seqs ")
+    code, out, _ = run("recommend", "--gpu", "L4", "--model", "Qwen/Qwen2.5-7B-Instruct", "--output", "yaml")
+    assert code == 0 and yaml.safe_load(out)["gpu"]["name"] == "L4"
+
+
+def test_plan_that_does_not_fit_exits_1_and_says_what_would() -> None:
+    code, out, _ = run("recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-70B-Instruct",
+                       "-tp", "2", "--output", "json")
+    assert code == 1
+    plan = json.loads(out)
+    assert not plan["fits"] and "estimated maximum model length" in plan["fit_error"]
+    changes = " | ".join(a["change"] for a in plan["alternatives"])
+    assert "shorter context" in changes and "fp8 KV cache" in changes
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gpu", "A100-80G"], "Did you mean 'A100-80GB'"),
+        (["--gpu", "A100-80GB", "--model", "Qwen/Qwen2.5-7B-Instruct", "--max-model-len", "32.5K"], "Decimals"),
+        (["--gpu", "A100-80GB", "--model", "Qwen/Qwen2.5-7B-Instruct", "--gpu-memory-utilization", "1.5"],
+         "(0, 1]"),
+        (["--gpu", "A100-80GB", "--model", "Qwen/Qwen2.5-7B-Instruct", "--max-model-len", "65536"],
+         "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"),
+        (["--gpu", "A100-80GB", "--model", "Qwen/Qwen2.5-7B-Instruct", "-tp", "3"],
+         "must be divisible by tensor parallel size (3)"),
+        (["--gpu", "A100-80GB", "--model", "Qwen/Qwen2.5-7B-Instruct", "--kv-cache-dtype", "fp4"],
+         "invalid choice"),
+        (["--gpu", "A100-80GB", "--model", "Qwen/Qwen2.5-7B-Instruct", "--vllm-version", "latest"], "X.Y.Z"),
+    ],
+)
+def test_bad_input_exits_2_with_a_clear_message(args: list[str], message: str) -> None:
+    code, _out, err = run("recommend", *args)
+    assert code == 2
+    assert message in err
+
+
+def test_estimate_from_a_catalog_model() -> None:
+    code, out, _ = run("estimate", "--model", "Qwen/Qwen2.5-7B-Instruct", "--tokens", "1024,8192,32768",
+                       "--output", "json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["bytes_per_token"] == 57344 and data["total_bytes"] == 2296 << 20
+
+
+def test_gpus_json_contract() -> None:
+    code, out, _ = run("gpus", "--output", "json")
+    assert code == 0
+    gpus = json.loads(out)
+    a100 = next(g for g in gpus if g["name"] == "A100-80GB")
+    assert {"name", "aliases", "memory_bytes", "bandwidth_bytes_per_s"} <= set(a100)
+    assert round(a100["memory_bytes"] / 2**30, 2) == 79.15
+
+
+def test_validate_reports_per_record_and_summary(calibration_file: Path, tmp_path: Path) -> None:
+    lines = [*calibration_file.read_text().splitlines()[:3], "{not json", '{"id": "x"}']
+    data_file = tmp_path / "records.jsonl"
+    data_file.write_text("\n".join(lines) + "\n")
+    code, out, err = run("validate", str(data_file), "--output", "json")
+    assert code == 0
+    report = json.loads(out)
+    assert len(report["records"]) == 3
+    first = report["records"][0]
+    assert set(first) >= {"id", "supported", "reason", "layout", "budget", "full"}
+    assert set(report["summary"]) >= {"records", "supported", "layout_exact", "layout_scored", "budget", "full"}
+    assert "line 4: not JSON" in err and "line 5" in err
+
+
+def test_validate_unreadable_file_exits_2(tmp_path: Path) -> None:
+    code, _, err = run("validate", str(tmp_path / "missing.jsonl"))
+    assert code == 2 and "cannot read" in err
+
+
+def test_calibrate_writes_corrections_that_recommend_applies(calibration_file: Path, tmp_path: Path) -> None:
+    record = json.loads(calibration_file.read_text().splitlines()[1])  # gemma-2-9b-it on H100, 0.19.0
+    log = tmp_path / "startup.log"
+    log.write_text(record["log_excerpt"] + "\n")
+    corrections = tmp_path / "corrections.yaml"
+    code, out, err = run("calibrate", str(log), "--gpu", "H100-80GB", "--write", str(corrections), "-o", "json")
+    assert code == 0, err
+    written = yaml.safe_load(corrections.read_text())
+    entry = written["entries"][0]
+    assert entry["model"] == "google/gemma-2-9b-it" and entry["measured"]["weights_bytes"] > 0
+    code, out, _ = run("recommend", "--gpu", "H100-80GB", "--model", "google/gemma-2-9b-it", "--vllm-version",
+                       "0.19.0", "--gpu-memory-utilization", "0.95", "--max-model-len", "8192",
+                       "--calibration", str(corrections), "--output", "json")
+    assert code == 0
+    plan = json.loads(out)
+    assert any(w.startswith("KVP108") for w in plan["warnings"])
+    logged_kv = record["kv_cache_memory_gib"]
+    assert abs(plan["memory"]["kv_cache_bytes"] / 2**30 - logged_kv) < 0.02
+
+
+def test_calibrate_rejects_a_file_that_is_not_a_vllm_log(tmp_path: Path) -> None:
+    log = tmp_path / "notes.txt"
+    log.write_text("hello\n")
+    code, _, err = run("calibrate", str(log), "--gpu", "H100-80GB")
+    assert code == 2 and "no vLLM memory lines" in err
+
+
+def test_local_checkpoint_directory_gives_exact_weight_bytes(tmp_path: Path) -> None:
+    numpy = pytest.importorskip("numpy")
+    safetensors_numpy = pytest.importorskip("safetensors.numpy")
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2,
+              "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
+              "vocab_size": 256, "max_position_embeddings": 2048, "torch_dtype": "bfloat16"}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    tensors = {"model.embed_tokens.weight": numpy.zeros((256, 64), dtype=numpy.float16),
+               "lm_head.weight": numpy.zeros((256, 64), dtype=numpy.float16)}
+    for layer in range(2):
+        tensors[f"model.layers.{layer}.mlp.down_proj.weight"] = numpy.zeros((64, 128), dtype=numpy.float16)
+    safetensors_numpy.save_file(tensors, str(tmp_path / "model.safetensors"))
+    expected = sum(t.nbytes for t in tensors.values())
+    code, out, _ = run("recommend", "--gpu", "L4", "--model", str(tmp_path), "--output", "json")
+    assert code == 0
+    plan = json.loads(out)
+    assert plan["model"]["checkpoint_bytes"] == expected
+    assert plan["memory"]["weights_estimated"] is False
