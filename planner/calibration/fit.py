@@ -97,7 +97,9 @@ def observe(record: StartupRecord, spec: ModelSpec, gpu: GpuSpec) -> Observation
         activation=logged(record.activation_peak_gib),
         non_torch=logged(record.non_torch_gib),
         graph_features=(1 / math.sqrt(tp), sizes * first_stage_layers, sizes * moe_layers),
-        cuda_graph=logged(record.cuda_graph_gib),
+        # vLLM subtracts its *estimate* of graph memory (0.20+); fit on it where the log printed it.
+        cuda_graph=logged(record.graph_estimate_gib if record.graph_estimate_gib is not None
+                          else record.cuda_graph_gib),
     )
 
 
@@ -154,6 +156,13 @@ def _fit_graphs(obs: Sequence[Observation], prior: MemoryCoefficients) -> dict[s
     matrix = np.array([o.graph_features if has_moe else o.graph_features[:2] for o in rows], dtype=float)
     target = np.array([o.cuda_graph for o in rows], dtype=float)
     solution, *_ = np.linalg.lstsq(matrix, target, rcond=None)
+    # One refit without outliers (residual > 3 median absolute deviations): a few logs report estimates
+    # twice the measured pool, which least squares would otherwise chase.
+    residual = np.abs(matrix @ solution - target)
+    spread = float(np.median(residual)) or 1.0
+    keep = residual <= 3 * spread
+    if keep.sum() >= matrix.shape[1] + 1 and not keep.all():
+        solution, *_ = np.linalg.lstsq(matrix[keep], target[keep], rcond=None)
     out = {"cudagraph_base_bytes": int(max(0.0, solution[0])),
            "cudagraph_bytes_per_layer": int(max(0.0, solution[1]))}
     out["cudagraph_bytes_per_moe_layer"] = int(max(0.0, solution[2])) if has_moe else \

@@ -7,11 +7,15 @@ print is null. ``planner calibrate`` writes the same schema from raw logs.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from planner.errors import PlannerInputError
+
+_POOL_LINE = re.compile(r"CUDA graph pool memory: [\d.]+ GiB \(actual\), ([\d.]+) GiB \(estimated\)")
+_ESTIMATE_LINE = re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB")
 
 
 class StartupRecord(BaseModel):
@@ -45,7 +49,24 @@ class StartupRecord(BaseModel):
     gpu_blocks: int | None = None
     max_concurrency_len: int | None = None
     max_concurrency_x: float | None = None
+    cuda_graph_estimated_gib: float | None = None
     source_url: str | None = None
+    notes: str | None = None
+    log_excerpt: str | None = None
+
+    @property
+    def graph_estimate_gib(self) -> float | None:
+        """vLLM's own CUDA-graph estimate (what 0.20+ subtracts), from the field or from vLLM's log lines
+        "CUDA graph pool memory: A GiB (actual), E GiB (estimated)" / "Estimated CUDA graph memory: E GiB"."""
+        if self.cuda_graph_estimated_gib is not None:
+            return self.cuda_graph_estimated_gib
+        for text in (self.log_excerpt, self.notes):
+            if not text:
+                continue
+            match = _POOL_LINE.search(text) or _ESTIMATE_LINE.search(text)
+            if match:
+                return float(match.group(1))
+        return None
 
 
 def load_records(path: Path) -> list[StartupRecord | str]:

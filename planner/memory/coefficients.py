@@ -48,8 +48,8 @@ DEFAULT_COEFFICIENTS = MemoryCoefficients(
     nccl_bytes_nvls=int(2.0 * GiB),
     nccl_bytes_per_extra_rank=int(0.03 * GiB),
     nccl_bytes_plain=int(0.12 * GiB),
-    cudagraph_base_bytes=int(0.549 * GiB),
-    cudagraph_bytes_per_layer=int(0.0104 * GiB),
-    cudagraph_bytes_per_moe_layer=int(0.0222 * GiB),
+    cudagraph_base_bytes=int(0.262 * GiB),
+    cudagraph_bytes_per_layer=int(0.0152 * GiB),
+    cudagraph_bytes_per_moe_layer=int(0.0272 * GiB),
     cudagraph_reference_sizes=51,
 )
