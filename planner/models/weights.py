@@ -128,11 +128,12 @@ def _dense_mlp(spec: ModelSpec, tp: int, size: int) -> float:
     return matrices * spec.hidden_size * size / tp
 
 
-def _moe_mlp(spec: ModelSpec, tp: int, t: _Tensors) -> None:
+def _moe_mlp(spec: ModelSpec, tp: int, t: _Tensors, expert_shards: int) -> None:
     moe = spec.moe
     assert moe is not None
     matrices = 3 if spec.mlp_gated else 2
-    t.sharded_experts += moe.num_experts * matrices * spec.hidden_size * moe.moe_intermediate_size / tp
+    # Experts split over TP ranks, or over TP x DP ranks with expert parallelism (whole experts per rank).
+    t.sharded_experts += moe.num_experts * matrices * spec.hidden_size * moe.moe_intermediate_size / expert_shards
     t.replicated_plain += spec.hidden_size * moe.num_experts  # router
     if spec.model_type == "gpt_oss":  # expert biases
         t.replicated_plain += moe.num_experts * (2 * moe.moe_intermediate_size + spec.hidden_size) / tp
@@ -170,17 +171,17 @@ def _mamba(spec: ModelSpec, tp: int) -> _Tensors:
     return t
 
 
-def _layer(spec: ModelSpec, index: int, tp: int) -> _Tensors:
+def _layer(spec: ModelSpec, index: int, tp: int, expert_shards: int | None = None) -> _Tensors:
     kind = spec.layer_pattern[index]
     t = _mamba(spec, tp) if kind == "M" else _attention(spec, tp)
     if _is_moe_layer(spec, index):
-        _moe_mlp(spec, tp, t)
+        _moe_mlp(spec, tp, t, expert_shards or tp)
     elif spec.intermediate_size:
         t.sharded_quantizable += _dense_mlp(spec, tp, spec.intermediate_size)
     return t
 
 
-def _layers(spec: ModelSpec, tp: int) -> list[_Tensors]:
+def _layers(spec: ModelSpec, tp: int, expert_shards: int | None = None) -> list[_Tensors]:
     """Every decoder layer's tensors; layers of the same kind (attention letter, MoE or dense) are alike,
     so each distinct kind is computed once."""
     kinds: dict[tuple[str, bool], _Tensors] = {}
@@ -188,15 +189,15 @@ def _layers(spec: ModelSpec, tp: int) -> list[_Tensors]:
     for index, letter in enumerate(spec.layer_pattern):
         key = (letter, _is_moe_layer(spec, index))
         if key not in kinds:
-            kinds[key] = _layer(spec, index, tp)
+            kinds[key] = _layer(spec, index, tp, expert_shards)
         out.append(kinds[key])
     return out
 
 
-def _layer_bytes(spec: ModelSpec, tp: int, dtype_bytes: int) -> list[float]:
+def _layer_bytes(spec: ModelSpec, tp: int, dtype_bytes: int, expert_shards: int | None) -> list[float]:
     cache: dict[int, float] = {}
     out = []
-    for tensors in _layers(spec, tp):
+    for tensors in _layers(spec, tp, expert_shards):
         key = id(tensors)
         if key not in cache:
             cache[key] = _bytes(tensors, spec, dtype_bytes)
@@ -231,17 +232,21 @@ def estimate_weights(
     dtype: str,
     tp: int = 1,
     pp: int = 1,
+    expert_shards: int | None = None,
     pp_override: str | None = None,
     checkpoint_bytes: int | None = None,
 ) -> WeightEstimate:
-    """Bytes of weights on one TP rank of each PP stage, and the loaded parameter count."""
+    """Bytes of weights on one TP rank of each PP stage, and the loaded parameter count.
+
+    ``expert_shards``: ranks the MoE experts are spread over (TP by default; TP x DP with
+    ``--enable-expert-parallel``, where each rank holds whole experts instead of slices)."""
     dtype_bytes = DTYPE_BYTES[dtype]
     vocab = cdiv(spec.vocab_size, 64) * 64  # vLLM pads vocab-parallel embeddings to a multiple of 64
     embed = _Tensors(sharded_plain=vocab * spec.hidden_size / tp)
     final_norm = spec.hidden_size * (2 if spec.model_type in _LAYERNORM_BIAS_TYPES else 1)
     head = _Tensors(sharded_plain=vocab * spec.hidden_size / tp, replicated_plain=final_norm)
     vision = _Tensors(sharded_plain=(spec.vision.parameters / tp) if spec.vision else 0.0)
-    layer_bytes = _layer_bytes(spec, tp, dtype_bytes)
+    layer_bytes = _layer_bytes(spec, tp, dtype_bytes, expert_shards)
     parts = pp_partition(spec.num_layers, pp, pp_override)
 
     stage_bytes: list[float] = []

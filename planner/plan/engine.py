@@ -241,9 +241,10 @@ def compute_engine(
                      "float32, or VLLM_USE_V1=0)")
     rank, grouping = build_rank_layout(model, gpu, args, release, resolved, kv_dtype, hybrid)
     partition = pp_partition(model.num_layers, pp, args.env.get("VLLM_PP_LAYER_PARTITION"))
+    expert_shards = tp * args.data_parallel_size if args.enable_expert_parallel else tp
     weights = estimate_weights(
         model, dtype=resolved.dtype, tp=tp, pp=pp, pp_override=args.env.get("VLLM_PP_LAYER_PARTITION"),
-        checkpoint_bytes=model.checkpoint_bytes,
+        checkpoint_bytes=model.checkpoint_bytes, expert_shards=expert_shards,
     )
     extra = lora_bytes(model, args, MODEL_DTYPE_BYTES[resolved.dtype])
     per_stage = [b + extra for b in weights.bytes_per_stage]
