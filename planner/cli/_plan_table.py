@@ -63,6 +63,8 @@ def render_plan(console: Console, plan: Plan, args: ServingArgs) -> None:
         console.print(f"recommended ({rec.basis}): --max-model-len {rec.max_model_len} "
                       f"--max-num-seqs {rec.max_num_seqs}")
         console.print("[bold]args:[/] " + " ".join(rec.vllm_args))
+        for note in rec.notes:
+            console.print(f"  {note}")
         if rec.basis == "worst-case":
             console.print("  (every sequence at the full context; pass --workload for a realistic limit)")
     if plan.alternatives:

@@ -55,14 +55,25 @@ def make_plan(
     )
     workload_limit: int | None = None
     basis: str | None = None
+    notes: list[str] = []
     if workload is not None and plan.fits:
         from planner.workload import risk_bounded_concurrency
 
         advice = risk_bounded_concurrency(plan.kv_cache, workload, headroom=headroom,
                                           max_model_len=plan.kv_cache.max_model_len)
         workload_limit, basis = advice.max_num_seqs, "workload"
+        notes = [
+            f"risk-bounded: {advice.max_num_seqs} sequences, P(needing more blocks than exist) = "
+            f"{advice.risk:.2%} (target {advice.target_risk:.2%}, {headroom:.0%} headroom)",
+            f"worst case (every request at {plan.kv_cache.max_model_len:,} tokens): "
+            f"{advice.worst_case_max_num_seqs} sequences",
+            f"average request ({advice.average_request_tokens:,} tokens): {advice.average_max_num_seqs} sequences, "
+            f"P(overflow) = {advice.average_risk:.1%}",
+        ]
     plan.recommendation = recommendation(plan, prediction, args, headroom=headroom,
                                          workload_limit=workload_limit, workload_basis=basis)
+    if plan.recommendation is not None and workload_limit is not None:
+        plan.recommendation.notes = notes
     if with_alternatives:
         def replan(m: ModelSpec, g: GpuSpec, a: ServingArgs) -> Plan:
             return plan_without_recommendation(m, g, a, vllm_version=vllm_version, coefficients=coefficients,

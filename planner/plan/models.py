@@ -116,7 +116,8 @@ class Recommendation(_Report):
     gpu_memory_utilization: float
     kv_cache_dtype: str
     vllm_args: list[str]
-    basis: str = Field(description="how max_num_seqs was chosen: worst-case | workload | default")
+    basis: str = Field(description="how max_num_seqs was chosen: worst-case | workload")
+    notes: list[str] = Field(default_factory=list, description="the trade-off behind max_num_seqs")
 
 
 class Alternative(_Report):

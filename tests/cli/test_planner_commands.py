@@ -172,3 +172,24 @@ def test_local_checkpoint_directory_gives_exact_weight_bytes(tmp_path: Path) -> 
     plan = json.loads(out)
     assert plan["model"]["checkpoint_bytes"] == expected
     assert plan["memory"]["weights_estimated"] is False
+
+
+def test_recommend_with_a_workload_sizes_max_num_seqs_between_worst_case_and_average() -> None:
+    workload = ('{"prompt_tokens": {"p50": 800, "p90": 3000, "p99": 12000}, '
+                '"output_tokens": {"p50": 200, "p90": 800, "p99": 2000}}')
+    code, out, _ = run("recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct",
+                       "--workload", workload, "--output", "json")
+    assert code == 0
+    rec = json.loads(out)["recommendation"]
+    assert rec["basis"] == "workload"
+    assert any(note.startswith("worst case") for note in rec["notes"])
+    code, out, _ = run("recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct",
+                       "--output", "json")
+    worst = json.loads(out)["recommendation"]["max_num_seqs"]
+    assert worst < rec["max_num_seqs"] <= 1024
+
+
+def test_recommend_with_a_broken_workload_exits_2() -> None:
+    code, _, err = run("recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct",
+                       "--workload", '{"prompt_tokens": {"p50": -3}}')
+    assert code == 2 and "workload" in err.lower()
