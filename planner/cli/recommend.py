@@ -14,7 +14,7 @@ from planner.cli._app import EXIT_FAILED, app
 from planner.cli._lookup import gpu_for, model_for
 from planner.cli._output import console, print_json, print_yaml
 from planner.cli._plan_table import render_fleet, render_plan
-from planner.errors import PlannerInputError, WorkloadProfileError
+from planner.errors import CapacityError, PlannerInputError, WorkloadProfileError
 from planner.gpus.catalog import all_gpus
 from planner.gpus.spec import GpuSpec
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS
@@ -32,12 +32,17 @@ class RecommendOutput(str, Enum):
 
 
 def _load_workload(value: str | None) -> Any:
-    """``--workload`` is a file (YAML/JSON/CSV histogram) or an inline JSON/YAML profile."""
+    """``--workload`` is a file (YAML/JSON/CSV histogram), a vLLM ``/metrics`` URL or a Prometheus URL
+    (the observed request-length histograms), or an inline JSON/YAML profile."""
     if value is None:
         return None
     from planner.workload import load_workload_file, parse_workload_text
 
     try:
+        if value.startswith(("http://", "https://")):
+            from planner.probe.sources import load_workload_source
+
+            return load_workload_source(value)
         if Path(value).expanduser().is_file():
             return load_workload_file(Path(value).expanduser())
         return parse_workload_text(value, source="--workload")
@@ -73,7 +78,13 @@ def recommend(
     vllm_version: Annotated[str | None, typer.Option("--vllm-version", help="X.Y.Z (default: newest known).")] = None,
     headroom: Annotated[float, typer.Option("--headroom", min=0.0, max=0.99,
                                             help="Fraction of KV blocks kept free.")] = 0.1,
-    workload: Annotated[str | None, typer.Option("--workload", help="Length profile: file or JSON.")] = None,
+    workload: Annotated[str | None, typer.Option(
+        "--workload", help="Request-length profile: file, inline JSON, vLLM /metrics URL or Prometheus URL.")] = None,
+    emit: Annotated[str | None, typer.Option(
+        "--emit", help="With --workload: print ready YAML for keda,hpa,gaie,kubeai instead of the plan.")] = None,
+    emit_name: Annotated[str, typer.Option("--emit-name", help="Name of the scaled workload.")] = "vllm",
+    emit_namespace: Annotated[str | None, typer.Option("--emit-namespace")] = None,
+    prometheus_url: Annotated[str | None, typer.Option("--prometheus-url", help="For KEDA/HPA triggers.")] = None,
     calibration: Annotated[Path | None, typer.Option("--calibration", help="Corrections file.")] = None,
     output: Annotated[RecommendOutput, typer.Option("--output", "-o")] = RecommendOutput.table,
     max_model_len: v.MaxModelLen = None,
@@ -128,16 +139,38 @@ def recommend(
         else:
             render_fleet(console, gpu_spec, args, rows)
         return
+    if emit is not None and workload is None:
+        raise PlannerInputError("--emit needs --workload: the thresholds come from the request-length profile")
     loaded = model_for(model, revision=revision, token=token, refresh=refresh)
+    profile = _load_workload(workload)
     plan = make_plan(
         loaded.spec, gpu_spec, args, vllm_version=vllm_version, headroom=headroom,
-        workload=_load_workload(workload), coefficients=coefficients, corrections=corrections,
+        workload=profile, coefficients=coefficients, corrections=corrections,
         bigger_gpus=_bigger_gpus(gpu_spec),
     )
     plan.warnings[:0] = loaded.warnings
+    if emit is not None:
+        _emit_thresholds(plan, profile, emit, headroom=headroom, options={
+            "name": emit_name, "namespace": emit_namespace, "model_name": loaded.spec.id,
+            "engines_per_replica": args.data_parallel_size,
+            **({"prometheus_url": prometheus_url} if prometheus_url else {})})
+        return
     _emit(plan, args, output)
     if not plan.fits:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _emit_thresholds(plan: Plan, profile: Any, targets: str, *, headroom: float, options: dict[str, Any]) -> None:
+    """KEDA / HPA / Gateway API Inference Extension / KubeAI settings derived from the plan and workload."""
+    from planner.workload import risk_bounded_concurrency
+    from planner.workload.thresholds import ThresholdOptions, render_thresholds
+
+    if not plan.fits:
+        raise CapacityError(f"nothing to scale: the plan does not fit ({plan.fit_error})")
+    advice = risk_bounded_concurrency(plan.kv_cache, profile, headroom=headroom,
+                                      max_model_len=plan.kv_cache.max_model_len)
+    names = [t.strip() for t in targets.split(",") if t.strip()]
+    typer.echo(render_thresholds(advice, names, ThresholdOptions(**options)).rstrip())
 
 
 def _emit(plan: Plan, args: ServingArgs, output: RecommendOutput) -> None:

@@ -193,3 +193,15 @@ def test_recommend_with_a_broken_workload_exits_2() -> None:
     code, _, err = run("recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct",
                        "--workload", '{"prompt_tokens": {"p50": -3}}')
     assert code == 2 and "workload" in err.lower()
+
+
+def test_recommend_emits_autoscaler_thresholds_from_the_workload() -> None:
+    workload = '{"prompt_tokens": {"p50": 800, "p99": 12000}, "output_tokens": {"p50": 200, "p99": 2000}}'
+    code, out, _ = run("recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct",
+                       "--workload", workload, "--emit", "keda,hpa", "--emit-namespace", "llm")
+    assert code == 0
+    documents = [d for d in yaml.safe_load_all(out) if d]
+    assert [d["kind"] for d in documents] == ["ScaledObject", "HorizontalPodAutoscaler"]
+    code, _, err = run("recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct",
+                       "--emit", "keda")
+    assert code == 2 and "--emit needs --workload" in err

@@ -1,0 +1,38 @@
+"""Workload-aware limits: request-length distributions and risk-bounded ``--max-num-seqs``.
+
+    from planner.workload import parse_workload, risk_bounded_concurrency
+    profile = parse_workload({"prompt_tokens": {"p50": 800, "p99": 12000},
+                              "output_tokens": {"p50": 200, "p99": 2000}})
+    advice = risk_bounded_concurrency(plan.kv_cache, profile, headroom=0.1)
+
+Pure library (numpy only): no web, metrics or cluster imports. docs/workload.md has the maths.
+"""
+
+from __future__ import annotations
+
+from planner.workload.capacity import kv_report_for_blocks
+from planner.workload.concurrency import ConcurrencyAdvice, RiskPoint, risk_bounded_concurrency
+from planner.workload.distribution import LengthDistribution
+from planner.workload.files import (
+    buckets_from_prometheus_result,
+    histogram_csv_buckets,
+    load_workload_file,
+    profile_from_histograms,
+)
+from planner.workload.profile import HistogramSpec, WorkloadProfile, parse_workload, parse_workload_text
+
+__all__ = [
+    "ConcurrencyAdvice",
+    "HistogramSpec",
+    "LengthDistribution",
+    "RiskPoint",
+    "WorkloadProfile",
+    "buckets_from_prometheus_result",
+    "histogram_csv_buckets",
+    "kv_report_for_blocks",
+    "load_workload_file",
+    "parse_workload",
+    "parse_workload_text",
+    "profile_from_histograms",
+    "risk_bounded_concurrency",
+]

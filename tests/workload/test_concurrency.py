@@ -1,0 +1,132 @@
+"""risk_bounded_concurrency: the answer's properties, the comparisons, the preemption estimate."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from planner.errors import WorkloadProfileError
+from planner.plan.models import KvCacheReport, KvGroupReport
+from planner.workload import ConcurrencyAdvice, kv_report_for_blocks, parse_workload, risk_bounded_concurrency
+from planner.workload.occupancy import block_lookup
+
+CHAT = parse_workload({"prompt_tokens": {"p50": 800, "p90": 3000, "p99": 12000},
+                       "output_tokens": {"p50": 200, "p90": 800, "p99": 2000}})
+KV = kv_report_for_blocks(num_gpu_blocks=30_000, block_size=16, max_model_len=32_768)
+
+
+@pytest.fixture(scope="module")
+def advice() -> ConcurrencyAdvice:
+    return risk_bounded_concurrency(KV, CHAT, headroom=0.1)
+
+
+def test_the_answer_is_the_largest_within_target(advice: ConcurrencyAdvice) -> None:
+    n = advice.max_num_seqs
+    assert advice.risk == advice.risk_at(n) <= advice.target_risk < advice.risk_at(n + 1)
+    assert advice.capacity_blocks == math.floor(29_999 * 0.9)
+    assert advice.usable_blocks == 29_999
+
+
+def test_risk_bounded_lies_between_worst_case_and_average(advice: ConcurrencyAdvice) -> None:
+    assert advice.worst_case_max_num_seqs == advice.capacity_blocks // 2048 == 13
+    assert advice.worst_case_max_num_seqs < advice.max_num_seqs < advice.average_max_num_seqs
+    assert advice.worst_case_risk == 0.0
+    assert advice.average_risk > 0.3  # sizing on the average request overflows most of the time
+    assert advice.vllm_max_concurrency == pytest.approx(30_000 * 16 / 32_768)
+
+
+def test_risk_curve_is_monotone(advice: ConcurrencyAdvice) -> None:
+    risks = [p.risk for p in sorted(advice.risk_curve, key=lambda p: p.max_num_seqs)]
+    assert all(a <= b + 1e-12 for a, b in itertools.pairwise(risks))
+
+
+def test_more_headroom_or_a_stricter_target_never_allows_more(advice: ConcurrencyAdvice) -> None:
+    roomier = risk_bounded_concurrency(KV, CHAT, headroom=0.3)
+    stricter = risk_bounded_concurrency(KV, CHAT, headroom=0.1, target_risk=1e-4)
+    looser = risk_bounded_concurrency(KV, CHAT, headroom=0.1, target_risk=0.2)
+    assert roomier.max_num_seqs < advice.max_num_seqs
+    assert stricter.max_num_seqs < advice.max_num_seqs < looser.max_num_seqs
+
+
+def test_prefix_cache_credit_allows_more() -> None:
+    credited = parse_workload({**CHAT.model_dump(), "prefix_cache_hit_rate": 0.5})
+    plain = risk_bounded_concurrency(KV, CHAT)
+    assert risk_bounded_concurrency(KV, credited).max_num_seqs > plain.max_num_seqs
+    assert any("Prefix-cache credit" in line for line in risk_bounded_concurrency(KV, credited).explanation)
+
+
+def test_json_round_trip_keeps_an_interpolated_risk(advice: ConcurrencyAdvice) -> None:
+    copy = ConcurrencyAdvice.model_validate_json(advice.model_dump_json())
+    assert copy.max_num_seqs == advice.max_num_seqs
+    n = advice.max_num_seqs
+    assert copy.risk_at(n) == pytest.approx(advice.risk_at(n))
+    # Between curve points the interpolation stays on the safe side of the exact value.
+    for m in (n - 5, n + 3, n + 10):
+        assert copy.risk_at(m) >= advice.risk_at(m) - 1e-9
+
+
+def test_preemption_estimate(advice: ConcurrencyAdvice) -> None:
+    n = advice.max_num_seqs
+    assert advice.expected_preemptions_per_s(0.0) == 0.0
+    saturated = advice.expected_preemptions_per_s(2.0)
+    assert saturated == pytest.approx(2.0 * advice.risk)
+    assert advice.expected_preemptions_per_s(2.0, max_num_seqs=advice.average_max_num_seqs) > 10 * saturated
+    # Little's law: 2 req/s x 20 s = 40 running on average, far below n: hardly any overflow.
+    light = advice.expected_preemptions_per_s(2.0, mean_request_seconds=20.0)
+    heavy = advice.expected_preemptions_per_s(2.0, mean_request_seconds=n / 2.0 * 1.5)
+    assert light < 1e-6 < heavy <= saturated + 1e-12
+    with pytest.raises(WorkloadProfileError):
+        advice.expected_preemptions_per_s(-1.0)
+
+
+def test_requests_longer_than_the_context_are_left_out_and_reported() -> None:
+    long_prompts = parse_workload({"prompt_tokens": {"p50": 3000, "p90": 9000}, "output_tokens": 100})
+    advice = risk_bounded_concurrency(kv_report_for_blocks(5000, 16, 8192), long_prompts)
+    assert 0.1 < advice.rejected_fraction < 0.2
+    assert any("vLLM refuses them" in line for line in advice.explanation)
+    too_long = parse_workload({"prompt_tokens": 9000, "output_tokens": 100})
+    with pytest.raises(WorkloadProfileError, match="refuse all of them"):
+        risk_bounded_concurrency(kv_report_for_blocks(5000, 16, 8192), too_long)
+
+
+def test_no_safe_concurrency_when_one_request_does_not_fit() -> None:
+    profile = parse_workload({"prompt_tokens": 4000, "output_tokens": 100})
+    advice = risk_bounded_concurrency(kv_report_for_blocks(200, 16, 8192), profile, headroom=0.0)
+    assert advice.max_num_seqs == 0 and advice.risk_at(1) == pytest.approx(1.0)
+    assert "Even one running request" in advice.explanation[2]
+
+
+@pytest.mark.parametrize(("headroom", "target"), [(-0.1, None), (1.0, None), (0.1, 0.0), (0.1, 0.9)])
+def test_bad_arguments(headroom: float, target: float | None) -> None:
+    with pytest.raises(WorkloadProfileError):
+        risk_bounded_concurrency(KV, CHAT, headroom=headroom, target_risk=target)
+
+
+def test_block_lookup_matches_blocks_for_sequence_on_hybrid_layouts() -> None:
+    kv = KvCacheReport(
+        bytes_per_token=0, state_bytes_per_sequence=0, kv_cache_dtype="auto", block_size=32, bytes_per_block=0,
+        num_gpu_blocks=1000, tokens=32_000, max_concurrency=1.0, max_model_len=32_768, blocks_per_request=1024,
+        estimated_max_model_len=32_000,
+        groups=[
+            KvGroupReport(kind="full", num_layers=8, page_bytes=0, block_size=32),
+            KvGroupReport(kind="sliding_window", num_layers=24, page_bytes=0, block_size=16, window=4096,
+                          tokens_cap=4096 + 2047),
+            KvGroupReport(kind="chunked_local", num_layers=4, page_bytes=0, block_size=64, window=8192,
+                          tokens_cap=8192 + 2047),
+            KvGroupReport(kind="mamba", num_layers=2, page_bytes=0, block_size=16, blocks_per_sequence_const=3),
+        ],
+    )
+    tokens = np.concatenate([np.arange(1, 20_000), np.random.default_rng(0).integers(1, 32_768, 5000)])
+    expected = np.array([kv.blocks_for_sequence(int(t)) for t in tokens])
+    assert np.array_equal(block_lookup(kv, tokens), expected)
+
+
+def test_typical_plan_is_fast_enough_for_admission() -> None:
+    # Not a timing assertion: the number of FFT products is bounded (search + curve), checked by the
+    # size of the risk cache.
+    advice = risk_bounded_concurrency(KV, CHAT)
+    assert advice._engine is not None
+    assert len(advice._engine._powers) <= 17 and len(advice.risk_curve) <= 20
