@@ -19,6 +19,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+
+@app.callback()
+def _group() -> None:
+    """Keeps `webhook` / `exporter` as explicit subcommands (typer runs a lone command without its name)."""
+
+
 for _module in ("admission.webhook.cli", "admission.exporter.cli"):
     importlib.import_module(_module)
 
