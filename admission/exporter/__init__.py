@@ -1,1 +1,4 @@
-"""Package being written."""
+"""The exporter: reads vLLM pods' /metrics (or Prometheus) and exposes ``kv_planner_*`` metrics.
+
+``python -m admission exporter``; see docs/exporter.md.
+"""

@@ -1,0 +1,58 @@
+"""What the exporter learned about one target in one collection pass (the snapshot its collectors render)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from admission.exporter.targets import Target
+
+ErrorReason = Literal["timeout", "connect", "http_status", "too_large", "parse", "not_vllm", "budget"]
+ERROR_REASONS: tuple[str, ...] = ("timeout", "connect", "http_status", "too_large", "parse", "not_vllm", "budget")
+
+Buckets = list[tuple[float, float]]  # cumulative (le, count), +Inf last
+
+
+class EngineObservation(BaseModel):
+    """One vLLM engine (data-parallel rank) of a target, normalized across releases."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    engine: str
+    model_name: str = ""
+    kv_cache_usage: float | None = None
+    usage_metric: str | None = Field(default=None, description="the vLLM family the usage came from")
+    num_gpu_blocks: int | None = None
+    block_size: int | None = None
+    preemptions_total: float | None = None
+    running: float | None = None
+    waiting: float | None = None
+    prompt_tokens: Buckets | None = None
+    prompt_tokens_sum: float | None = None
+    generation_tokens: Buckets | None = None
+    generation_tokens_sum: float | None = None
+
+
+class TargetObservation(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    target: Target
+    up: bool
+    error: ErrorReason | None = None
+    detail: str | None = None
+    duration_s: float = 0.0
+    engines: list[EngineObservation] = Field(default_factory=list)
+    missing: list[str] = Field(default_factory=list, description="signals the page did not carry")
+
+
+class Snapshot(BaseModel):
+    """One collection pass over every target."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    targets: list[TargetObservation] = Field(default_factory=list)
+    dropped_targets: int = 0
+    duration_s: float = 0.0
+    budget_s: float = 0.0
+    source: str = "static"

@@ -1,0 +1,151 @@
+"""The exporter: on each Prometheus scrape, read every target inside the announced budget and render.
+
+Prometheus sends ``X-Prometheus-Scrape-Timeout-Seconds``; the exporter answers within that minus
+``timeout_offset_s`` (like blackbox/snmp exporters), giving each target at most ``scrape_timeout_s`` of
+it. Targets beyond ``max_targets`` are dropped (deterministically, by namespace/pod) and counted, which
+bounds the exporter's own cardinality.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+
+import httpx
+from prometheus_client import REGISTRY
+from prometheus_client.core import Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector, CollectorRegistry
+from pydantic import BaseModel, ConfigDict, Field
+
+from admission.exporter.collector import SnapshotCollector
+from admission.exporter.observation import Snapshot, TargetObservation
+from admission.exporter.promapi import PrometheusSource
+from admission.exporter.scrape import scrape_all
+from admission.exporter.state import ExporterState
+from admission.exporter.targets import Target
+from planner.errors import ScrapeError
+
+TargetProvider = Callable[[], Sequence[Target]]
+
+
+class ScrapeSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    scrape_timeout_s: float = Field(default=5.0, gt=0, description="per target, at most")
+    timeout_offset_s: float = Field(default=0.5, ge=0, description="kept back from Prometheus' timeout")
+    default_budget_s: float = Field(default=10.0, gt=0, description="Prometheus' default scrape timeout")
+    max_targets: int = Field(default=500, ge=1)
+    max_concurrency: int = Field(default=64, ge=1)
+    max_body_bytes: int = Field(default=16 << 20, ge=1024)
+
+    def budget(self, header: str | None) -> float:
+        """Seconds this collection may take, from ``X-Prometheus-Scrape-Timeout-Seconds``."""
+        announced = self.default_budget_s
+        if header:
+            try:
+                value = float(header)
+                if value > 0:
+                    announced = value
+            except ValueError:
+                pass
+        return max(0.1, announced - self.timeout_offset_s)
+
+
+class _Composite(Collector):
+    def __init__(self, parts: Iterable[Collector]) -> None:
+        self.parts = list(parts)
+
+    def collect(self) -> Iterable[Metric]:
+        for part in self.parts:
+            yield from part.collect()
+
+
+class Exporter:
+    def __init__(
+        self,
+        settings: ScrapeSettings,
+        *,
+        targets: TargetProvider | None = None,
+        prometheus: PrometheusSource | None = None,
+        state: ExporterState | None = None,
+        source: str = "static",
+        include_process_metrics: bool = True,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.settings = settings
+        self._targets = targets or (lambda: [])
+        self.prometheus = prometheus
+        self.state = state or ExporterState()
+        self.source = source
+        self.include_process_metrics = include_process_metrics
+        self.transport = transport  # None: real network; tests pass an httpx.MockTransport
+        # One HTTP client per event loop: an httpx client belongs to the loop that created it (the server
+        # has one loop; tests and the benchmark may drive the exporter from others).
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
+            weakref.WeakKeyDictionary())
+        self.last_snapshot: Snapshot | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            limits = httpx.Limits(max_connections=self.settings.max_concurrency,
+                                  max_keepalive_connections=self.settings.max_concurrency)
+            # Per-request deadlines come from the budget (asyncio.wait_for); this is only a backstop.
+            client = httpx.AsyncClient(timeout=httpx.Timeout(self.settings.scrape_timeout_s),
+                                       limits=limits, follow_redirects=False, trust_env=False,
+                                       transport=self.transport)
+            self._clients[loop] = client
+        return client
+
+    def targets(self) -> tuple[list[Target], int]:
+        everything = sorted(self._targets(), key=lambda t: (t.key, t.url))
+        kept = everything[: self.settings.max_targets]
+        return kept, len(everything) - len(kept)
+
+    async def snapshot(self, budget_s: float, *, record: bool = True) -> Snapshot:
+        """Read every target now. ``record=False`` for the retuner's own rounds (no error counting)."""
+        started = time.monotonic()
+        targets, dropped = self.targets()
+        observations: list[TargetObservation]
+        if self.prometheus is not None:
+            try:
+                observations = await self.prometheus.collect(self._http(), budget_s=budget_s, metadata=targets)
+            except ScrapeError as error:
+                # Prometheus itself is unreadable: every known target is unknown, not zero.
+                observations = [TargetObservation(target=t, up=False, error="connect", detail=error.message)
+                                for t in targets]
+            dropped += max(0, len(observations) - self.settings.max_targets)
+            observations = observations[: self.settings.max_targets]
+        else:
+            observations = await scrape_all(
+                self._http(), targets, budget_s=budget_s, timeout_s=self.settings.scrape_timeout_s,
+                max_bytes=self.settings.max_body_bytes, concurrency=self.settings.max_concurrency,
+            )
+        snapshot = Snapshot(targets=observations, dropped_targets=dropped, budget_s=budget_s,
+                            duration_s=time.monotonic() - started, source=self.source)
+        if record:
+            self.state.record(snapshot)
+            self.last_snapshot = snapshot
+        return snapshot
+
+    def registry_for(self, snapshot: Snapshot) -> CollectorRegistry:
+        registry = CollectorRegistry(auto_describe=False)
+        parts: list[Collector] = [SnapshotCollector(snapshot, self.state)]
+        if self.include_process_metrics:
+            parts.append(REGISTRY)  # process_*, python_* of the exporter itself
+        registry.register(_Composite(parts))
+        return registry
+
+    async def render(self, budget_s: float, accept: str | None = None) -> tuple[bytes, str]:
+        snapshot = await self.snapshot(budget_s)
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry_for(snapshot)), content_type
+
+    async def aclose(self) -> None:
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()

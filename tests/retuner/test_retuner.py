@@ -1,0 +1,159 @@
+"""The retuner over exporter snapshots: aggregation per workload, counter resets, outputs, its loop."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+from admission.exporter.observation import EngineObservation, Snapshot, TargetObservation
+from admission.exporter.targets import Target
+from admission.retuner import Retuner, RetunerSettings
+from admission.retuner.advice import AdviceInput, risk_bounded_max_num_seqs
+from admission.retuner.kube import ANNOTATION
+
+INF = math.inf
+PROMPT = [(100.0, 0.0), (200.0, 60.0), (500.0, 100.0), (INF, 100.0)]
+OUTPUT = [(100.0, 20.0), (200.0, 50.0), (500.0, 100.0), (INF, 100.0)]
+
+
+def obs(pod: str, preemptions: float, usage: float = 0.99, *, workload: str = "chat", engines: int = 1,
+        waiting: float = 3, up: bool = True, max_num_seqs: int = 64) -> TargetObservation:
+    target = Target(url=f"http://{pod}/metrics", namespace="ml", pod=pod, workload=workload,
+                    workload_kind="Deployment", max_num_seqs=max_num_seqs, max_model_len=4096)
+    if not up:
+        return TargetObservation(target=target, up=False, error="timeout")
+    return TargetObservation(target=target, up=True, engines=[
+        EngineObservation(engine=str(i), model_name="m", kv_cache_usage=usage, num_gpu_blocks=2000 - i,
+                          block_size=16, preemptions_total=preemptions, running=10, waiting=waiting,
+                          prompt_tokens=PROMPT, generation_tokens=OUTPUT)
+        for i in range(engines)])
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.inputs: list[AdviceInput] = []
+
+    def __call__(self, data: AdviceInput) -> int | None:
+        self.inputs.append(data)
+        return 10
+
+
+def test_preemption_deltas_survive_counter_resets_and_sum_over_pods() -> None:
+    advisor = Recorder()
+    retuner = Retuner(RetunerSettings(persist=2, min_dwell_s=0), advisor=advisor)
+    retuner.observe(Snapshot(targets=[obs("a", 10, engines=2), obs("b", 5)]), now=0)
+    first = retuner.observe(Snapshot(targets=[obs("a", 10, usage=0.6, engines=2), obs("b", 5, usage=0.6)]), now=60)
+    assert first[("ml", "chat")].reason == "Steady"  # no new preemptions, usage in the band
+    # Pod b restarted: its counter went from 5 to 2 -> 2 new preemptions, not -3.
+    decisions = retuner.observe(Snapshot(targets=[obs("a", 10, usage=0.6, engines=2), obs("b", 2, usage=0.6)]),
+                                now=120)
+    assert decisions[("ml", "chat")].reason == "NotPersistent"
+    decisions = retuner.observe(Snapshot(targets=[obs("a", 11, usage=0.6, engines=2), obs("b", 2, usage=0.6)]),
+                                now=180)
+    assert decisions[("ml", "chat")].action == "lower"
+    assert decisions[("ml", "chat")].recommended == 32  # bounded: advisor said 10, one step halves 64
+    data = advisor.inputs[-1]
+    assert data.num_gpu_blocks == 1999  # the smallest engine decides
+    assert data.prompt_buckets[-1] == (INF, 300.0)  # three engines' histograms summed
+    assert data.max_model_len == 4096
+
+
+def test_down_targets_and_other_workloads_are_kept_apart() -> None:
+    retuner = Retuner(RetunerSettings(persist=1, min_dwell_s=0), advisor=lambda _: 10)
+    retuner.observe(Snapshot(targets=[obs("a", 0), obs("x", 0, workload="other", usage=0.2)]), now=0)
+    decisions = retuner.observe(Snapshot(targets=[obs("a", 4), obs("x", 0, workload="other", usage=0.2),
+                                                  obs("dead", 0, up=False)]), now=60)
+    assert decisions[("ml", "chat")].action == "lower"
+    assert decisions[("ml", "other")].action == "hold"
+    assert ("ml", "dead") not in decisions
+
+
+def test_the_real_advisor_answers_from_histograms() -> None:
+    limit = risk_bounded_max_num_seqs(AdviceInput(num_gpu_blocks=2000, block_size=16, max_model_len=4096,
+                                                  prompt_buckets=PROMPT, generation_buckets=OUTPUT,
+                                                  headroom=0.1, target_risk=0.01))
+    # Requests of at most 500 + 500 tokens (<= 63 blocks): at least floor(1799 / 63) = 28 always fit.
+    assert limit is not None and limit >= 28
+    assert risk_bounded_max_num_seqs(AdviceInput(num_gpu_blocks=2000, block_size=16, max_model_len=4096,
+                                                 prompt_buckets=[(INF, 0.0)], generation_buckets=[(INF, 0.0)],
+                                                 headroom=0.1, target_risk=0.01)) is None
+
+
+class Writer:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def event(self, ref: Any, reason: str, message: str, *, warning: bool = False) -> None:
+        self.calls.append(("event", reason))
+
+    def annotate(self, ref: Any, value: int) -> None:
+        self.calls.append(("annotate", value))
+
+    def apply(self, ref: Any, decision: Any) -> Any:
+        from admission.retuner.kube import ApplyResult
+
+        self.calls.append(("apply", decision.recommended))
+        return ApplyResult(result="applied", detail="")
+
+
+def _lowered(settings: RetunerSettings) -> tuple[Retuner, Writer]:
+    writer = Writer()
+    retuner = Retuner(settings, advisor=lambda _: 10, writer=writer)  # type: ignore[arg-type]
+    retuner.observe(Snapshot(targets=[obs("a", 0, usage=0.6)]), now=0)
+    retuner.publish(retuner.observe(Snapshot(targets=[obs("a", 5)]), now=60))
+    return retuner, writer
+
+
+def test_outputs_by_mode() -> None:
+    base = dict(persist=1, min_dwell_s=0)
+    _, writer = _lowered(RetunerSettings(mode="recommend", **base))  # type: ignore[arg-type]
+    assert writer.calls == [("event", "PreemptionsPersist")]
+    _, writer = _lowered(RetunerSettings(mode="recommend", annotate=True, **base))  # type: ignore[arg-type]
+    assert writer.calls == [("event", "PreemptionsPersist"), ("annotate", 32)]
+    retuner, writer = _lowered(RetunerSettings(mode="apply", events=False, **base))  # type: ignore[arg-type]
+    assert writer.calls == [("apply", 32)]
+    families = {f.name: f for f in retuner.families()}
+    assert [s.value for s in families["kv_planner_max_num_seqs_recommended"].samples] == [32.0]
+    applies = {s.labels["result"]: s.value for s in families["kv_planner_retune_applies"].samples
+               if s.name.endswith("_total")}
+    assert applies == {"applied": 1.0}
+    changes = {s.labels["direction"]: s.value for s in families["kv_planner_retune_changes"].samples
+               if s.name.endswith("_total")}
+    assert changes == {"lower": 1.0}
+    assert ANNOTATION == "kv-planner.io/recommended-max-num-seqs"
+
+
+def test_workloads_that_disappear_are_forgotten() -> None:
+    retuner = Retuner(RetunerSettings(), advisor=lambda _: 10)
+    retuner.observe(Snapshot(targets=[obs("a", 0)]), now=0)
+    for i in range(11):
+        retuner.observe(Snapshot(targets=[]), now=60.0 * (i + 1))
+    assert retuner.states == {} and next(iter(retuner.families())).samples == []
+
+
+class FakeExporter:
+    def __init__(self, stop: asyncio.Event, rounds: int) -> None:
+        self.calls = 0
+        self.stop = stop
+        self.rounds = rounds
+
+    async def snapshot(self, budget_s: float, *, record: bool = True) -> Snapshot:
+        self.calls += 1
+        assert record is False  # the retuner's rounds must not count as Prometheus scrapes
+        if self.calls == 2:
+            raise RuntimeError("a bad round")  # logged; the loop goes on
+        if self.calls >= self.rounds:
+            self.stop.set()
+        return Snapshot(targets=[obs("a", float(self.calls))])
+
+
+def test_the_loop_survives_a_failed_round_and_stops() -> None:
+    async def main() -> int:
+        stop = asyncio.Event()
+        exporter = FakeExporter(stop, rounds=4)
+        retuner = Retuner(RetunerSettings(interval_s=0.01), advisor=lambda _: 10)
+        await asyncio.wait_for(retuner.run(exporter, stop, budget_s=1.0), 10)  # type: ignore[arg-type]
+        return exporter.calls
+
+    assert asyncio.run(main()) == 4
