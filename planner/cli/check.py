@@ -1,5 +1,159 @@
-"""`planner check` (being written)."""
+"""``planner check``: the admission decision on manifest files, without a cluster (CI, GitOps)."""
 
 from __future__ import annotations
 
-from planner.cli._app import app  # noqa: F401
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.table import Table
+
+from planner.cli._app import EXIT_USAGE, app
+from planner.cli._output import console, err_console
+from planner.errors import ManifestError, PlannerInputError, UnknownGPUError
+from planner.gpus.catalog import lookup_gpu
+from planner.k8s.nodes import NodeInfo, nodes_from_documents
+from planner.policy.check import CheckReport, check_policy, run_check, summary
+from planner.policy.manifests import Document, read_documents
+from planner.policy.planning import CoreBackend
+
+
+class CheckOutput(str, Enum):
+    table = "table"
+    json = "json"
+    patched = "patched"
+
+
+def _read(path: str) -> tuple[str, str]:
+    if path == "-":
+        return sys.stdin.read(), "<stdin>"
+    file = Path(path)
+    try:
+        return file.read_text(encoding="utf-8"), str(file)
+    except (OSError, UnicodeDecodeError) as error:
+        raise ManifestError(f"{file}: cannot read: {getattr(error, 'strerror', None) or error}") from None
+
+
+def _nodes(path: Path) -> list[NodeInfo]:
+    text, source = _read(str(path))
+    documents = read_documents(text, source)
+    bad = [d.error for d in documents if d.error]
+    if bad:
+        raise ManifestError(f"--nodes: {bad[0]}")
+    return nodes_from_documents([d.content for d in documents])
+
+
+def _policy(path: Path | None) -> Any:
+    if path is None:
+        return check_policy(None)
+    text, source = _read(str(path))
+    try:
+        data = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError as error:
+        raise PlannerInputError(f"{source}: not valid YAML/JSON: {error}") from None
+    return check_policy(data, source=source)
+
+
+def _print_table(report: CheckReport) -> None:
+    table = Table(show_lines=False, header_style="bold")
+    for column in ("workload", "container", "model", "GPU", "decision", "codes"):
+        table.add_column(column)
+    for entry in report.workloads:
+        gpu = entry.gpu
+        gpu_text = (
+            ""
+            if gpu.name is None and gpu.label is None
+            else (
+                f"{gpu.count or '?'} x {gpu.name or gpu.label}" + (f" ({gpu.source})" if gpu.source else "")
+            )
+        )
+        table.add_row(
+            f"{entry.kind}/{entry.name}" + (f" [{entry.template}]" if entry.template else ""),
+            entry.container or "",
+            entry.model or "",
+            gpu_text,
+            entry.decision,
+            " ".join(entry.codes),
+        )
+    console.print(table)
+    for entry in report.workloads:
+        for message in entry.messages:
+            console.print(f"  {entry.kind}/{entry.name}: {message}")
+    for error in report.errors:
+        err_console.print(f"error: document {error.document}: {error.message}")
+    counts = summary(report)
+    console.print(", ".join(f"{n} {d}" for d, n in sorted(counts.items())) or "no workloads")
+
+
+@app.command(
+    help="Check Kubernetes manifests as the admission webhook would: deny / mutate / warn / allow.",
+    epilog="Examples: helm template ./chart | planner check -f - --output json ; "
+    "planner check -f k8s/ -f extra.yaml --nodes nodes.yaml --output patched",
+)
+def check(
+    files: Annotated[
+        list[str],
+        typer.Option("-f", "--file", help="Manifest file, directory (*.yaml, *.yml, *.json) or - for stdin."),
+    ],
+    policy: Annotated[Path | None, typer.Option(help="Policy file (the chart's ConfigMap schema).")] = None,
+    nodes: Annotated[
+        Path | None, typer.Option(help="Node list (kubectl get nodes -o yaml): the GPU inventory.")
+    ] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU when nothing in a manifest says which.")] = None,
+    output: Annotated[
+        CheckOutput, typer.Option("--output", "-o", help="table, json or patched.")
+    ] = CheckOutput.table,
+) -> None:
+    wants_json = output == CheckOutput.json
+    try:
+        backend = CoreBackend()
+        effective_policy = _policy(policy)
+        inventory = _nodes(nodes) if nodes is not None else None
+        if gpu is not None and backend.catalog.lookup(gpu) is None:
+            lookup_gpu(gpu)  # raises UnknownGPUError with suggestions
+        documents: list[Document] = []
+        for item in files:
+            paths = _expand(item)
+            for path in paths:
+                text, source = _read(path)
+                first = documents[-1].index + 1 if documents else 0
+                documents += read_documents(text, source, first_index=first)
+    except (PlannerInputError, UnknownGPUError) as error:
+        if wants_json:
+            typer.echo(
+                json.dumps({"workloads": [], "errors": [{"document": -1, "message": str(error)}]}, indent=2)
+            )
+        else:
+            typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(EXIT_USAGE) from None
+
+    report = run_check(
+        documents, policy=effective_policy, backend=backend, inventory=inventory, default_gpu=gpu
+    )
+    if wants_json:
+        typer.echo(json.dumps(report.model_dump(mode="json"), indent=2))
+    elif output == CheckOutput.patched:
+        typer.echo(yaml.safe_dump_all([d for d in report.patched if d is not None], sort_keys=False).rstrip())
+        for problem in report.errors:
+            typer.echo(f"error: document {problem.document}: {problem.message}", err=True)
+    else:
+        _print_table(report)
+    raise typer.Exit(report.exit_code())
+
+
+def _expand(item: str) -> list[str]:
+    if item == "-":
+        return ["-"]
+    path = Path(item)
+    if path.is_dir():
+        found = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml", ".json") and p.is_file())
+        if not found:
+            raise ManifestError(f"{path}: no *.yaml, *.yml or *.json files")
+        return [str(p) for p in found]
+    if not path.exists():
+        raise ManifestError(f"{path}: no such file or directory")
+    return [item]

@@ -1,0 +1,194 @@
+"""Answer one AdmissionReview: parse, decide with the shared policy code, build the response.
+
+Pure of HTTP: :class:`Reviewer` turns request bytes into response bytes, so it is tested without a
+server. It never raises for a well-formed review, and never denies because of its own failure: an
+internal error or a blown time budget answers ``allowed: true`` with a KVP049 warning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from admission.webhook.caches import ClusterCache
+from admission.webhook.review import (
+    AdmissionRequest,
+    AdmissionResponse,
+    AdmissionReviewIn,
+    AdmissionReviewOut,
+    Status,
+    encode_patch,
+)
+from planner.errors import PolicyError
+from planner.policy.codes import Code, finding
+from planner.policy.decide import ObjectDecision, decide
+from planner.policy.model import Policy, load_policy
+from planner.policy.planning import PlanningBackend
+
+log = logging.getLogger("kv_planner.webhook")
+Endpoint = Literal["mutate", "validate"]
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class BadRequest(Exception):
+    """The request cannot be read as an AdmissionReview (answered 400)."""
+
+
+def parse_timeout(value: str | None) -> float | None:
+    """A Go duration as the API server sends it (``?timeout=10s``) -> seconds; None when absent/bad."""
+    if not value:
+        return None
+    total, pos = 0.0, 0
+    for match in _DURATION_PART.finditer(value):
+        if match.start() != pos:
+            return None
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        pos = match.end()
+    return total if pos == len(value) and total > 0 else None
+
+
+def parse_review(body: bytes) -> AdmissionReviewIn:
+    if not body.strip():
+        raise BadRequest("empty body")
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError) as error:
+        raise BadRequest(f"body is not JSON: {str(error)[:120]}") from None
+    if not isinstance(data, dict):
+        raise BadRequest("body is not a JSON object")
+    try:
+        return AdmissionReviewIn.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "(top)"
+        raise BadRequest(f"not an admission.k8s.io/v1 AdmissionReview: {where}: {first['msg']}") from None
+
+
+class PolicyHolder:
+    """The policy in force; reloaded when its file changes (a bad new file keeps the old policy)."""
+
+    def __init__(self, path: str | os.PathLike[str] | None, policy: Policy | None = None) -> None:
+        self.path = Path(path) if path else None
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int, int] | None = None
+        self.generation = 0
+        self.last_error: str | None = None
+        self.policy = policy or Policy()
+        if self.path is not None:
+            self.policy = load_policy(self.path)
+            self._stamp = self._file_stamp()
+            self.generation = 1
+
+    def _file_stamp(self) -> tuple[int, int, int] | None:
+        if self.path is None:
+            return None
+        st = os.stat(self.path)
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def reload(self) -> bool:
+        """Reload if the file changed; True when a new policy is in force."""
+        if self.path is None:
+            return False
+        with self._lock:
+            try:
+                stamp = self._file_stamp()
+                if stamp == self._stamp:
+                    return False
+                policy = load_policy(self.path)
+            except (OSError, PolicyError) as error:
+                self.last_error = str(error)
+                log.warning("policy reload failed, keeping the previous policy: %s", error)
+                return False
+            self.policy, self._stamp, self.last_error = policy, stamp, None
+            self.generation += 1
+            log.info("policy reloaded from %s (generation %d)", self.path, self.generation)
+            return True
+
+
+class Outcome(BaseModel):
+    """A review's response and how it was decided (for metrics and logs)."""
+
+    body: bytes
+    decision: str
+
+
+class Reviewer:
+    """Turns AdmissionReview requests into responses with the shared policy code."""
+
+    def __init__(self, *, policy: PolicyHolder, cache: ClusterCache, backend: PlanningBackend) -> None:
+        self.policy = policy
+        self.cache = cache
+        self.backend = backend
+
+    def decide(self, request: AdmissionRequest) -> ObjectDecision | None:
+        """The decision for a request, or None when there is nothing to review."""
+        if request.operation not in ("CREATE", "UPDATE") or request.sub_resource:
+            return None  # DELETE/CONNECT and /scale, /status: nothing kv-planner changes
+        obj = request.object
+        if not isinstance(obj, Mapping):
+            return None
+        namespace = request.namespace or _namespace_of(obj)
+        effective = self.policy.policy.for_namespace(namespace, self.cache.namespace(namespace))
+        return decide(
+            obj, policy=effective, backend=self.backend, inventory=self.cache.nodes(), namespace=namespace
+        )
+
+    def respond(
+        self, request: AdmissionRequest, endpoint: Endpoint, decision: ObjectDecision | None
+    ) -> Outcome:
+        if decision is None:
+            return Outcome(
+                body=AdmissionReviewOut(response=AdmissionResponse(uid=request.uid, allowed=True)).to_json(),
+                decision="skip",
+            )
+        audit: dict[str, str] = {"decision": decision.decision}
+        if decision.codes:
+            audit["codes"] = ",".join(decision.codes)
+        if decision.decision == "deny":
+            message = "kv-planner: " + "; ".join(decision.deny_reasons)
+            response = AdmissionResponse(
+                uid=request.uid,
+                allowed=False,
+                status=Status(code=403, reason="Forbidden", message=message[:1024]),
+                warnings=decision.warnings or None,
+                audit_annotations=audit,
+            )
+            return Outcome(body=AdmissionReviewOut(response=response).to_json(), decision="deny")
+        patch = decision.patch if endpoint == "mutate" else []
+        response = AdmissionResponse(
+            uid=request.uid,
+            allowed=True,
+            patch=encode_patch(patch) if patch else None,
+            patch_type="JSONPatch" if patch else None,
+            warnings=decision.warnings or None,
+            audit_annotations=audit,
+        )
+        label = decision.decision if patch or decision.decision != "mutate" else "warn"
+        return Outcome(body=AdmissionReviewOut(response=response).to_json(), decision=label)
+
+    def fail_open(self, request: AdmissionRequest, reason: str) -> Outcome:
+        """Allowed, unchanged, with a warning: kv-planner's own failure never blocks a workload."""
+        item = finding(Code.INTERNAL_ERROR, None, reason)
+        response = AdmissionResponse(
+            uid=request.uid,
+            allowed=True,
+            warnings=[item.message],
+            audit_annotations={"decision": "error", "codes": item.code},
+        )
+        return Outcome(body=AdmissionReviewOut(response=response).to_json(), decision="error")
+
+
+def _namespace_of(obj: Mapping[str, Any]) -> str | None:
+    meta = obj.get("metadata")
+    if isinstance(meta, Mapping) and isinstance(meta.get("namespace"), str):
+        return str(meta["namespace"])
+    return None

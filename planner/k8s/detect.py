@@ -1,0 +1,157 @@
+"""Find the containers of a pod spec that run vLLM, and read their command lines.
+
+A container runs vLLM when its command line (``command`` + ``args``, after the kubelet's ``$(VAR)``
+expansion) starts ``vllm serve`` or the OpenAI api_server module, directly (``argv`` style) or inside a
+``sh -c`` script (``shell`` style); or when it has no ``command`` and its image is a vLLM image, whose
+entrypoint is vLLM (``image`` style: ``args`` only). Init containers and sidecars are not vLLM: only
+``containers`` are read, and each by its own command line.
+
+Only ``argv`` and ``image`` containers may be mutated: their words map one to one onto ``command`` /
+``args`` entries. In a shell script a word's position depends on the shell, so those get warnings.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner.errors import InvalidArgumentError
+from planner.k8s.envvars import container_env, expand_all, string_list
+from planner.k8s.shell import parse_script, shell_script
+from planner.vllm.argv import VllmCommand, locate, parse_args, parse_command
+
+Style = Literal["argv", "shell", "image"]
+_VERSION_TAG = re.compile(r"^v?(\d+\.\d+(?:\.\d+)?(?:\.\d+|\.post\d+)?)(?:$|[-_+])")
+_VERSION_INSIDE = re.compile(r"vllm[-_]?v?(\d+\.\d+\.\d+)", re.IGNORECASE)
+_UNRESOLVED_K8S = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+class VllmContainer(BaseModel):
+    """One container that runs vLLM, with its parsed command line."""
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int = Field(description="position in spec.containers")
+    name: str
+    image: str | None = None
+    vllm_version: str | None = Field(default=None, description="X.Y.Z from the image tag, when it has one")
+    style: Style
+    command: VllmCommand | None = Field(default=None, description="None when the command line did not parse")
+    parse_error: str | None = None
+    words: list[str] = Field(default_factory=list, description="what vLLM receives, after expansion")
+    command_len: int = Field(default=0, description="argv style: how many words come from `command`")
+    has_args: bool = Field(default=False, description="the container has an `args` list")
+    env: dict[str, str] = Field(default_factory=dict)
+    unresolved: list[str] = Field(default_factory=list, description="variables with no value in the manifest")
+
+
+def image_version(image: str | None) -> str | None:
+    """The vLLM release in an image reference: ``vllm/vllm-openai:v0.10.1.1`` -> ``0.10.1.1``.
+
+    Only for vLLM images (repository name contains "vllm"); ``latest``, ``nightly`` and digests give None.
+    """
+    if not image or "vllm" not in image.lower():
+        return None
+    reference = image.split("@", 1)[0]
+    last = reference.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return None
+    tag = last.split(":", 1)[1]
+    match = _VERSION_TAG.match(tag)
+    if match:
+        return match.group(1)
+    inside = _VERSION_INSIDE.search(tag)
+    return inside.group(1) if inside else None
+
+
+def is_vllm_image(image: str | None) -> bool:
+    if not image:
+        return False
+    repository = image.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
+    return "vllm" in repository.lower()
+
+
+def find_vllm_containers(
+    pod_spec: Mapping[str, Any],
+    *,
+    implicit_env: Mapping[str, str] | None = None,
+    default_version: str | None = None,
+    read_file: Callable[[Mapping[str, Any]], Callable[[str], str | None]] | None = None,
+) -> list[VllmContainer]:
+    """The vLLM containers of ``pod_spec`` (``containers`` only), in order."""
+    found: list[VllmContainer] = []
+    containers = pod_spec.get("containers")
+    if not isinstance(containers, list):
+        return found
+    for index, container in enumerate(containers):
+        if not isinstance(container, Mapping):
+            continue
+        reader = read_file(container) if read_file else None
+        result = inspect_container(
+            index, container, implicit_env=implicit_env, default_version=default_version, read_config=reader
+        )
+        if result is not None:
+            found.append(result)
+    return found
+
+
+def inspect_container(
+    index: int,
+    container: Mapping[str, Any],
+    *,
+    implicit_env: Mapping[str, str] | None = None,
+    default_version: str | None = None,
+    read_config: Callable[[str], str | None] | None = None,
+) -> VllmContainer | None:
+    """A :class:`VllmContainer` when ``container`` runs vLLM, else None."""
+    env = container_env(container, implicit_env)
+    image = container.get("image") if isinstance(container.get("image"), str) else None
+    tag_version = image_version(image)
+    version = tag_version or default_version
+    raw_command = string_list(container.get("command"))
+    raw_args = string_list(container.get("args"))
+    command = expand_all(raw_command or [], env)
+    args = expand_all(raw_args or [], env)
+    words = command + args
+    name = str(container.get("name") or f"#{index}")
+    common: dict[str, Any] = {
+        "index": index, "name": name, "image": image, "vllm_version": tag_version, "env": env,
+        "has_args": raw_args is not None,
+    }
+    unresolved = sorted({m for w in words for m in _UNRESOLVED_K8S.findall(w)})
+
+    if raw_command:
+        if locate(words) is not None:
+            parsed, error = _safe(lambda: parse_command(words, version=version, read_config=read_config))
+            return VllmContainer(style="argv", command=parsed, parse_error=error, words=words,
+                                 command_len=len(command), unresolved=unresolved, **common)
+        script = shell_script(words)
+        if script is None:
+            return None
+        for shell_command in parse_script(script, env):
+            if locate(shell_command.words) is None:
+                continue
+            parsed, error = _safe(
+                partial(parse_command, shell_command.words, version=version, read_config=read_config)
+            )
+            missing = sorted(set(unresolved) | set(shell_command.unresolved))
+            return VllmContainer(style="shell", command=parsed, parse_error=error, words=shell_command.words,
+                                 unresolved=missing, **common)
+        return None
+
+    if is_vllm_image(image):
+        parsed, error = _safe(lambda: parse_args(args, version=version, read_config=read_config))
+        return VllmContainer(style="image", command=parsed, parse_error=error, words=args,
+                             unresolved=unresolved, **common)
+    return None
+
+
+def _safe(parse: Callable[[], VllmCommand | None]) -> tuple[VllmCommand | None, str | None]:
+    try:
+        return parse(), None
+    except InvalidArgumentError as error:
+        return None, error.message

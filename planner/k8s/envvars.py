@@ -1,0 +1,84 @@
+"""Container environment and Kubernetes ``$(VAR)`` expansion, as the kubelet does it.
+
+The kubelet (k8s.io/kubernetes third_party/forked/golang/expansion) expands ``$(VAR)`` in a
+container's ``command``, ``args`` and ``env[].value`` from the variables defined before it; ``$$``
+escapes a dollar, and a reference to an undefined variable is left as written. Values that come from
+``valueFrom`` (Secrets, ConfigMaps, the downward API) or ``envFrom`` are not in the manifest, so they
+stay unknown here (and so do references to them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def expand_k8s(text: str, env: Mapping[str, str]) -> str:
+    """Expand ``$(VAR)`` references in ``text`` (kubelet semantics)."""
+    if "$" not in text:
+        return text
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch != "$" or i + 1 >= len(text):
+            out.append(ch)
+            i += 1
+            continue
+        nxt = text[i + 1]
+        if nxt == "$":  # `$$` -> `$` (the escape)
+            out.append("$")
+            i += 2
+            continue
+        if nxt == "(":
+            end = text.find(")", i + 2)
+            if end != -1:
+                name = text[i + 2 : end]
+                if name in env:
+                    out.append(env[name])
+                else:
+                    out.append(text[i : end + 1])
+                i = end + 1
+                continue
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def container_env(container: Mapping[str, Any], implicit: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Literal ``env`` values of a container, each expanded with the ones before it.
+
+    ``implicit`` holds variables the platform injects (e.g. LeaderWorkerSet's ``LWS_GROUP_SIZE``); the
+    container's own ``env`` overrides them.
+    """
+    env: dict[str, str] = dict(implicit or {})
+    entries = container.get("env")
+    if not isinstance(entries, list):
+        return env
+    for entry in entries:
+        if not isinstance(entry, Mapping):
+            continue
+        name = entry.get("name")
+        if not isinstance(name, str):
+            continue
+        value = entry.get("value")
+        if isinstance(value, str):
+            env[name] = expand_k8s(value, env)
+        elif value is None and "valueFrom" not in entry:
+            env[name] = ""
+        else:
+            env.pop(name, None)  # valueFrom: unknown here
+    return env
+
+
+def string_list(value: Any) -> list[str] | None:
+    """A ``command``/``args`` field as a list of strings (None when absent or not a list of strings)."""
+    if not isinstance(value, list):
+        return None
+    if not all(isinstance(item, (str, int, float)) and not isinstance(item, bool) for item in value):
+        return None
+    return [str(item) for item in value]
+
+
+def expand_all(words: Sequence[str], env: Mapping[str, str]) -> list[str]:
+    return [expand_k8s(word, env) for word in words]

@@ -1,0 +1,132 @@
+"""One Kubernetes object -> its pod templates -> its vLLM containers, each with its GPU resolved."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner.k8s.configfiles import ConfigMaps, file_reader
+from planner.k8s.detect import VllmContainer, find_vllm_containers
+from planner.k8s.gpus import GpuCatalog, GpuResolution, resolve_gpu
+from planner.k8s.nodes import NodeInfo
+from planner.k8s.workloads import PodTemplateRef, get_path, owned_by_controller, pod_templates
+
+SKIP_ANNOTATION = "kv-planner.io/skip"
+SkipReason = Literal["opted-out", "owned-by-controller", "no-pod-template", "deleted"]
+
+
+class ContainerFinding(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    template: PodTemplateRef
+    container: VllmContainer
+    gpu: GpuResolution
+
+
+class TemplateFinding(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    template: PodTemplateRef
+    containers: list[ContainerFinding] = Field(default_factory=list)
+
+
+class WorkloadFinding(BaseModel):
+    """What kv-planner reads from one object."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: str | None
+    api_version: str | None
+    namespace: str | None
+    name: str | None
+    skip: SkipReason | None = None
+    templates: list[TemplateFinding] = Field(default_factory=list)
+
+    @property
+    def vllm_containers(self) -> list[ContainerFinding]:
+        return [c for t in self.templates for c in t.containers]
+
+
+def _opted_out(meta: Any) -> bool:
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if not isinstance(annotations, Mapping) or SKIP_ANNOTATION not in annotations:
+        return False
+    return str(annotations[SKIP_ANNOTATION]).strip().lower() not in ("false", "0", "no", "off")
+
+
+def inspect_workload(
+    obj: Mapping[str, Any],
+    *,
+    catalog: GpuCatalog,
+    inventory: Sequence[NodeInfo] | None = None,
+    default_gpu: str | None = None,
+    default_version: str | None = None,
+    configmaps: ConfigMaps | None = None,
+    namespace: str | None = None,
+) -> WorkloadFinding:
+    """Read ``obj``: its templates, their vLLM containers and GPUs (never raises on odd shapes)."""
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    assert isinstance(meta, Mapping)
+    ns = meta.get("namespace") if isinstance(meta.get("namespace"), str) else namespace
+    header: dict[str, Any] = {
+        "kind": obj.get("kind") if isinstance(obj.get("kind"), str) else None,
+        "api_version": obj.get("apiVersion") if isinstance(obj.get("apiVersion"), str) else None,
+        "namespace": ns,
+        "name": meta.get("name") if isinstance(meta.get("name"), str) else meta.get("generateName"),
+    }
+    if _opted_out(meta):
+        return WorkloadFinding(skip="opted-out", **header)
+    if header["kind"] in ("Pod", "ReplicaSet") and owned_by_controller(obj):
+        return WorkloadFinding(skip="owned-by-controller", **header)
+    refs = pod_templates(obj)
+    if not refs:
+        return WorkloadFinding(skip="no-pod-template", **header)
+
+    templates: list[TemplateFinding] = []
+    for ref in refs:
+        pod_spec = get_path(obj, ref.spec_path)
+        template_meta = get_path(obj, ref.metadata_path)
+        if not isinstance(pod_spec, Mapping):
+            continue
+        if _opted_out(template_meta):
+            templates.append(TemplateFinding(template=ref))
+            continue
+        reader = _reader(pod_spec, ns, configmaps) if configmaps else None
+        containers = find_vllm_containers(
+            pod_spec, implicit_env=ref.implicit_env, default_version=default_version, read_file=reader
+        )
+        peer = get_path(obj, ref.peer_spec_path) if ref.peer_spec_path else None
+        findings = []
+        for found in containers:
+            raw = pod_spec["containers"][found.index]
+            gpu = resolve_gpu(
+                container=raw,
+                pod_spec=pod_spec,
+                annotations=[meta.get("annotations"), _annotations(template_meta)],
+                catalog=catalog,
+                group_size=ref.group_size,
+                peer_spec=peer if isinstance(peer, Mapping) else None,
+                inventory=inventory,
+                default_gpu=default_gpu,
+            )
+            findings.append(ContainerFinding(template=ref, container=found, gpu=gpu))
+        templates.append(TemplateFinding(template=ref, containers=findings))
+    return WorkloadFinding(templates=templates, **header)
+
+
+def _annotations(meta: Any) -> Mapping[str, Any] | None:
+    if isinstance(meta, Mapping) and isinstance(meta.get("annotations"), Mapping):
+        value: Mapping[str, Any] = meta["annotations"]
+        return value
+    return None
+
+
+def _reader(
+    pod_spec: Mapping[str, Any], namespace: str | None, configmaps: ConfigMaps
+) -> Callable[[Mapping[str, Any]], Callable[[str], str | None]]:
+    def for_container(container: Mapping[str, Any]) -> Callable[[str], str | None]:
+        return file_reader(pod_spec, container, namespace, configmaps)
+
+    return for_container

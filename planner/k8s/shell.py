@@ -1,0 +1,244 @@
+"""Read the commands of a shell script the way ``sh -c`` would, far enough to find ``vllm serve``.
+
+Kubernetes manifests often start vLLM through a shell (``command: [sh, -c]``, ``args: ["exec vllm serve
+$MODEL \\ ..."]``). This module splits a script into simple commands at ``;``, ``&&``, ``||``, ``|``,
+``&`` and newlines (respecting quotes, ``\\``-newline continuations and ``#`` comments), expands
+``$VAR`` / ``${VAR}`` / ``${VAR:-default}`` from the container's environment and from assignments made
+earlier in the script, then splits each command into words with :func:`shlex.split` (quote removal).
+Command substitutions (``$(...)``, backticks) cannot be known statically and are kept as written.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_REDIRECT = re.compile(r"^(\d*|&)(>>?|<|>\|)(&\d*-?)?(?P<target>.*)$")
+_PREFIX_COMMANDS = frozenset({"exec", "nohup", "time", "command", "env", "stdbuf", "setsid"})
+_SPECIAL_OUTSIDE = set("'\"\\;&|()<>$`#")
+
+
+class ShellCommand(BaseModel):
+    """One simple command of a script, after expansion and quote removal."""
+
+    model_config = ConfigDict(frozen=True)
+
+    words: list[str]
+    text: str  # the command as written (before expansion)
+    unresolved: list[str] = []  # variables that had no value (expanded to "")
+
+
+def shell_script(argv: Sequence[str]) -> str | None:
+    """The script of ``sh -c SCRIPT`` / ``bash -lc SCRIPT`` / ``/bin/bash -ec SCRIPT``, else None."""
+    if not argv:
+        return None
+    if argv[0].rsplit("/", 1)[-1] not in SHELLS:
+        return None
+    for i, word in enumerate(argv[1:], start=1):
+        if word.startswith("-") and not word.startswith("--") and "c" in word[1:]:
+            return argv[i + 1] if i + 1 < len(argv) else None
+        if not word.startswith("-"):
+            return None  # `bash script.sh`: a file we cannot read
+    return None
+
+
+def split_commands(script: str) -> list[str]:
+    """Split a script into simple commands at unquoted ``; && || | & newline`` (comments dropped)."""
+    commands: list[str] = []
+    current: list[str] = []
+    i = 0
+    quote: str | None = None
+    depth = 0  # inside $( ... )
+    while i < len(script):
+        ch = script[i]
+        if quote == "'":
+            current.append(ch)
+            if ch == "'":
+                quote = None
+            i += 1
+            continue
+        if ch == "\\" and i + 1 < len(script):
+            if script[i + 1] == "\n":  # line continuation
+                i += 2
+                continue
+            current.append(script[i : i + 2])
+            i += 2
+            continue
+        if quote == '"':
+            current.append(ch)
+            if ch == '"':
+                quote = None
+            i += 1
+            continue
+        if ch in ("'", '"'):
+            quote = ch
+            current.append(ch)
+            i += 1
+            continue
+        if ch == "$" and script[i + 1 : i + 2] == "(":
+            depth += 1
+            current.append("$(")
+            i += 2
+            continue
+        if ch == ")" and depth:
+            depth -= 1
+            current.append(ch)
+            i += 1
+            continue
+        if depth:
+            current.append(ch)
+            i += 1
+            continue
+        if ch == "#" and (not current or current[-1][-1:].isspace()):
+            while i < len(script) and script[i] != "\n":
+                i += 1
+            continue
+        redirect = ch == "&" and (
+            (current and current[-1][-1:] in "<>") or script[i + 1 : i + 2] == ">"
+        )  # 2>&1, &>file: part of a redirection, not a separator
+        if ch in ";&|\n" and not redirect:
+            commands.append("".join(current))
+            current = []
+            while i < len(script) and script[i] in ";&|":
+                i += 1
+            if i < len(script) and script[i] == "\n":
+                i += 1
+            continue
+        current.append(ch)
+        i += 1
+    commands.append("".join(current))
+    return [c.strip() for c in commands if c.strip()]
+
+
+def _escape(value: str, in_double: bool) -> str:
+    """Escape an expanded value so shlex splits it like the shell would (no quote removal inside)."""
+    if in_double:
+        return "".join("\\" + c if c in '"\\$`' else c for c in value)
+    return "".join("\\" + c if c in _SPECIAL_OUTSIDE else c for c in value)
+
+
+def expand(text: str, variables: Mapping[str, str]) -> tuple[str, list[str]]:
+    """Expand ``$VAR``, ``${VAR}``, ``${VAR:-default}``, ``${VAR-default}`` outside single quotes.
+
+    Returns the text (still quoted, ready for :func:`shlex.split`) and the names that had no value.
+    """
+    out: list[str] = []
+    missing: list[str] = []
+    i = 0
+    quote: str | None = None
+    while i < len(text):
+        ch = text[i]
+        if quote == "'":
+            out.append(ch)
+            if ch == "'":
+                quote = None
+            i += 1
+            continue
+        if ch == "\\" and i + 1 < len(text):
+            out.append(text[i : i + 2])
+            i += 2
+            continue
+        if ch in ("'", '"') and (quote is None or quote == ch):
+            if ch == "'" and quote == '"':
+                out.append(ch)
+                i += 1
+                continue
+            quote = None if quote == ch else ch
+            out.append(ch)
+            i += 1
+            continue
+        if ch == "$" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "{":
+                end = text.find("}", i + 2)
+                if end != -1:
+                    body = text[i + 2 : end]
+                    name_match = _NAME.match(body)
+                    if name_match:
+                        name = name_match.group(0)
+                        rest = body[len(name) :]
+                        value = variables.get(name)
+                        if rest.startswith(":-") or rest.startswith("-"):
+                            default = rest[2:] if rest.startswith(":-") else rest[1:]
+                            if value is None or (rest.startswith(":-") and value == ""):
+                                value, _ = expand(default, variables)
+                                out.append(value)
+                                i = end + 1
+                                continue
+                        elif rest:
+                            out.append(text[i : end + 1])  # ${X:+...}, ${#X} ...: leave as written
+                            i = end + 1
+                            continue
+                        if value is None:
+                            missing.append(name)
+                            value = ""
+                        out.append(_escape(value, quote == '"'))
+                        i = end + 1
+                        continue
+            name_match = _NAME.match(text, i + 1)
+            if name_match:
+                name = name_match.group(0)
+                value = variables.get(name)
+                if value is None:
+                    missing.append(name)
+                    value = ""
+                out.append(_escape(value, quote == '"'))
+                i = name_match.end()
+                continue
+        out.append(ch)
+        i += 1
+    return "".join(out), missing
+
+
+def parse_script(script: str, env: Mapping[str, str]) -> list[ShellCommand]:
+    """The simple commands of ``script``, expanded with ``env`` and the script's own assignments."""
+    variables = dict(env)
+    commands: list[ShellCommand] = []
+    for text in split_commands(script):
+        expanded, missing = expand(text, variables)
+        try:
+            words = shlex.split(expanded, comments=False, posix=True)
+        except ValueError:
+            words = expanded.split()
+        # Leading assignments (`A=1 B=2 cmd`) and `export A=1`: remember them for later commands.
+        while words and _ASSIGNMENT.match(words[0]):
+            name, _, value = words[0].partition("=")
+            variables[name] = value
+            words = words[1:]
+        if words and words[0] in ("export", "declare", "local", "readonly"):
+            for word in words[1:]:
+                if _ASSIGNMENT.match(word):
+                    name, _, value = word.partition("=")
+                    variables[name] = value
+            continue
+        words = _drop_redirections(words)
+        while words and words[0] in _PREFIX_COMMANDS:
+            words = words[1:]
+            while words and (words[0].startswith("-") or _ASSIGNMENT.match(words[0])):
+                words = words[1:]  # `env -i A=1 cmd`, `stdbuf -oL cmd`
+        if words:
+            commands.append(ShellCommand(words=words, text=text, unresolved=missing))
+    return commands
+
+
+def _drop_redirections(words: list[str]) -> list[str]:
+    """Remove ``2>&1``, ``> log``, ``>>/tmp/x``, ``&>f``: the shell does not pass them to the program."""
+    kept: list[str] = []
+    skip_next = False
+    for word in words:
+        if skip_next:
+            skip_next = False
+            continue
+        match = _REDIRECT.match(word)
+        if match and word[:1] not in ("-",) and ("<" in word or ">" in word):
+            if not match.group("target") and not match.group(3):
+                skip_next = True  # `> file`: the target is the next word
+            continue
+        kept.append(word)
+    return kept

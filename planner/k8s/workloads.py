@@ -1,0 +1,148 @@
+"""Find the pod templates of a Kubernetes object (plain dicts), wherever its kind keeps them.
+
+Built-in kinds keep one template at a known place; a LeaderWorkerSet has a leader and a worker template
+(the leader falls back to the worker's when it has none); KServe keeps a pod spec inline in an
+InferenceService predictor or a ServingRuntime. Other custom resources are searched for objects shaped
+like a PodTemplateSpec (``{metadata, spec: {containers: [...]}}``) under ``spec``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Pointer = tuple[str, ...]
+
+_TEMPLATE_AT: dict[str, Pointer] = {
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "ReplicationController": ("spec", "template"),
+    "Job": ("spec", "template"),
+    "PodTemplate": ("template",),
+}
+_SEARCH_DEPTH = 6
+
+
+class PodTemplateRef(BaseModel):
+    """Where one pod template sits in an object (JSON pointer tokens from the object root)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str | None = Field(default=None, description="leader / worker for LeaderWorkerSets, else None")
+    metadata_path: Pointer = Field(description="the template's metadata (may be absent in the object)")
+    spec_path: Pointer = Field(description="the PodSpec")
+    group_size: int = Field(default=1, description="pods per group (LeaderWorkerSet size), else 1")
+    implicit_env: dict[str, str] = Field(default_factory=dict, description="variables the platform injects")
+    peer_spec_path: Pointer | None = Field(
+        default=None, description="LeaderWorkerSet: the other template's PodSpec (for the group's GPUs)"
+    )
+
+
+def get_path(obj: Any, path: Pointer) -> Any:
+    """The value at ``path`` (None when any step is missing)."""
+    current = obj
+    for token in path:
+        if isinstance(current, Mapping):
+            current = current.get(token)
+        elif isinstance(current, list) and token.isdigit() and int(token) < len(current):
+            current = current[int(token)]
+        else:
+            return None
+    return current
+
+
+def is_pod_spec(value: Any) -> bool:
+    return isinstance(value, Mapping) and isinstance(value.get("containers"), list)
+
+
+def owned_by_controller(obj: Mapping[str, Any]) -> bool:
+    """True when an ownerReference marks a controller (a Pod of a ReplicaSet, a ReplicaSet of a
+    Deployment): the owner's template was already reviewed."""
+    refs = get_path(obj, ("metadata", "ownerReferences"))
+    if not isinstance(refs, list):
+        return False
+    return any(isinstance(r, Mapping) and r.get("controller") is True for r in refs)
+
+
+def pod_templates(obj: Mapping[str, Any]) -> list[PodTemplateRef]:
+    """The pod templates of ``obj`` in document order (empty for objects without pods)."""
+    kind = obj.get("kind")
+    if not isinstance(kind, str):
+        return []
+    if kind == "Pod":
+        return [PodTemplateRef(metadata_path=("metadata",), spec_path=("spec",))] if is_pod_spec(
+            obj.get("spec")
+        ) else []
+    if kind in _TEMPLATE_AT:
+        base = _TEMPLATE_AT[kind]
+        if is_pod_spec(get_path(obj, (*base, "spec"))):
+            return [PodTemplateRef(metadata_path=(*base, "metadata"), spec_path=(*base, "spec"))]
+        return []
+    if kind == "CronJob":
+        base = ("spec", "jobTemplate", "spec", "template")
+        if is_pod_spec(get_path(obj, (*base, "spec"))):
+            return [PodTemplateRef(metadata_path=(*base, "metadata"), spec_path=(*base, "spec"))]
+        return []
+    if kind == "LeaderWorkerSet":
+        return _leader_worker(obj)
+    if kind == "InferenceService":
+        refs = []
+        for component in ("predictor", "transformer", "explainer"):
+            path = ("spec", component)
+            if is_pod_spec(get_path(obj, path)):
+                refs.append(PodTemplateRef(name=component, metadata_path=("metadata",), spec_path=path))
+        return refs
+    if kind in ("ServingRuntime", "ClusterServingRuntime"):
+        return [PodTemplateRef(metadata_path=("metadata",), spec_path=("spec",))] if is_pod_spec(
+            obj.get("spec")
+        ) else []
+    return _search(obj)
+
+
+def _leader_worker(obj: Mapping[str, Any]) -> list[PodTemplateRef]:
+    base = ("spec", "leaderWorkerTemplate")
+    size_value = get_path(obj, (*base, "size"))
+    size = size_value if isinstance(size_value, int) and size_value >= 1 else 1
+    # LWS injects these into every pod of a group (leaderworkerset.x-k8s.io: LWS_GROUP_SIZE, ...).
+    implicit = {"LWS_GROUP_SIZE": str(size)}
+    leader = (*base, "leaderTemplate")
+    worker = (*base, "workerTemplate")
+    refs: list[PodTemplateRef] = []
+    has_leader = is_pod_spec(get_path(obj, (*leader, "spec")))
+    has_worker = is_pod_spec(get_path(obj, (*worker, "spec")))
+    if has_leader:
+        refs.append(PodTemplateRef(
+            name="leader", metadata_path=(*leader, "metadata"), spec_path=(*leader, "spec"),
+            group_size=size, implicit_env=implicit,
+            peer_spec_path=(*worker, "spec") if has_worker else None,
+        ))
+    if has_worker:
+        refs.append(PodTemplateRef(
+            name="worker", metadata_path=(*worker, "metadata"), spec_path=(*worker, "spec"),
+            group_size=size, implicit_env=implicit,
+            peer_spec_path=(*leader, "spec") if has_leader else None,
+        ))
+    return refs
+
+
+def _search(obj: Mapping[str, Any]) -> list[PodTemplateRef]:
+    """Custom resources: every PodTemplateSpec-shaped mapping under ``spec`` (depth-bounded)."""
+    found: list[PodTemplateRef] = []
+
+    def walk(value: Any, path: Pointer, depth: int) -> None:
+        if depth > _SEARCH_DEPTH or not isinstance(value, Mapping):
+            return
+        if is_pod_spec(value.get("spec")) and ("metadata" in value or path[-1:] == ("template",)):
+            found.append(PodTemplateRef(
+                name="/".join(path[1:]) or None, metadata_path=(*path, "metadata"), spec_path=(*path, "spec")
+            ))
+            return
+        for key in sorted(k for k in value if isinstance(k, str)):
+            walk(value[key], (*path, key), depth + 1)
+
+    walk(obj.get("spec"), ("spec",), 0)
+    return found

@@ -1,0 +1,256 @@
+"""The decision for one vLLM container: can it start, will it thrash, which limits to add or lower.
+
+Rules (DESIGN.md, Policy):
+
+* cannot start — the weights do not fit, ``--max-model-len`` cannot hold one sequence, TP x PP x DP
+  needs more GPUs than the pod (or LeaderWorkerSet group) gets. Enforce denies; Audit warns. The message
+  gives the numbers and the fix.
+* ``fill`` adds the limits the user left out, each one proven by a plan that fits: ``--max-model-len``
+  (the model's default context, or the longest that fits when the default does not — vLLM would refuse
+  to start), ``--gpu-memory-utilization`` (the release default) and ``--max-num-seqs``: the risk-bounded
+  value with a workload profile; without one only vLLM's own default, and only when the worst case
+  supports it (never a cut below vLLM's default on a worst-case guess).
+* ``clamp`` also lowers a given ``--max-model-len`` that cannot hold one sequence, and (with a profile)
+  a given ``--max-num-seqs`` above the risk-bounded value.
+* Only ``argv``/``image`` containers are changed; for ``sh -c`` scripts the change is a warning.
+* kv-planner's own failures (unknown model or GPU, lookup timeout, parse error, internal error) allow
+  the workload with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+import yaml
+
+from planner.errors import KvPlannerError, ModelResolutionError, PlannerInputError, UnknownModelError
+from planner.k8s.inspect import ContainerFinding
+from planner.policy.codes import Code, Finding, Severity, finding
+from planner.policy.limits import LimitContext, decide_limits, parallel_text
+from planner.policy.model import WORKLOAD_ANNOTATION, EffectivePolicy
+from planner.policy.outcome import ContainerOutcome
+from planner.policy.planning import PlanningBackend
+from planner.vllm.args import ServingArgs
+from planner.vllm.argv import format_args
+
+_SIZING_DESTS = (
+    "model",
+    "max_model_len",
+    "max_num_seqs",
+    "gpu_memory_utilization",
+    "kv_cache_memory_bytes",
+    "kv_cache_dtype",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "block_size",
+    "quantization",
+    "dtype",
+)
+
+
+def written_args(serving: ServingArgs | None, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``args`` object of ``planner check`` JSON: the sizing flags as written (None if absent)."""
+    keys = (
+        "max_model_len",
+        "max_num_seqs",
+        "gpu_memory_utilization",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "data_parallel_size",
+        "kv_cache_dtype",
+        "max_num_batched_tokens",
+        "kv_cache_memory_bytes",
+        "block_size",
+        "quantization",
+        "dtype",
+    )
+    result: dict[str, Any] = {}
+    for key in keys:
+        if key not in values or serving is None:
+            result[key] = None
+        else:
+            result[key] = getattr(serving, key)
+    return result
+
+
+@lru_cache(maxsize=256)
+def _yaml_json(text: str) -> str:
+    return json.dumps(yaml.safe_load(text), default=str)
+
+
+def _yaml(text: str) -> Any:
+    """YAML of an annotation, parsed once per distinct text (a fresh copy each time)."""
+    return json.loads(_yaml_json(text))
+
+
+def workload_profile(
+    annotations: list[Mapping[str, Any] | None],
+    policy: EffectivePolicy,
+    backend: PlanningBackend,
+    container: str,
+    findings: list[Finding],
+) -> Any | None:
+    """The profile in force: the workload's annotation, else the template's, else the policy's."""
+    for meta in annotations:
+        text = (meta or {}).get(WORKLOAD_ANNOTATION)
+        if isinstance(text, str) and text.strip():
+            try:
+                return backend.parse_workload(_yaml(text))
+            except (yaml.YAMLError, KvPlannerError) as error:
+                message = getattr(error, "message", str(error)).splitlines()[0]
+                findings.append(
+                    finding(Code.BAD_WORKLOAD_PROFILE, container, f"{WORKLOAD_ANNOTATION} ignored: {message}")
+                )
+                break
+    if policy.workload is not None:
+        try:
+            return backend.parse_workload(policy.workload)
+        except KvPlannerError:
+            return None
+    return None
+
+
+def evaluate(
+    found: ContainerFinding,
+    *,
+    policy: EffectivePolicy,
+    backend: PlanningBackend,
+    annotations: list[Mapping[str, Any] | None],
+    allow_local_models: bool,
+) -> ContainerOutcome:
+    """Evaluate one vLLM container. Never raises for kv-planner's own failures (they become findings)."""
+    container = found.container
+    name = container.name
+    out = ContainerOutcome()
+    command = container.command
+    if command is None:
+        out.findings.append(finding(Code.COMMAND_LINE_REJECTED, name, container.parse_error or "unreadable"))
+        return out
+    out.model_id = command.model
+    mutable = policy.mutation != "off"  # (the command's style decides below whether it can be edited)
+    if command.errors:
+        out.findings.append(
+            finding(
+                Code.COMMAND_LINE_REJECTED,
+                name,
+                f"vLLM {command.release} would reject the command line: {command.errors[0]}",
+            )
+        )
+        mutable = False
+    if command.config_file and not command.config_loaded:
+        out.findings.append(
+            finding(
+                Code.CONFIG_FILE_UNKNOWN,
+                name,
+                f"--config {command.config_file} is not readable here: its flags are not checked",
+            )
+        )
+        return out
+    values = command.values
+    unresolved = list(container.unresolved)
+    sizing_text = " ".join(str(values.get(d, "")) for d in _SIZING_DESTS) + " " + str(command.model or "")
+    if unresolved and any(f"$({v})" in sizing_text or f"${v}" in sizing_text for v in unresolved):
+        out.findings.append(
+            finding(
+                Code.UNRESOLVED_VARIABLE,
+                name,
+                f"${{{unresolved[0]}}} has no value in the manifest: not checked",
+            )
+        )
+        return out
+    try:
+        serving = command.serving_args(env=container.env)
+    except KvPlannerError as error:
+        out.findings.append(finding(Code.COMMAND_LINE_REJECTED, name, error.message))
+        return out
+    out.args = written_args(serving, values)
+    if not command.model:
+        out.findings.append(finding(Code.UNKNOWN_MODEL, name, "no model on the command line: not checked"))
+        return out
+
+    gpu = found.gpu
+    needed = serving.gpus_total
+    if gpu.count is None:
+        out.findings.append(
+            finding(Code.NO_GPU_REQUEST, name, "no nvidia.com/gpu or amd.com/gpu request: TP x PP not checked")
+        )
+    elif gpu.group_gpus is not None and needed > gpu.group_gpus:
+        where = f"the group of {gpu.group_size} pods" if (gpu.group_size or 1) > 1 else "the pod"
+        out.findings.append(
+            finding(
+                Code.TOO_FEW_GPUS,
+                name,
+                f"{parallel_text(serving)} = {needed} GPUs but {where} gets {gpu.group_gpus}: "
+                f"request {needed} GPUs or lower --tensor-parallel-size",
+            )
+        )
+    elif gpu.group_gpus is not None and needed < gpu.group_gpus:
+        out.findings.append(
+            finding(
+                Code.IDLE_GPUS,
+                name,
+                f"the pod gets {gpu.group_gpus} GPUs, vLLM uses {parallel_text(serving)} = "
+                f"{needed}: {gpu.group_gpus - needed} idle",
+            )
+        )
+    if gpu.spec is None:
+        label = f"{gpu.label!r} is not in the catalog" if gpu.label else "no GPU label or inventory"
+        out.findings.append(finding(Code.UNKNOWN_GPU, name, f"GPU type unknown ({label}): set kv-planner.io/gpu"))
+        return out
+
+    try:
+        model = backend.resolve_model(
+            command.model,
+            timeout=policy.model_lookup.timeout_seconds,
+            offline=policy.model_lookup.offline,
+            allow_local=allow_local_models,
+        )
+    except UnknownModelError:
+        out.findings.append(finding(Code.UNKNOWN_MODEL, name, f"model {command.model} is unknown: not checked"))
+        return out
+    except ModelResolutionError as error:
+        out.findings.append(
+            finding(
+                Code.MODEL_LOOKUP_FAILED,
+                name,
+                f"model {command.model}: {error.message.splitlines()[0]} (not checked)",
+            )
+        )
+        return out
+    except PlannerInputError as error:
+        out.findings.append(finding(Code.UNKNOWN_MODEL, name, f"model {command.model}: {error.message}"))
+        return out
+
+    profile = workload_profile(annotations, policy, backend, name, out.findings)
+    ctx = LimitContext(
+        found=found,
+        model=model,
+        profile=profile,
+        policy=policy,
+        backend=backend,
+        version=container.vllm_version or policy.vllm_version,
+    )
+    style_ok = container.style in ("argv", "image")
+    if any(f.severity == Severity.cannot_start for f in out.findings):
+        mutable = False  # (TP x PP vs GPUs) no limits are filled into a workload that cannot start
+    result = decide_limits(ctx, serving, mutable and style_ok)
+    if (
+        mutable
+        and not style_ok
+        and result.plan is not None
+        and result.plan.fits
+        and not any(f.severity == Severity.cannot_start for f in out.findings + result.findings)
+    ):
+        # A shell script is not edited (a word's position depends on the shell): say what would be added.
+        wanted = decide_limits(ctx, serving, True).changes
+        if wanted:
+            words = " ".join(format_args(wanted))
+            result.findings.append(finding(Code.SHELL_NOT_MUTATED, name, f"shell command not changed; add {words}"))
+    result.findings = out.findings + result.findings
+    result.args = out.args
+    result.model_id = out.model_id
+    return result

@@ -1,0 +1,382 @@
+"""The decision for one Kubernetes object: allow, warn, mutate (with a JSON patch) or deny.
+
+Precedence deny > mutate > warn > allow; ``skip`` for objects kv-planner does not look at (no pod
+template, opted out with ``kv-planner.io/skip``, Pods/ReplicaSets owned by a controller). The patch is
+built from the received object, applied in-process and checked; if that ever fails, the object is
+allowed unchanged with a warning (a kv-planner bug must never block a workload).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner.errors import KvPlannerError
+from planner.k8s.configfiles import ConfigMaps
+from planner.k8s.inspect import ContainerFinding, WorkloadFinding, inspect_workload
+from planner.k8s.nodes import NodeInfo
+from planner.k8s.workloads import get_path
+from planner.plan.models import Plan
+from planner.policy.codes import Code, Finding, Severity, finding
+from planner.policy.container import evaluate
+from planner.policy.model import EffectivePolicy
+from planner.policy.outcome import ContainerOutcome
+from planner.policy.patch import (
+    Operation,
+    PatchError,
+    annotation_operations,
+    apply_patch,
+    arg_operations,
+    check_result,
+    pointer,
+)
+from planner.policy.planning import PlanningBackend
+from planner.vllm.argv import flag_edits
+
+Decision = Literal["allow", "warn", "mutate", "deny", "skip"]
+PLAN_ANNOTATION = "kv-planner.io/plan"
+BLOCKS_ANNOTATION = "kv-planner.io/planned-num-gpu-blocks"
+_RANK: dict[str, int] = {"skip": 0, "allow": 1, "warn": 2, "mutate": 3, "deny": 4}
+
+
+class GpuEntry(BaseModel):
+    name: str | None = None
+    label: str | None = None
+    count: int | None = None
+    group_size: int | None = None
+    source: str | None = None
+
+
+class WorkloadEntry(BaseModel):
+    """One entry of ``planner check --output json``: document -> pod template -> vLLM container."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    kind: str | None
+    namespace: str | None
+    name: str | None
+    template: str | None = None
+    container: str | None = None
+    vllm: bool = False
+    model: str | None = None
+    vllm_version: str | None = None
+    args: dict[str, Any] = Field(default_factory=dict)
+    effective_args: dict[str, Any] = Field(default_factory=dict)
+    gpu: GpuEntry = Field(default_factory=GpuEntry)
+    decision: Decision = "skip"
+    codes: list[str] = Field(default_factory=list)
+    messages: list[str] = Field(default_factory=list)
+    patch: list[Operation] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list, exclude=True)
+    plan: Plan | None = Field(default=None, exclude=True)
+
+
+class ObjectDecision(BaseModel):
+    """The decision for one object, with the entries behind it."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    decision: Decision
+    entries: list[WorkloadEntry]
+    patch: list[Operation] = Field(default_factory=list)
+    findings: list[Finding] = Field(default_factory=list)
+
+    @property
+    def warnings(self) -> list[str]:
+        """Admission warnings: every finding except info, deny reasons excluded when denying."""
+        out: list[str] = []
+        for item in self.findings:
+            if item.severity == Severity.info:
+                continue
+            if self.decision == "deny" and item.severity == Severity.cannot_start:
+                continue
+            if item.message not in out:
+                out.append(item.message)
+        return out
+
+    @property
+    def deny_reasons(self) -> list[str]:
+        return [f.message for f in self.findings if f.severity == Severity.cannot_start]
+
+    @property
+    def codes(self) -> list[str]:
+        return sorted({f.code for f in self.findings})
+
+
+def _template_label(finding_: ContainerFinding) -> str | None:
+    ref = finding_.template
+    if ref.name:
+        return ref.name
+    return "/".join(ref.spec_path[:-1]) or None
+
+
+def _entry_decision(findings: Sequence[Finding], patch: Sequence[Operation], policy: EffectivePolicy) -> Decision:
+    severities = {f.severity for f in findings}
+    if Severity.cannot_start in severities and policy.validation_action == "Enforce":
+        return "deny"
+    if patch:
+        return "mutate"
+    if severities & {Severity.cannot_start, Severity.warn, Severity.mutate}:
+        return "warn"
+    return "allow"
+
+
+def plan_annotation(plan: Plan, model_id: str, outcome: ContainerOutcome, gpu_count: int | None) -> str:
+    """Compact JSON of the plan for ``kv-planner.io/plan`` (sorted keys: byte-identical on every pass)."""
+    kv = plan.kv_cache
+    body = {
+        "v": 1,
+        "model": model_id,
+        "gpu": plan.gpu.name,
+        "gpuCount": gpu_count if gpu_count is not None else plan.gpu.count,
+        "vllmVersion": plan.vllm_version,
+        "numGpuBlocks": kv.num_gpu_blocks,
+        "blockSize": kv.block_size,
+        "maxModelLen": kv.max_model_len,
+        "maxNumSeqs": outcome.effective_args.get("max_num_seqs"),
+        "kvCacheDtype": kv.kv_cache_dtype,
+        "gpuMemoryUtilization": plan.memory.gpu_memory_utilization,
+    }
+    return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+
+def decide(
+    obj: Mapping[str, Any],
+    *,
+    policy: EffectivePolicy,
+    backend: PlanningBackend,
+    inventory: Sequence[NodeInfo] | None = None,
+    configmaps: ConfigMaps | None = None,
+    namespace: str | None = None,
+    allow_local_models: bool = False,
+    default_gpu: str | None = None,
+) -> ObjectDecision:
+    """Decide for ``obj`` (a plain dict as received). Never raises for kv-planner's own failures."""
+    try:
+        workload = inspect_workload(
+            obj,
+            catalog=backend.catalog,
+            inventory=inventory,
+            default_gpu=default_gpu or policy.default_gpu,
+            default_version=policy.vllm_version,
+            configmaps=configmaps,
+            namespace=namespace,
+        )
+    except (KvPlannerError, ValueError, TypeError, KeyError, AttributeError) as error:
+        item = finding(Code.INTERNAL_ERROR, None, f"could not read the object ({type(error).__name__}): allowed")
+        entry = _header_entry(obj, namespace)
+        entry.decision, entry.codes, entry.messages, entry.findings = (
+            "warn",
+            [item.code],
+            [item.message],
+            [item],
+        )
+        return ObjectDecision(decision="warn", entries=[entry], findings=[item])
+    return _decide_workload(obj, workload, policy, backend, allow_local_models)
+
+
+def _header_entry(obj: Mapping[str, Any], namespace: str | None) -> WorkloadEntry:
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    assert isinstance(meta, Mapping)
+    return WorkloadEntry(
+        kind=obj.get("kind") if isinstance(obj.get("kind"), str) else None,
+        namespace=meta.get("namespace") if isinstance(meta.get("namespace"), str) else namespace,
+        name=meta.get("name") if isinstance(meta.get("name"), str) else None,
+    )
+
+
+def _decide_workload(
+    obj: Mapping[str, Any],
+    workload: WorkloadFinding,
+    policy: EffectivePolicy,
+    backend: PlanningBackend,
+    allow_local_models: bool,
+) -> ObjectDecision:
+    header = {"kind": workload.kind, "namespace": workload.namespace, "name": workload.name}
+    notes = [finding(Code.NAMESPACE_OVERRIDE_IGNORED, None, note) for note in policy.notes]
+    containers = workload.vllm_containers
+    if workload.skip is not None or not containers:
+        entry = WorkloadEntry(**header, decision="skip")
+        return ObjectDecision(decision="skip", entries=[entry])
+
+    workload_annotations = get_path(obj, ("metadata", "annotations"))
+    entries: list[WorkloadEntry] = []
+    annotated_templates: set[tuple[str, ...]] = set()
+    template_values: dict[tuple[str, ...], dict[str, str]] = {}
+    for found in containers:
+        template_meta = get_path(obj, found.template.metadata_path)
+        template_annotations = template_meta.get("annotations") if isinstance(template_meta, Mapping) else None
+        annotations = [
+            workload_annotations if isinstance(workload_annotations, Mapping) else None,
+            template_annotations if isinstance(template_annotations, Mapping) else None,
+        ]
+        try:
+            outcome = evaluate(
+                found,
+                policy=policy,
+                backend=backend,
+                annotations=annotations,
+                allow_local_models=allow_local_models,
+            )
+        except Exception as error:  # the boundary: kv-planner's bug must not block a workload
+            outcome = ContainerOutcome(
+                findings=[
+                    finding(
+                        Code.INTERNAL_ERROR,
+                        found.container.name,
+                        f"internal error ({type(error).__name__}): allowed unchecked",
+                    )
+                ]
+            )
+        entry = _entry(header, found, outcome)
+        ops: list[Operation] = []
+        cannot_start = any(f.severity == Severity.cannot_start for f in outcome.findings)
+        if outcome.changes and not (cannot_start and policy.validation_action == "Enforce"):
+            ops = _arg_ops(obj, found, outcome)
+        # Annotations: one vLLM container per template describes it (the first).
+        key = found.template.metadata_path
+        if (
+            outcome.plan is not None
+            and outcome.plan.fits
+            and policy.mutation != "off"
+            and not cannot_start  # no plan to record for a pod that cannot start
+        ):
+            if key in annotated_templates:
+                outcome.findings.append(
+                    finding(
+                        Code.SEVERAL_VLLM_CONTAINERS,
+                        found.container.name,
+                        "several vLLM containers: the annotations describe the first",
+                    )
+                )
+            else:
+                annotated_templates.add(key)
+                values = {BLOCKS_ANNOTATION: str(outcome.plan.kv_cache.num_gpu_blocks)}
+                if ops and outcome.model_id:
+                    values[PLAN_ANNOTATION] = plan_annotation(outcome.plan, outcome.model_id, outcome, found.gpu.count)
+                template_values[key] = values
+        entry.patch = ops
+        entry.findings = outcome.findings
+        entries.append(entry)
+
+    # Annotation operations per template, attached to that template's first entry.
+    for key, values in template_values.items():
+        ops = annotation_operations(obj, key, values)
+        if not ops:
+            continue
+        for entry_index, found in enumerate(containers):
+            if found.template.metadata_path == key:
+                entries[entry_index].patch = entries[entry_index].patch + ops
+                if entries[entry_index].plan is not None and not any(
+                    f.severity == Severity.mutate for f in entries[entry_index].findings
+                ):
+                    blocks = values[BLOCKS_ANNOTATION]
+                    entries[entry_index].findings.append(
+                        finding(Code.RECORDED_PLAN, found.container.name, f"recorded the plan: {blocks} KV blocks")
+                    )
+                break
+
+    patch = [op for entry in entries for op in entry.patch]
+    patch_findings: list[Finding] = []
+    if patch:
+        try:
+            _validate(obj, patch, containers)
+        except PatchError as error:
+            patch = []
+            patch_findings.append(finding(Code.PATCH_DROPPED, None, f"no change made: {error.message}"))
+            for entry in entries:
+                entry.patch = []
+    for entry in entries:
+        entry.findings = notes + entry.findings + patch_findings
+        entry.decision = _entry_decision(entry.findings, entry.patch, policy)
+        entry.codes = _unique(f.code for f in entry.findings)
+        entry.messages = _unique(f.message for f in entry.findings)
+    decision: Decision = max((e.decision for e in entries), key=lambda d: _RANK[d])
+    if decision == "deny":
+        patch = []
+    findings = [f for e in entries for f in e.findings]
+    return ObjectDecision(decision=decision, entries=entries, patch=patch, findings=_unique_findings(findings))
+
+
+def _unique(items: Any) -> list[str]:
+    out: list[str] = []
+    for item in items:
+        if item not in out:
+            out.append(item)
+    return out
+
+
+def _unique_findings(findings: Sequence[Finding]) -> list[Finding]:
+    seen: set[str] = set()
+    out: list[Finding] = []
+    for item in findings:
+        if item.message not in seen:
+            seen.add(item.message)
+            out.append(item)
+    return out
+
+
+def _entry(header: Mapping[str, Any], found: ContainerFinding, outcome: ContainerOutcome) -> WorkloadEntry:
+    gpu = found.gpu
+    return WorkloadEntry(
+        **header,
+        template=_template_label(found),
+        container=found.container.name,
+        vllm=True,
+        model=outcome.model_id or (found.container.command.model if found.container.command else None),
+        vllm_version=found.container.vllm_version,
+        args=outcome.args,
+        effective_args=outcome.effective_args,
+        gpu=GpuEntry(name=gpu.name, label=gpu.label, count=gpu.count, group_size=gpu.group_size, source=gpu.source),
+        plan=outcome.plan,
+    )
+
+
+def _arg_ops(obj: Mapping[str, Any], found: ContainerFinding, outcome: ContainerOutcome) -> list[Operation]:
+    command = found.container.command
+    if command is None:
+        return []
+    raw = get_path(obj, (*found.template.spec_path, "containers", str(found.container.index)))
+    if not isinstance(raw, Mapping):
+        return []
+    edits = flag_edits(found.container.words, command, outcome.changes)
+    return arg_operations(found.template.spec_path, found.container, raw, edits)
+
+
+def allowed_prefixes(containers: Sequence[ContainerFinding]) -> list[str]:
+    """The only places a kv-planner patch may touch."""
+    prefixes: list[str] = []
+    for found in containers:
+        base = (*found.template.spec_path, "containers", str(found.container.index))
+        prefixes += [pointer((*base, "args")), pointer((*base, "command"))]
+        meta = found.template.metadata_path
+        prefixes += [
+            pointer((*meta, "annotations", PLAN_ANNOTATION)),
+            pointer((*meta, "annotations", BLOCKS_ANNOTATION)),
+        ]
+        # Creating a missing parent adds the whole (new) object at its path.
+        if meta:
+            prefixes += [pointer(meta), pointer((*meta, "annotations"))]
+    return prefixes
+
+
+def _validate(obj: Mapping[str, Any], patch: Sequence[Operation], containers: Sequence[ContainerFinding]) -> None:
+    """Apply the patch to a copy and check the result (raises PatchError)."""
+    result = apply_patch(obj, patch)
+    # Parents that existed before may only gain our keys: check paths under metadata precisely.
+    check_result(obj, result, _tighten(obj, allowed_prefixes(containers)))
+
+
+def _tighten(obj: Mapping[str, Any], prefixes: Sequence[str]) -> list[str]:
+    """Drop whole-parent prefixes for parents that already existed (then only our keys may change)."""
+    tightened: list[str] = []
+    for prefix in prefixes:
+        tokens = tuple(t.replace("~1", "/").replace("~0", "~") for t in prefix.split("/")[1:])
+        is_parent = tokens[-1:] in (("metadata",), ("annotations",))
+        if is_parent and get_path(obj, tokens) is not None:
+            continue
+        tightened.append(prefix)
+    return tightened

@@ -1,0 +1,94 @@
+"""Read manifest streams (multi-document YAML or JSON, Helm and Kustomize output, ``kubectl get -o yaml``).
+
+Each document is parsed on its own, so one invalid document is reported with its number while the
+others are still checked. ``kind: List`` documents are expanded into their items.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+_SEPARATOR = re.compile(r"^---(?:[ \t].*)?$|^\.\.\.[ \t]*$")
+
+
+class Document(BaseModel):
+    """One document of the input: its number (0-based, across all inputs), source and content."""
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    source: str
+    line: int
+    content: Any = None
+    error: str | None = None
+
+
+def _chunks(text: str) -> Iterator[tuple[int, str]]:
+    """(first line number, text) of each YAML document, split at ``---`` / ``...`` lines."""
+    start, lines = 1, list[str]()
+    for number, line in enumerate(text.splitlines(), start=1):
+        if _SEPARATOR.match(line):
+            yield start, "\n".join(lines)
+            start, lines = number + 1, []
+        else:
+            lines.append(line)
+    yield start, "\n".join(lines)
+
+
+def _is_blank(chunk: str) -> bool:
+    return all(not line.strip() or line.lstrip().startswith("#") for line in chunk.splitlines())
+
+
+def read_documents(text: str, source: str, first_index: int = 0) -> list[Document]:
+    """The documents of one input (YAML stream or a JSON document)."""
+    stripped = text.lstrip()
+    if stripped.startswith(("{", "[")):
+        try:
+            return _expand(Document(index=first_index, source=source, line=1, content=json.loads(text)))
+        except ValueError:
+            pass  # YAML is a superset of JSON: let the YAML reader report the error with a line number
+    documents: list[Document] = []
+    index = first_index
+    for line, chunk in _chunks(text):
+        if _is_blank(chunk):
+            continue
+        try:
+            content = yaml.safe_load(chunk)
+        except yaml.YAMLError as error:
+            mark = getattr(error, "problem_mark", None)
+            where = f"line {line + mark.line}" if mark is not None else f"document at line {line}"
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            documents.append(
+                Document(index=index, source=source, line=line, error=f"{source}: {where}: invalid YAML: {problem}")
+            )
+        else:
+            if content is not None:
+                documents += _expand(Document(index=index, source=source, line=line, content=content))
+            else:
+                continue
+        index += 1
+    return documents
+
+
+def _expand(document: Document) -> list[Document]:
+    content = document.content
+    if isinstance(content, dict) and content.get("kind") == "List" and isinstance(content.get("items"), list):
+        return [document.model_copy(update={"content": item}) for item in content["items"]]
+    if isinstance(content, list):
+        return [document.model_copy(update={"content": item}) for item in content]
+    if not isinstance(content, dict):
+        return [
+            document.model_copy(
+                update={
+                    "content": None,
+                    "error": f"{document.source}: line {document.line}: not a Kubernetes object (a mapping)",
+                }
+            )
+        ]
+    return [document]

@@ -1,0 +1,239 @@
+"""The one place where policy decisions call into the planner core.
+
+Decisions need four things from the core: the GPU catalog, a model spec for a model id (within a time
+budget on the admission path), a plan, and vLLM's defaults for the release in force. They reach them
+through :class:`PlanningBackend`, so the decision logic can be tested with small fakes and the webhook
+and ``planner check`` share :class:`CoreBackend`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections import OrderedDict
+from typing import Any, Protocol
+
+from planner.errors import PlannerInputError, UnknownGPUError, UnknownModelError
+from planner.gpus.catalog import all_gpus, gpu_for_memory, gpu_for_mig_profile, lookup_gpu
+from planner.gpus.spec import GpuSpec
+from planner.hub.local import looks_like_path
+from planner.k8s.gpus import GpuCatalog
+from planner.models.resolve import resolve_model
+from planner.models.spec import ModelSpec
+from planner.plan import make_plan
+from planner.plan.models import Plan
+from planner.vllm.args import ServingArgs
+from planner.vllm.defaults import resolve_args
+from planner.vllm.releases import resolve_release
+from planner.workload import parse_workload
+
+_MODEL_TTL = 600.0  # seconds a resolved model is reused (the Hub layer has its own cache as well)
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+class PlanningBackend(Protocol):
+    """What decisions need from the planner core."""
+
+    @property
+    def catalog(self) -> GpuCatalog: ...
+
+    def resolve_model(self, name: str, *, timeout: float | None, offline: bool, allow_local: bool) -> ModelSpec:
+        """The model's spec. Raises UnknownModelError / ModelResolutionError subclasses."""
+        ...
+
+    def parse_workload(self, data: Any) -> Any:
+        """A workload profile from decoded YAML/JSON. Raises WorkloadProfileError."""
+        ...
+
+    def plan(
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        args: ServingArgs,
+        *,
+        vllm_version: str | None,
+        headroom: float,
+        workload: Any | None,
+    ) -> Plan:
+        """make_plan. Raises PlannerInputError subclasses for settings vLLM refuses."""
+        ...
+
+    def effective_args(
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        args: ServingArgs,
+        *,
+        vllm_version: str | None,
+        max_model_len: int,
+    ) -> dict[str, Any]:
+        """vLLM's values in force for the sizing flags (defaults filled in), keyed by dest."""
+        ...
+
+
+class CoreGpuCatalog:
+    """:class:`planner.k8s.gpus.GpuCatalog` over planner.gpus.catalog."""
+
+    def lookup(self, name: str, memory_bytes: int | None = None) -> GpuSpec | None:
+        try:
+            return lookup_gpu(name, memory_bytes=memory_bytes)
+        except UnknownGPUError:
+            return None
+
+    def for_memory(self, memory_bytes: int) -> GpuSpec | None:
+        """The catalog card whose memory is within 5% of ``memory_bytes`` (GFD reports NVML's total, a
+        little more than what CUDA reports), the smallest if several; else an ad-hoc GPU of that size."""
+        close = [g for g in all_gpus() if abs(g.memory_bytes - memory_bytes) <= 0.05 * memory_bytes]
+        if close:
+            return min(close, key=lambda g: (g.memory_bytes, g.name))
+        try:
+            return gpu_for_memory(memory_bytes)
+        except PlannerInputError:
+            return None
+
+    def mig(self, profile: str, parent: str | None) -> GpuSpec | None:
+        try:
+            return gpu_for_mig_profile(profile, gpu=parent)
+        except UnknownGPUError:
+            return None
+
+
+class CoreBackend:
+    """The real planner core, with a bounded memo of plans.
+
+    Plans are pure functions of their inputs, and admission sees the same workload again and again
+    (updates, dry-runs, reinvocation, GitOps diffs), so the webhook keeps the last ``memo_size`` plans.
+    """
+
+    def __init__(self, *, memo_size: int = 1024) -> None:
+        self._catalog = CoreGpuCatalog()
+        self._memo: OrderedDict[str, Plan] = OrderedDict()
+        self._models: OrderedDict[str, tuple[float, ModelSpec]] = OrderedDict()
+        self._profiles: OrderedDict[str, Any] = OrderedDict()
+        self._effective: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        self._dumps: OrderedDict[int, tuple[Any, str]] = OrderedDict()
+        self._memo_size = memo_size
+        self._lock = threading.Lock()
+
+    @property
+    def catalog(self) -> GpuCatalog:
+        return self._catalog
+
+    def resolve_model(self, name: str, *, timeout: float | None, offline: bool, allow_local: bool) -> ModelSpec:
+        if not allow_local and (looks_like_path(name) or not _HUB_ID.match(name)):
+            # The webhook must not read its own file system on behalf of a request.
+            raise UnknownModelError(name, hint="local model paths are not read on the admission path")
+        key = f"{name}|{offline}|{allow_local}"
+        now = time.monotonic()
+        with self._lock:
+            hit = self._models.get(key)
+            if hit is not None and now - hit[0] < _MODEL_TTL:
+                return hit[1]
+        spec = resolve_model(name, timeout=timeout, offline=offline or None).spec
+        with self._lock:
+            self._models[key] = (now, spec)
+            while len(self._models) > self._memo_size:
+                self._models.popitem(last=False)
+        return spec
+
+    def parse_workload(self, data: Any) -> Any:
+        key = json.dumps(data, sort_keys=True, default=str)
+        with self._lock:
+            hit = self._profiles.get(key)
+        if hit is not None:
+            return hit
+        profile = parse_workload(data, source="workload")  # a frozen model: safe to share
+        with self._lock:
+            self._profiles[key] = profile
+            while len(self._profiles) > self._memo_size:
+                self._profiles.popitem(last=False)
+        return profile
+
+    def plan(
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        args: ServingArgs,
+        *,
+        vllm_version: str | None,
+        headroom: float,
+        workload: Any | None,
+    ) -> Plan:
+        key = self._key(model, gpu, args, vllm_version, headroom, workload)
+        with self._lock:
+            hit = self._memo.get(key)
+            if hit is not None:
+                self._memo.move_to_end(key)
+                return hit
+        plan = make_plan(model, gpu, args, vllm_version=vllm_version, headroom=headroom, workload=workload)
+        with self._lock:
+            self._memo[key] = plan
+            while len(self._memo) > self._memo_size:
+                self._memo.popitem(last=False)
+        return plan
+
+    def effective_args(
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        args: ServingArgs,
+        *,
+        vllm_version: str | None,
+        max_model_len: int,
+    ) -> dict[str, Any]:
+        key = "effective|" + self._key(model, gpu, args, vllm_version, max_model_len, None)
+        with self._lock:
+            cached = self._effective.get(key)
+        if cached is not None:
+            return dict(cached)
+        _, release, _ = resolve_release(vllm_version)
+        resolved = resolve_args(args, model, gpu, release, max_model_len)
+        result = {
+            "max_num_seqs": resolved.max_num_seqs,
+            "max_num_batched_tokens": resolved.max_num_batched_tokens,
+            "gpu_memory_utilization": resolved.gpu_memory_utilization,
+            "block_size": resolved.block_size,
+            "dtype": resolved.dtype,
+            "enable_prefix_caching": resolved.enable_prefix_caching,
+        }
+        with self._lock:
+            self._effective[key] = result
+            while len(self._effective) > self._memo_size:
+                self._effective.popitem(last=False)
+        return dict(result)
+
+    def _json_of(self, value: Any) -> str:
+        """JSON of a (frozen) spec, computed once per object: memo keys are built on every request."""
+        with self._lock:
+            hit = self._dumps.get(id(value))
+            if hit is not None and hit[0] is value:
+                return hit[1]
+        dump = getattr(value, "model_dump_json", None)
+        text = dump() if callable(dump) else repr(value)
+        with self._lock:
+            self._dumps[id(value)] = (value, text)  # keeps the object alive, so its id stays unique
+            while len(self._dumps) > self._memo_size:
+                self._dumps.popitem(last=False)
+        return text
+
+    def _key(
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        args: ServingArgs,
+        version: str | None,
+        number: float,
+        workload: Any | None,
+    ) -> str:
+        return "|".join(
+            (
+                self._json_of(model),
+                self._json_of(gpu),
+                args.model_dump_json(),
+                str(version),
+                repr(number),
+                self._json_of(workload) if workload is not None else "-",
+            )
+        )

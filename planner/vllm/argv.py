@@ -1,0 +1,533 @@
+"""Parse and edit vLLM command lines exactly as vLLM's argparse reads them.
+
+vLLM's ``FlexibleArgumentParser`` (vllm X/utils/argparse_utils.py, earlier vllm/utils/__init__.py)
+preprocesses argv before argparse sees it: underscores in ``--flag_names`` become dashes (only the part
+before the first ``.``), ``-O3`` becomes an optimization level, ``--json-arg.key value`` is merged into
+``--json-arg '{"key": value}'``, ``--config FILE.yaml`` is expanded in place (CLI > config > defaults),
+and with ``vllm serve`` a ``--model`` option is refused (<= 0.11) or moved to the positional model
+(>= 0.12). argparse then accepts unambiguous prefixes of long options (``allow_abbrev``), ``--k=v`` and
+``--k v``, and the last occurrence of a flag wins. The option strings and their arity come from
+:mod:`planner.vllm.argv_flags`, generated from each release's own source.
+
+:func:`parse_command` finds vLLM in a full command (``vllm serve``, ``python -m
+vllm.entrypoints.openai.api_server``); :func:`parse_args` reads the arguments of an image whose
+entrypoint is vLLM. :func:`set_flag` edits an argv list minimally, in the user's own spelling.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner.errors import InvalidArgumentError
+from planner.units import parse_human_int
+from planner.vllm.args import ServingArgs
+from planner.vllm.argv_emit import ArgEdit, Style, apply_edits, detect_style, flag_edits, format_args, set_flag
+from planner.vllm.argv_table import FlagTable, Kind, flag_table
+from planner.vllm.argv_values import to_serving_args, typed_value
+
+__all__ = [
+    "ArgEdit",
+    "Entrypoint",
+    "FlagTable",
+    "ParsedFlag",
+    "Style",
+    "VllmCommand",
+    "apply_edits",
+    "detect_style",
+    "flag_edits",
+    "flag_table",
+    "format_args",
+    "locate",
+    "parse_args",
+    "parse_command",
+    "set_flag",
+    "to_serving_args",
+    "typed_value",
+]
+Entrypoint = Literal["serve", "api_server", "image"]
+
+_API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
+_CLI_MODULE = "vllm.entrypoints.cli.main"
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's _negative_number_matcher
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+
+
+class ParsedFlag(BaseModel):
+    """One option as vLLM reads it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    dest: str = Field(description="argparse dest, e.g. max_model_len")
+    option: str = Field(description="the option string it resolved to, e.g. --max-model-len")
+    written: str = Field(description="the option as written, before '=' (e.g. --max_model or -tp)")
+    value: Any = Field(description="str, list[str], True/False, or a dict for --json-arg.key values")
+    source: Literal["argv", "config"] = "argv"
+    index: int | None = Field(default=None, description="argv index of the option token (argv source)")
+    value_index: int | None = Field(
+        default=None, description="argv index of the separate value token; None for --k=v or no value"
+    )
+    inline: bool = Field(default=False, description="written as --k=v")
+    dotted: bool = Field(default=False, description="--json-arg.key value: merged into the JSON value")
+
+
+class VllmCommand(BaseModel):
+    """A vLLM command line, parsed as the release in force would parse it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    entrypoint: Entrypoint
+    release: str = Field(description="the flag table used (newest known release <= the image's)")
+    args_start: int = Field(description="argv index where vLLM's own arguments begin")
+    model: str | None = None
+    model_source: Literal["positional", "--model", "config"] | None = None
+    model_index: int | None = Field(default=None, description="argv index of the model token")
+    flags: list[ParsedFlag] = Field(default_factory=list)
+    unknown: list[str] = Field(default_factory=list, description="options vLLM would not recognise")
+    errors: list[str] = Field(default_factory=list, description="why vLLM would refuse this command line")
+    config_file: str | None = None
+    config_loaded: bool = False
+
+    def last(self, dest: str) -> ParsedFlag | None:
+        """The occurrence of ``dest`` that wins (argparse: the last one)."""
+        found = None
+        for flag in self.flags:
+            if flag.dest == dest:
+                found = flag
+        return found
+
+    def value(self, dest: str) -> Any:
+        flag = self.last(dest)
+        return None if flag is None else flag.value
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """dest -> the value in force (last occurrence wins, as in argparse).
+
+        ``--json-arg.key value`` pieces are merged into one dict that vLLM appends after every other
+        word, so it replaces a whole ``--json-arg '{...}'`` given anywhere.
+        """
+        result: dict[str, Any] = {}
+        dotted: dict[str, dict[str, Any]] = {}
+        for flag in self.flags:
+            if flag.dotted:
+                _merge(dotted.setdefault(flag.dest, {}), flag.value)
+            else:
+                result[flag.dest] = flag.value
+        result.update(dotted)
+        return result
+
+    def serving_args(self, env: Mapping[str, str] | None = None) -> ServingArgs:
+        """The sizing subset, typed. Raises :class:`InvalidArgumentError` for values vLLM would refuse."""
+        return to_serving_args(self.values, env=env)
+
+
+# --- the parser ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Token:
+    text: str  # after FlexibleArgumentParser's rewrite
+    index: int | None  # argv index; None for tokens that came from the --config file
+    source: Literal["argv", "config"] = "argv"
+    original: str = ""  # as written
+
+
+def locate(argv: Sequence[str]) -> tuple[Entrypoint, int] | None:
+    """Where vLLM's own arguments start in a full command, or None when it does not start vLLM.
+
+    Recognises ``vllm serve`` (any path to the ``vllm`` script), ``python[3[.x]] [-u ...] -m
+    vllm.entrypoints.openai.api_server`` and ``python -m vllm.entrypoints.cli.main serve``.
+    """
+    for i, word in enumerate(argv):
+        base = word.rsplit("/", 1)[-1]
+        if base == "vllm" and i + 1 < len(argv) and argv[i + 1] == "serve":
+            return "serve", i + 2
+        if _PYTHON.match(base):
+            j = i + 1
+            while j < len(argv) and argv[j].startswith("-") and argv[j] != "-m":
+                j += 1
+            if j + 1 < len(argv) and argv[j] == "-m":
+                module = argv[j + 1]
+                if module in _API_SERVER_MODULES:
+                    return "api_server", j + 2
+                if module == _CLI_MODULE and j + 2 < len(argv) and argv[j + 2] == "serve":
+                    return "serve", j + 3
+    return None
+
+
+def parse_command(
+    argv: Sequence[str],
+    *,
+    version: str | None = None,
+    read_config: Callable[[str], str | None] | None = None,
+) -> VllmCommand | None:
+    """Parse a full command (``command`` + ``args``); None when it does not start vLLM."""
+    found = locate(argv)
+    if found is None:
+        return None
+    entrypoint, start = found
+    return _parse(list(argv), start, entrypoint, flag_table(version), read_config)
+
+
+def parse_args(
+    args: Sequence[str],
+    *,
+    version: str | None = None,
+    entrypoint: Entrypoint = "image",
+    read_config: Callable[[str], str | None] | None = None,
+) -> VllmCommand:
+    """Parse the arguments given to an image whose entrypoint is ``vllm serve`` (no command)."""
+    return _parse(list(args), 0, entrypoint, flag_table(version), read_config)
+
+
+def _normalise(token: str, table: FlagTable) -> list[str]:
+    """FlexibleArgumentParser's per-token rewrite (underscores, -O<level>)."""
+    if token.startswith("--"):
+        key, sep, value = token.partition("=")
+        head, dot, tail = key[2:].partition(".")
+        return ["--" + head.replace("_", "-") + dot + tail + sep + value]
+    if table.optimization_level and token.startswith("-O") and token != "-O" and not token.startswith("-O."):
+        level = token[3:] if token[2] == "=" else token[2:]
+        return ["--optimization-level", level]
+    return [token]
+
+
+def _config_tokens(text: str, table: FlagTable) -> list[str]:
+    """vLLM's load_config_file: YAML mapping -> argv words, per release."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise InvalidArgumentError(f"--config is not valid YAML: {error}", flag="--config") from None
+    if data is None:
+        return []
+    if not isinstance(data, dict):
+        raise InvalidArgumentError("--config must hold a YAML mapping of flag: value", flag="--config")
+    words: list[str] = []
+    for key, value in data.items():
+        option = f"--{key}"
+        if isinstance(value, bool):
+            if value:
+                words.append(option)
+            elif table.config_false_as_no and f"--no-{key}".replace("_", "-") in table.options:
+                words.append(f"--no-{key}")
+        elif isinstance(value, list) and table.config_lists:
+            if value:
+                words += [option, *(str(item) for item in value)]
+        elif isinstance(value, dict) and table.config_dicts:
+            words += [option, json.dumps(value)]
+        else:
+            words += [option, str(value)]
+    return words
+
+
+def _is_option(token: str, table: FlagTable) -> bool:
+    """argparse's ``_parse_optional`` is not None: the token is read as an option, not a value."""
+    if not token or token[0] != "-" or token == "-":
+        return False
+    if token in table.options:
+        return True
+    if "=" in token and token.split("=", 1)[0] in table.options:
+        return True
+    if _matches(token, table):
+        return True
+    if _NEGATIVE_NUMBER.match(token):
+        return False
+    return " " not in token
+
+
+def _matches(token: str, table: FlagTable) -> list[tuple[str, str | None]]:
+    """argparse ``_get_option_tuples``: (option, explicit value) pairs an abbreviation could mean."""
+    result: list[tuple[str, str | None]] = []
+    if len(token) < 2 or token[0] != "-":
+        return result
+    if token[1] == "-":
+        prefix, sep, explicit = token.partition("=")
+        for option in table.options:
+            if option.startswith(prefix):
+                result.append((option, explicit if sep else None))
+    else:
+        short, short_explicit = token[:2], token[2:]
+        for option in table.options:
+            if option == short:
+                result.append((option, short_explicit))
+            elif option.startswith(token):
+                result.append((option, None))
+    return result
+
+
+def _resolve(token: str, table: FlagTable) -> tuple[str | None, str | None, str | None]:
+    """(option, explicit value, error) for an option token, following argparse."""
+    if token in table.options:
+        return token, None, None
+    if "=" in token:
+        head, explicit = token.split("=", 1)
+        if head in table.options:
+            return head, explicit, None
+    matches = _matches(token, table)
+    if len(matches) > 1:
+        names = ", ".join(sorted(option for option, _ in matches))
+        return None, None, f"ambiguous option: {token} could match {names}"
+    if len(matches) == 1:
+        option, attached = matches[0]
+        return option, attached or None, None
+    return None, None, None
+
+
+def _parse(
+    argv: list[str],
+    start: int,
+    entrypoint: Entrypoint,
+    table: FlagTable,
+    read_config: Callable[[str], str | None] | None,
+) -> VllmCommand:
+    errors: list[str] = []
+    raw = [_Token(text=text, index=start + i, original=text) for i, text in enumerate(argv[start:])]
+
+    # --config FILE: vLLM inserts the file's words before the CLI words, so CLI wins.
+    config_file: str | None = None
+    config_loaded = False
+    texts = [t.text for t in raw]
+    if "--config" in texts:
+        if texts.count("--config") > 1:
+            errors.append("more than one --config file given")
+        at = texts.index("--config")
+        if at + 1 < len(raw):
+            config_file = raw[at + 1].text
+            content = read_config(config_file) if read_config else None
+            del raw[at : at + 2]
+            if content is not None:
+                words = _config_tokens(content, table)
+                config_loaded = True
+                raw = [_Token(text=w, index=None, source="config", original=w) for w in words] + raw
+        else:
+            errors.append("No config file specified! Please check your command-line arguments.")
+
+    # Preprocessing (FlexibleArgumentParser.parse_args).
+    tokens: list[_Token] = []
+    for position, token in enumerate(raw):
+        following = raw[position + 1].text if position + 1 < len(raw) else None
+        if table.optimization_level and token.text == "-O" and following in ("0", "1", "2", "3"):
+            tokens.append(replace(token, text="--optimization-level"))  # `-O 3`
+            continue
+        for text in _normalise(token.text, table):
+            tokens.append(_Token(text=text, index=token.index, source=token.source, original=token.original))
+
+    flags: list[ParsedFlag] = []
+    unknown: list[str] = []
+    positionals: list[_Token] = []
+
+    # (Not for "image": whether the image's entrypoint is `vllm serve` or the api_server module is
+    # unknown here, and the api_server accepts --model.)
+    refused = entrypoint == "serve" and table.serve_model_option == "refused"
+    if refused and any(t.text == "--model" and t.source == "argv" for t in tokens):
+        errors.append("vLLM refuses `vllm serve --model`: give the model as the first positional argument")
+
+    i = 0
+    only_positionals = False
+    while i < len(tokens):
+        token = tokens[i]
+        text = token.text
+        if only_positionals or not _is_option(text, table):
+            if text == "--" and not only_positionals:
+                only_positionals = True
+            else:
+                positionals.append(token)
+            i += 1
+            continue
+        # --json-arg.key[+] value (dotted JSON args), merged into one JSON value per option.
+        if table.dotted_json and "." in text.split("=", 1)[0]:
+            head, has_eq, inline_value = text.partition("=")
+            base, _, path = head.partition(".")
+            if has_eq:
+                value_text, value_index, consumed = inline_value, None, 1
+            elif i + 1 < len(tokens):
+                value_text, value_index, consumed = tokens[i + 1].text, tokens[i + 1].index, 2
+            else:
+                errors.append(f"argument {head}: expected one argument")
+                break
+            option, _, error = _resolve(base, table)
+            if option is None:
+                unknown.append(head)
+                if error:
+                    errors.append(error)
+            else:
+                dest = table.options[option][0]
+                flags.append(
+                    ParsedFlag.model_construct(
+                        dest=dest,
+                        option=option,
+                        written=token.original.split("=", 1)[0],
+                        value=_dotted_value(path, value_text),
+                        source=token.source,
+                        index=token.index,
+                        value_index=value_index,
+                        inline=bool(has_eq),
+                        dotted=True,
+                    )
+                )
+            i += consumed
+            continue
+
+        option, explicit, error = _resolve(text, table)
+        if option is None:
+            if error:
+                errors.append(error)
+            else:
+                unknown.append(text)
+            i += 1
+            continue
+        dest, kind = table.options[option]
+        original = token.original
+        written = original.split("=", 1)[0] if explicit is not None and "=" in original else original
+        if explicit is not None and not text.startswith("--") and "=" not in text:
+            written = option  # -qfp8: the short option with its value attached
+        i += 1
+        if kind in ("true", "false", "count"):
+            if explicit is not None:
+                errors.append(f"argument {option}: ignored explicit argument {explicit!r}")
+            value: Any = kind != "false"
+            flags.append(
+                ParsedFlag.model_construct(
+                    dest=dest, option=option, written=written, value=value, source=token.source, index=token.index
+                )
+            )
+            continue
+        if explicit is not None:
+            value = [explicit] if kind == "multi" else explicit
+            flags.append(
+                ParsedFlag.model_construct(
+                    dest=dest,
+                    option=option,
+                    written=written,
+                    value=value,
+                    source=token.source,
+                    index=token.index,
+                    inline=True,
+                )
+            )
+            continue
+        needed = _arity(kind)
+        taken: list[_Token] = []
+        while i < len(tokens) and not _is_option(tokens[i].text, table) and tokens[i].text != "--":
+            if needed is not None and len(taken) >= needed:
+                break
+            taken.append(tokens[i])
+            i += 1
+        if kind == "optional":
+            value = taken[0].text if taken else True
+        elif not taken or (needed is not None and len(taken) < needed):
+            errors.append(f"argument {option}: expected {'one' if needed == 1 else 'more'} argument")
+            continue
+        elif kind == "value":
+            value = taken[0].text
+        else:
+            value = [t.text for t in taken]
+        flags.append(
+            ParsedFlag.model_construct(
+                dest=dest,
+                option=option,
+                written=written,
+                value=value,
+                source=token.source,
+                index=token.index,
+                value_index=taken[0].index if taken else None,
+            )
+        )
+
+    model, model_source, model_index, used = _model(entrypoint, table, flags, positionals, errors)
+    unknown += [extra.text for extra in positionals[used:]]
+    if unknown:
+        errors.append("unrecognized arguments: " + " ".join(unknown))
+    return VllmCommand.model_construct(
+        entrypoint=entrypoint,
+        release=table.release,
+        args_start=start,
+        model=model,
+        model_source=model_source,
+        model_index=model_index,
+        flags=flags,
+        unknown=unknown,
+        errors=errors,
+        config_file=config_file,
+        config_loaded=config_loaded,
+    )
+
+
+def _arity(kind: Kind) -> int | None:
+    if kind in ("value", "optional"):
+        return 1
+    if kind.startswith("n") and kind[1:].isdigit():
+        return int(kind[1:])
+    return None  # multi: greedy, as argparse's 'A+' pattern
+
+
+def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
+    """vLLM's recursive_dict_update: nested dicts merge, lists extend, anything else is replaced."""
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        elif isinstance(value, list) and isinstance(into.get(key), list):
+            into[key] = into[key] + value
+        else:
+            into[key] = value
+
+
+def _dotted_value(path: str, text: str) -> dict[str, Any]:
+    """``--compilation-config.level 3`` -> {"level": 3} (JSON, else the string), as vLLM merges it."""
+    keys = path.split(".")
+    if keys[-1].endswith("+"):
+        keys[-1] = keys[-1][:-1]
+        value: Any = text.split(",")
+    else:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            try:
+                value = parse_human_int(text)
+            except InvalidArgumentError:
+                value = text
+            except ValueError:
+                value = text
+    for key in reversed(keys):
+        value = {key: value}
+    return dict(value)
+
+
+def _model(
+    entrypoint: Entrypoint,
+    table: FlagTable,
+    flags: list[ParsedFlag],
+    positionals: list[_Token],
+    errors: list[str],
+) -> tuple[str | None, Literal["positional", "--model", "config"] | None, int | None, int]:
+    """(model, where it came from, its argv index, positionals used)."""
+    option_model = None
+    for flag in flags:
+        if flag.dest == "model":
+            option_model = flag
+    option_source: Literal["positional", "--model", "config"] = "--model"
+    option_index = None
+    if option_model is not None:
+        option_source = "config" if option_model.source == "config" else "--model"
+        option_index = option_model.index if option_model.inline else option_model.value_index
+    first = positionals[0] if positionals else None
+    if entrypoint == "api_server":
+        # The api_server module has no positional model; without --model it serves vLLM's default.
+        if option_model is None:
+            return None, None, None, 0
+        return str(option_model.value), option_source, option_index, 0
+    if option_model is not None and (first is None or (entrypoint == "serve" and table.serve_model_option == "moved")):
+        # vllm serve >= 0.12 moves `--model X` to the front: X is the model, any other positional is
+        # left over ("unrecognized arguments").
+        return str(option_model.value), option_source, option_index, 0
+    if first is not None:
+        return first.text, "positional", first.index, 1
+    errors.append("no model given (positional, --model or --config)")
+    return None, None, None, 0

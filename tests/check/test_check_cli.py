@@ -1,0 +1,183 @@
+"""``planner check``: flags, exit codes and JSON as in DESIGN.md, on manifest files and stdin."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from typer.testing import CliRunner
+
+from planner.cli import app
+
+MANIFESTS = Path(__file__).resolve().parents[1] / "k8s" / "manifests"
+RUNNER = CliRunner()
+QWEN = "Qwen/Qwen2.5-7B-Instruct"
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+ENTRY_KEYS = {
+    "kind",
+    "namespace",
+    "name",
+    "template",
+    "container",
+    "vllm",
+    "model",
+    "vllm_version",
+    "args",
+    "effective_args",
+    "gpu",
+    "decision",
+    "codes",
+    "messages",
+    "patch",
+}
+
+
+def _deployment(args: list[str], name: str = "llm", selector: str | None = "NVIDIA-L4") -> str:
+    spec: dict[str, Any] = {
+        "containers": [
+            {
+                "name": "vllm",
+                "image": "vllm/vllm-openai:v0.19.0",
+                "args": args,
+                "resources": {"limits": {"nvidia.com/gpu": 1}},
+            }
+        ]
+    }
+    if selector:
+        spec["nodeSelector"] = {"nvidia.com/gpu.product": selector}
+    return yaml.safe_dump(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name},
+            "spec": {
+                "selector": {"matchLabels": {"a": "b"}},
+                "template": {"metadata": {"labels": {"a": "b"}}, "spec": spec},
+            },
+        }
+    )
+
+
+def _run(*args: str, stdin: str | None = None) -> tuple[int, Any, str]:
+    result = RUNNER.invoke(app, ["check", *args], input=stdin)
+    try:
+        data = json.loads(result.stdout)
+    except json.JSONDecodeError:
+        data = None
+    return result.exit_code, data, result.stdout + result.stderr
+
+
+def test_json_contract_and_exit_zero(tmp_path: Path) -> None:
+    code, data, _ = _run("-f", str(MANIFESTS / "kustomize-output.yaml"), "--output", "json")
+    assert code == 0 and data["errors"] == []
+    kinds = [(w["kind"], w["vllm"]) for w in data["workloads"]]
+    assert kinds == [
+        ("Namespace", False),
+        ("ConfigMap", False),
+        ("Service", False),
+        ("Deployment", True),
+        ("HorizontalPodAutoscaler", False),
+    ]
+    for entry in data["workloads"]:
+        assert set(entry) == ENTRY_KEYS
+        assert set(entry["gpu"]) == {"name", "label", "count", "group_size", "source"}
+    deployment = data["workloads"][3]
+    assert deployment["model"] == LLAMA and deployment["vllm_version"] == "0.19.0"
+    assert deployment["args"]["max_model_len"] == 16384 and deployment["args"]["max_num_seqs"] == 512
+    assert deployment["effective_args"]["max_model_len"] == 16384
+    assert deployment["gpu"] == {
+        "name": "L4",
+        "label": "nvidia-l4",
+        "count": 1,
+        "group_size": 1,
+        "source": "cloud-label",
+    }
+    assert deployment["decision"] in ("mutate", "warn", "allow")
+    assert data["workloads"][0]["decision"] == "skip" and data["workloads"][0]["patch"] == []
+
+
+def test_enforce_is_the_default_and_exit_one_on_deny(tmp_path: Path) -> None:
+    manifest = tmp_path / "deny.yaml"
+    manifest.write_text(_deployment([LLAMA, "--max-model-len", "131072"]))
+    code, data, _ = _run("-f", str(manifest), "--output", "json")
+    assert code == 1
+    entry = data["workloads"][0]
+    assert entry["decision"] == "deny" and entry["codes"] == ["KVP002"] and entry["patch"] == []
+    audit = tmp_path / "audit.yaml"
+    audit.write_text("validationAction: Audit\n")
+    code, data, _ = _run("-f", str(manifest), "--policy", str(audit), "--output", "json")
+    assert code == 0 and data["workloads"][0]["decision"] == "warn"
+
+
+def test_invalid_yaml_in_one_document_is_reported_for_that_document(tmp_path: Path) -> None:
+    stream = (
+        _deployment([QWEN], name="first")
+        + "---\nkind: Deployment\nmetadata: {name: [broken\n---\n"
+        + _deployment([QWEN], name="third")
+    )
+    code, data, _ = _run("-f", "-", "--output", "json", stdin=stream)
+    assert code == 2
+    assert [e["document"] for e in data["errors"]] == [1]
+    assert "invalid YAML" in data["errors"][0]["message"]
+    assert [w["name"] for w in data["workloads"]] == ["first", "third"]
+
+
+def test_patched_output_prints_every_document(tmp_path: Path) -> None:
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(_deployment([QWEN]) + "---\napiVersion: v1\nkind: Service\nmetadata: {name: s}\n")
+    code, _, output = _run("-f", str(manifest), "--output", "patched")
+    assert code == 0
+    documents = list(yaml.safe_load_all(output))
+    assert [d["kind"] for d in documents] == ["Deployment", "Service"]
+    args = documents[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:1] == [QWEN] and "--max-model-len" in args
+    assert "kv-planner.io/planned-num-gpu-blocks" in documents[0]["spec"]["template"]["metadata"]["annotations"]
+
+
+def test_nodes_inventory_and_default_gpu(tmp_path: Path) -> None:
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(_deployment([QWEN, "--max-model-len", "4096"], selector=None))
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "List",
+                "items": [
+                    {
+                        "kind": "Node",
+                        "metadata": {"name": n, "labels": {"nvidia.com/gpu.product": p}},
+                        "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+                    }
+                    for n, p in (("big", "NVIDIA-H100-80GB-HBM3"), ("small", "NVIDIA-L40S"))
+                ],
+            }
+        )
+    )
+    code, data, _ = _run("-f", str(manifest), "--nodes", str(nodes), "--output", "json")
+    assert code == 0
+    assert data["workloads"][0]["gpu"]["name"] == "L40S" and data["workloads"][0]["gpu"]["source"] == "inventory"
+    code, data, _ = _run("-f", str(manifest), "--gpu", "A100-80GB", "--output", "json")
+    assert data["workloads"][0]["gpu"]["source"] == "cli" and data["workloads"][0]["gpu"]["name"] == "A100-80GB"
+
+
+def test_usage_errors_exit_two(tmp_path: Path) -> None:
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(_deployment([QWEN]))
+    code, data, _ = _run("-f", str(manifest), "--gpu", "NotAGpu", "--output", "json")
+    assert code == 2 and data["errors"][0]["message"].startswith("Unknown GPU")
+    code, _, output = _run("-f", str(tmp_path / "missing.yaml"))
+    assert code == 2 and "no such file" in output
+    bad_policy = tmp_path / "p.yaml"
+    bad_policy.write_text("mutation: sometimes\n")
+    code, _, output = _run("-f", str(manifest), "--policy", str(bad_policy))
+    assert code == 2 and "mutation" in output
+    assert "Traceback" not in output
+
+
+def test_directory_input_and_table_output() -> None:
+    code, _, output = _run("-f", str(MANIFESTS))
+    assert code == 0, output
+    assert "LeaderWorkerSet/vllm-405b: KVP030 vllm-leader: shell command not changed" in output

@@ -1,0 +1,103 @@
+"""Shell scripts and Kubernetes $(VAR) expansion, as sh and the kubelet do them."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.k8s.envvars import container_env, expand_k8s
+from planner.k8s.shell import parse_script, shell_script, split_commands
+
+
+def test_kubelet_expansion_rules() -> None:
+    env = {"MODEL": "Qwen/Qwen2.5-7B-Instruct", "EMPTY": ""}
+    assert expand_k8s("$(MODEL)", env) == "Qwen/Qwen2.5-7B-Instruct"
+    assert expand_k8s("--model=$(MODEL)", env) == "--model=Qwen/Qwen2.5-7B-Instruct"
+    assert expand_k8s("$(UNDEFINED)", env) == "$(UNDEFINED)"  # left as written
+    assert expand_k8s("$$(MODEL)", env) == "$(MODEL)"  # escaped
+    assert expand_k8s("$(EMPTY)x", env) == "x"
+    assert expand_k8s("cost: $5", env) == "cost: $5"
+
+
+def test_container_env_expands_in_order_and_drops_value_from() -> None:
+    container = {
+        "env": [
+            {"name": "ORG", "value": "meta-llama"},
+            {"name": "MODEL", "value": "$(ORG)/Llama-3.1-8B-Instruct"},
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
+            {"name": "LATE", "value": "$(AFTER)"},
+            {"name": "AFTER", "value": "x"},
+        ]
+    }
+    env = container_env(container, {"LWS_GROUP_SIZE": "2"})
+    assert env["MODEL"] == "meta-llama/Llama-3.1-8B-Instruct"
+    assert "HF_TOKEN" not in env
+    assert env["LATE"] == "$(AFTER)"  # only variables defined before are expanded
+    assert env["LWS_GROUP_SIZE"] == "2"
+
+
+@pytest.mark.parametrize(
+    ("argv", "script"),
+    [
+        (["sh", "-c", "vllm serve x"], "vllm serve x"),
+        (["/bin/bash", "-lc", "vllm serve x"], "vllm serve x"),
+        (["bash", "-ec", "vllm serve x", "arg0"], "vllm serve x"),
+        (["/bin/sh", "-x", "-c", "vllm serve x"], "vllm serve x"),
+        (["bash", "run.sh"], None),
+        (["python3", "-c", "print()"], None),
+    ],
+)
+def test_shell_script_extraction(argv: list[str], script: str | None) -> None:
+    assert shell_script(argv) == script
+
+
+def test_split_respects_quotes_continuations_and_comments() -> None:
+    script = (
+        "set -e # strict\n"
+        "pip install x && \\\n  echo 'a; b' ; "
+        'python3 -c "import sys; print(1)" || true\n'
+        "vllm serve m 2>&1 | tee /tmp/log &\nwait"
+    )
+    assert split_commands(script) == [
+        "set -e",
+        "pip install x",
+        "echo 'a; b'",
+        'python3 -c "import sys; print(1)"',
+        "true",
+        "vllm serve m 2>&1",
+        "tee /tmp/log",
+        "wait",
+    ]
+    commands = [c.words for c in parse_script(script, {})]
+    assert ["vllm", "serve", "m"] in commands
+    assert ["echo", "a; b"] in commands
+    assert ["python3", "-c", "import sys; print(1)"] in commands
+
+
+def test_expansion_assignments_exports_and_defaults() -> None:
+    script = (
+        'MODEL="${MODEL_ID:-meta-llama/Llama-3.1-8B-Instruct}"\n'
+        "export CTX=${CONTEXT}\n"
+        "exec vllm serve $MODEL --max-model-len $CTX --served-model-name '$MODEL' --api-key ${KEY}"
+    )
+    commands = parse_script(script, {"CONTEXT": "8192"})
+    assert commands[-1].words == [
+        "vllm",
+        "serve",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--max-model-len",
+        "8192",
+        "--served-model-name",
+        "$MODEL",
+        "--api-key",
+    ]
+    assert commands[-1].unresolved == ["KEY"]
+
+
+def test_values_with_spaces_split_unquoted_and_stay_whole_quoted() -> None:
+    commands = parse_script('vllm serve $M "$M"', {"M": "a b"})
+    assert commands[0].words == ["vllm", "serve", "a", "b", "a b"]
+
+
+def test_prefix_commands_and_leading_assignments_are_dropped() -> None:
+    commands = parse_script("env -i A=1 nohup VLLM_X=1 vllm serve m > /tmp/out", {})
+    assert commands[0].words == ["vllm", "serve", "m"]  # the redirection is the shell's, not vLLM's

@@ -1,0 +1,129 @@
+"""Pod templates of every workload kind, ownership, opt-out, and the shapes of odd objects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from planner.k8s.gpus import GpuCatalog
+from planner.k8s.inspect import inspect_workload
+from planner.k8s.workloads import owned_by_controller, pod_templates
+
+SPEC = {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.19.0", "args": ["m"]}]}
+
+
+def _template() -> dict[str, Any]:
+    return {"metadata": {"labels": {"a": "b"}}, "spec": SPEC}
+
+
+@pytest.mark.parametrize(
+    ("obj", "spec_paths"),
+    [
+        ({"kind": "Deployment", "spec": {"template": _template()}}, [("spec", "template", "spec")]),
+        ({"kind": "StatefulSet", "spec": {"template": _template()}}, [("spec", "template", "spec")]),
+        ({"kind": "DaemonSet", "spec": {"template": _template()}}, [("spec", "template", "spec")]),
+        ({"kind": "ReplicaSet", "spec": {"template": _template()}}, [("spec", "template", "spec")]),
+        ({"kind": "Job", "spec": {"template": _template()}}, [("spec", "template", "spec")]),
+        (
+            {"kind": "CronJob", "spec": {"jobTemplate": {"spec": {"template": _template()}}}},
+            [("spec", "jobTemplate", "spec", "template", "spec")],
+        ),
+        ({"kind": "Pod", "spec": SPEC}, [("spec",)]),
+        (
+            {"kind": "LeaderWorkerSet", "spec": {"leaderWorkerTemplate": {"size": 4, "workerTemplate": _template()}}},
+            [("spec", "leaderWorkerTemplate", "workerTemplate", "spec")],
+        ),
+        ({"kind": "ServingRuntime", "spec": SPEC}, [("spec",)]),
+        (
+            {"kind": "RayService", "spec": {"rayClusterConfig": {"headGroupSpec": {"template": _template()}}}},
+            [("spec", "rayClusterConfig", "headGroupSpec", "template", "spec")],
+        ),
+        ({"kind": "Service", "spec": {"ports": []}}, []),
+        ({"kind": "Deployment", "spec": {"template": {"spec": {"containers": "not-a-list"}}}}, []),
+        ({"kind": 7}, []),
+    ],
+)
+def test_templates_per_kind(obj: dict[str, Any], spec_paths: list[tuple[str, ...]]) -> None:
+    assert [ref.spec_path for ref in pod_templates(obj)] == spec_paths
+
+
+def test_lws_size_and_implicit_env() -> None:
+    obj = {
+        "kind": "LeaderWorkerSet",
+        "spec": {"leaderWorkerTemplate": {"size": 3, "leaderTemplate": _template(), "workerTemplate": _template()}},
+    }
+    leader, worker = pod_templates(obj)
+    assert (leader.name, leader.group_size, leader.implicit_env) == ("leader", 3, {"LWS_GROUP_SIZE": "3"})
+    assert leader.peer_spec_path == worker.spec_path
+
+
+def test_owned_pods_and_replicasets_are_skipped(catalog: GpuCatalog) -> None:
+    owner = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "x", "uid": "1", "controller": True}]
+    pod = {"kind": "Pod", "metadata": {"name": "p", "ownerReferences": owner}, "spec": SPEC}
+    assert owned_by_controller(pod)
+    assert inspect_workload(pod, catalog=catalog).skip == "owned-by-controller"
+    rs = {"kind": "ReplicaSet", "metadata": {"name": "r", "ownerReferences": owner}, "spec": {"template": _template()}}
+    assert inspect_workload(rs, catalog=catalog).skip == "owned-by-controller"
+    not_controller = {
+        "kind": "Pod",
+        "metadata": {"ownerReferences": [{"kind": "X", "controller": False}]},
+        "spec": SPEC,
+    }
+    assert inspect_workload(not_controller, catalog=catalog).skip is None
+
+
+@pytest.mark.parametrize("value", ["true", "yes", ""])
+def test_opt_out_annotation(value: str, catalog: GpuCatalog) -> None:
+    obj = {
+        "kind": "Deployment",
+        "metadata": {"annotations": {"kv-planner.io/skip": value}},
+        "spec": {"template": _template()},
+    }
+    assert inspect_workload(obj, catalog=catalog).skip == "opted-out"
+
+
+def test_opt_out_false_is_not_an_opt_out(catalog: GpuCatalog) -> None:
+    obj = {
+        "kind": "Deployment",
+        "metadata": {"annotations": {"kv-planner.io/skip": "false"}},
+        "spec": {"template": _template()},
+    }
+    assert inspect_workload(obj, catalog=catalog).skip is None
+
+
+def test_non_vllm_image_without_command_is_not_vllm(catalog: GpuCatalog) -> None:
+    obj = {
+        "kind": "Deployment",
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {"name": "app", "image": "nginx:1.27", "args": ["--model", "x"]},
+                        {"name": "tool", "image": "vllm/vllm-openai:v0.19.0", "command": ["python3", "-c", "print(1)"]},
+                    ]
+                }
+            }
+        },
+    }
+    assert inspect_workload(obj, catalog=catalog).vllm_containers == []
+
+
+@pytest.mark.parametrize(
+    ("image", "version"),
+    [
+        ("vllm/vllm-openai:v0.10.1.1", "0.10.1.1"),
+        ("vllm/vllm-openai:0.19.0", "0.19.0"),
+        ("docker.io/vllm/vllm-openai:v0.8.5.post1", "0.8.5.post1"),
+        ("registry.local:5000/ml/vllm-openai:v0.19.0", "0.19.0"),
+        ("rocm/vllm:rocm6.3.1_vllm_0.8.5_20250521", "0.8.5"),
+        ("vllm/vllm-openai:latest", None),
+        ("vllm/vllm-openai@sha256:0123abcd", None),
+        ("vllm/vllm-openai", None),
+        ("myorg/server:1.2.3", None),
+    ],
+)
+def test_image_versions(image: str, version: str | None) -> None:
+    from planner.k8s.detect import image_version
+
+    assert image_version(image) == version
