@@ -324,10 +324,8 @@ class HubReader:
         if index_name is not None:
             index = read_json_file(snapshot / index_name, what=f"cached {index_name}")
             listed = weight_map_files(index)
-            if listed and listed <= set(candidates):
-                candidates = filter_by_index(candidates, index, where=where)
-            else:
-                candidates = []
+            indexed = bool(listed) and listed <= set(candidates)
+            candidates = filter_by_index(candidates, index, where=where) if indexed else []
         if candidates:
             headers = [read_safetensors_header(snapshot / n) for n in candidates]
             info = summarize_checkpoint(headers, config=fetched.config, num_layers=num_layers)

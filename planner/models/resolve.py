@@ -177,7 +177,7 @@ def _resolve_hub(
 ) -> ResolvedModel:
     # Imported on the first Hub lookup: huggingface_hub and httpx take about a second to import, which
     # local paths and catalog ids never need (the CLI starts faster).
-    from planner.hub.remote import HubReader  # noqa: PLC0415
+    from planner.hub.remote import HubReader
 
     try:
         reader = HubReader(repo_id, revision, settings, refresh=refresh, progress=progress)
