@@ -60,7 +60,7 @@ def make_plan(
         from planner.workload import risk_bounded_concurrency
 
         advice = risk_bounded_concurrency(plan.kv_cache, workload, headroom=headroom,
-                                          max_model_len=plan.kv_cache.max_model_len)
+                                          max_model_len=plan.kv_cache.max_model_len, with_curve=False)
         workload_limit, basis = advice.max_num_seqs, "workload"
         notes = [
             f"risk-bounded: {advice.max_num_seqs} sequences, P(needing more blocks than exist) = "

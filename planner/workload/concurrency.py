@@ -146,11 +146,14 @@ def risk_bounded_concurrency(
     headroom: float = 0.1,
     target_risk: float | None = None,
     max_model_len: int | None = None,
+    with_curve: bool = True,
 ) -> ConcurrencyAdvice:
     """The largest ``--max-num-seqs`` whose overflow probability stays within the target.
 
     Overflow: the running sequences together need more than ``floor(usable_blocks * (1 - headroom))``
     blocks. ``target_risk`` defaults to the profile's; ``max_model_len`` to the plan's.
+    ``with_curve=False`` skips the risk curve (most of the cost), for callers that need only the answer
+    and the worst-case/average comparison (the admission webhook's latency budget).
     """
     if not 0.0 <= headroom < 1.0:
         raise WorkloadProfileError(f"headroom must be in [0, 1), got {headroom}")
@@ -177,8 +180,10 @@ def risk_bounded_concurrency(
 
     curve_points = _curve_points(n_star, worst=worst, average=average, capacity=capacity,
                                  mean_blocks=occupancy.mean_blocks, n_max=n_max)
-    curve_risks = engine.risks(curve_points)
-    curve = [RiskPoint(max_num_seqs=n, risk=r) for n, r in zip(curve_points, curve_risks, strict=True)]
+    curve: list[RiskPoint] = []
+    if with_curve:
+        curve_risks = engine.risks(curve_points)
+        curve = [RiskPoint(max_num_seqs=n, risk=r) for n, r in zip(curve_points, curve_risks, strict=True)]
 
     advice = ConcurrencyAdvice(
         max_num_seqs=n_star,
