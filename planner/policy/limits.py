@@ -258,11 +258,14 @@ def _max_num_seqs(
         return None
     worst = int(kv.usable_blocks * (1.0 - ctx.policy.headroom) // max(1, kv.blocks_per_request))
     if configured > worst:
+        if worst >= 1:
+            detail = f"only {worst} sequence{'s' if worst != 1 else ''} of {kv.max_model_len} tokens fit at once"
+        else:
+            detail = f"one {kv.max_model_len}-token sequence fits, but not with {ctx.policy.headroom:.0%} headroom"
         return None, finding(
             Code.ABOVE_WORST_CASE,
             name,
-            f"--max-num-seqs {configured}: only {worst} sequence{'s' if worst != 1 else ''} of "
-            f"{kv.max_model_len} tokens fit at once; add a {WORKLOAD_ANNOTATION} profile",
+            f"--max-num-seqs {configured}: {detail}; add a {WORKLOAD_ANNOTATION} profile",
         )
     if given is None and fill:
         return default, finding(
