@@ -180,7 +180,7 @@ def _emit(plan: Plan, args: ServingArgs, output: RecommendOutput) -> None:
         print_yaml(plan)
     elif output is RecommendOutput.args:
         if plan.recommendation is None:
-            raise PlannerInputError("nothing fits: no safe arguments to print (see --output table)")
+            raise CapacityError("nothing fits: no safe arguments to print (see --output table)")
         typer.echo(" ".join(plan.recommendation.vllm_args))
     else:
         render_plan(console, plan, args)

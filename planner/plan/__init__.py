@@ -15,7 +15,7 @@ from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.models.spec import ModelSpec
 from planner.plan.build import plan_without_recommendation
 from planner.plan.models import Plan
-from planner.plan.recommend import alternatives, recommendation
+from planner.plan.recommend import alternatives, recommendation, recommendation_from_alternative
 from planner.vllm.args import ServingArgs
 
 if TYPE_CHECKING:
@@ -79,5 +79,10 @@ def make_plan(
             return plan_without_recommendation(m, g, a, vllm_version=vllm_version, coefficients=coefficients,
                                                corrections=corrections)[0]
 
-        plan.alternatives = alternatives(plan, model, gpu, args, replan=replan, bigger_gpus=bigger_gpus)
+        options = alternatives(plan, model, gpu, args, replan=replan, bigger_gpus=bigger_gpus)
+        plan.alternatives = [alt for alt, _ in options]
+        if plan.recommendation is None or not plan.fits:
+            fitting = next(((alt, alt_plan) for alt, alt_plan in options if alt.fits), None)
+            if fitting is not None:
+                plan.recommendation = recommendation_from_alternative(*fitting)
     return plan

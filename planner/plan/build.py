@@ -181,7 +181,7 @@ def memory_report(gpu: GpuSpec, prediction: Prediction, kv_memory_given: bool) -
         non_torch_bytes=stage.non_torch_bytes,
         cuda_graph_bytes=stage.cuda_graph_bytes,
         cuda_graph_counted=stage.cuda_graph_counted,
-        kv_cache_bytes=prediction.layout.limiting_stage.available_bytes,
+        kv_cache_bytes=max(0, prediction.layout.limiting_stage.available_bytes),
         kv_cache_memory_bytes_given=kv_memory_given,
         limiting_rank=f"tp0/pp{stage_index}",
     )

@@ -38,14 +38,37 @@ def worst_case_max_num_seqs(kv: KvCacheReport, headroom: float) -> int:
 
 def vllm_args_for(args: ServingArgs, max_model_len: int, max_num_seqs: int, utilization: float,
                   kv_cache_dtype: str) -> list[str]:
+    """The flags to paste: the recommended limits, plus every sizing flag the plan was computed with
+    (pasting the limits without e.g. ``--enforce-eager`` or ``--quantization`` would describe another
+    deployment, which may not fit)."""
     out = ["--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs),
            "--gpu-memory-utilization", f"{utilization:g}"]
     if kv_cache_dtype != "auto":
         out += ["--kv-cache-dtype", kv_cache_dtype]
-    if args.tensor_parallel_size > 1:
-        out += ["--tensor-parallel-size", str(args.tensor_parallel_size)]
-    if args.pipeline_parallel_size > 1:
-        out += ["--pipeline-parallel-size", str(args.pipeline_parallel_size)]
+    numbers: list[tuple[str, int | float | None, int | float | None]] = [
+        ("--tensor-parallel-size", args.tensor_parallel_size, 1),
+        ("--pipeline-parallel-size", args.pipeline_parallel_size, 1),
+        ("--data-parallel-size", args.data_parallel_size, 1),
+        ("--decode-context-parallel-size", args.decode_context_parallel_size, 1),
+        ("--max-num-batched-tokens", args.max_num_batched_tokens, None),
+        ("--block-size", args.block_size, None),
+        ("--kv-cache-memory-bytes", args.kv_cache_memory_bytes, None),
+        ("--num-gpu-blocks-override", args.num_gpu_blocks_override, None),
+        ("--cpu-offload-gb", args.cpu_offload_gb, 0.0),
+    ]
+    out += [item for flag, value, default in numbers if value is not None and value != default
+            for item in (flag, f"{value:g}" if isinstance(value, float) else str(value))]
+    if args.dtype != "auto":
+        out += ["--dtype", args.dtype]
+    if args.quantization:
+        out += ["--quantization", args.quantization]
+    switches = [("--enforce-eager", args.enforce_eager), ("--enable-expert-parallel", args.enable_expert_parallel),
+                ("--disable-hybrid-kv-cache-manager", args.disable_hybrid_kv_cache_manager)]
+    out += [flag for flag, on in switches if on]
+    if args.enable_prefix_caching is not None:
+        out.append("--enable-prefix-caching" if args.enable_prefix_caching else "--no-enable-prefix-caching")
+    if args.enable_lora:
+        out += ["--enable-lora", "--max-loras", str(args.max_loras), "--max-lora-rank", str(args.max_lora_rank)]
     return out
 
 
@@ -77,21 +100,21 @@ def recommendation(plan: Plan, prediction: Prediction, args: ServingArgs, *, hea
     )
 
 
-def _alternative(change: str, args: ServingArgs, plan_fn: Callable[[ServingArgs], Plan] | None,
-                 model: ModelSpec, gpu: GpuSpec, gpu_fn: PlanFn | None = None) -> Alternative | None:
+def _try(change: str, args: ServingArgs, model: ModelSpec, gpu: GpuSpec,
+         replan: PlanFn) -> tuple[Alternative, Plan] | None:
     try:
-        plan = plan_fn(args) if plan_fn is not None else gpu_fn(model, gpu, args)  # type: ignore[misc]
+        plan = replan(model, gpu, args)
     except KvPlannerError:
         return None
     kv = plan.kv_cache
+    seqs = max(1, worst_case_max_num_seqs(kv, 0.0))
     return Alternative(
         change=change,
-        vllm_args=vllm_args_for(args, kv.max_model_len, max(1, worst_case_max_num_seqs(kv, 0.0)),
-                                plan.memory.gpu_memory_utilization, args.kv_cache_dtype),
+        vllm_args=vllm_args_for(args, kv.max_model_len, seqs, plan.memory.gpu_memory_utilization, args.kv_cache_dtype),
         fits=plan.fits,
         max_model_len=kv.max_model_len,
         max_concurrency=kv.max_concurrency,
-    )
+    ), plan
 
 
 def alternatives(
@@ -102,40 +125,64 @@ def alternatives(
     *,
     replan: PlanFn,
     bigger_gpus: Sequence[GpuSpec] = (),
-) -> list[Alternative]:
-    """What would fit. Only computed when the plan does not fit (or the context had to shrink)."""
+) -> list[tuple[Alternative, Plan]]:
+    """What would fit, with the plan behind each option; computed only when the plan does not fit.
+
+    Single changes first (a shorter context, an fp8 KV cache, a higher utilization, more GPUs, a bigger
+    GPU); a change that is not enough on its own is also offered together with the context it allows.
+    """
     if plan.fits:
         return []
-    out: list[Alternative] = []
+    out: list[tuple[Alternative, Plan]] = []
+
+    def offer(change: str, changed: ServingArgs, target: GpuSpec = gpu, *, quiet: bool = False) -> bool:
+        """Add the option (``quiet``: only if it fits, alone or with a shorter context)."""
+        tried = _try(change, changed, model, target, replan)
+        if tried is None:
+            return False
+        alt, alt_plan = tried
+        if alt.fits or not quiet:
+            out.append(tried)
+        estimated = alt_plan.kv_cache.estimated_max_model_len
+        if not alt.fits and estimated > 0 and alt_plan.kv_cache.num_gpu_blocks > 0:
+            shorter = round_context(estimated, alt_plan.kv_cache.block_size)
+            combined = _try(f"{change} and --max-model-len {shorter}",
+                            changed.model_copy(update={"max_model_len": shorter}), model, target, replan)
+            if combined is not None and combined[0].fits:
+                out.append(combined)
+                return True
+        return alt.fits
+
     kv = plan.kv_cache
-    if kv.estimated_max_model_len > 0:
+    if kv.estimated_max_model_len > 0 and kv.num_gpu_blocks > 0:
         shorter = round_context(kv.estimated_max_model_len, kv.block_size)
-        alt = _alternative(f"shorter context: --max-model-len {shorter}",
-                           args.model_copy(update={"max_model_len": shorter}), None, model, gpu, replan)
-        if alt:
-            out.append(alt)
-    if kv.kv_cache_dtype not in ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla") and gpu.vendor == "nvidia":
-        alt = _alternative("fp8 KV cache: --kv-cache-dtype fp8", args.model_copy(update={"kv_cache_dtype": "fp8"}),
-                           None, model, gpu, replan)
-        if alt:
-            out.append(alt)
+        offer(f"shorter context: --max-model-len {shorter}", args.model_copy(update={"max_model_len": shorter}))
+    if not kv.kv_cache_dtype.startswith("fp8") and gpu.vendor == "nvidia":
+        offer("fp8 KV cache: --kv-cache-dtype fp8", args.model_copy(update={"kv_cache_dtype": "fp8"}))
     if plan.memory.gpu_memory_utilization < 0.95:
-        alt = _alternative("higher utilization: --gpu-memory-utilization 0.95",
-                           args.model_copy(update={"gpu_memory_utilization": 0.95}), None, model, gpu, replan)
-        if alt:
-            out.append(alt)
+        offer("higher utilization: --gpu-memory-utilization 0.95",
+              args.model_copy(update={"gpu_memory_utilization": 0.95}))
     for tp in (2, 4, 8):
         if tp <= args.tensor_parallel_size or model.num_attention_heads % tp:
             continue
-        alt = _alternative(f"more GPUs: --tensor-parallel-size {tp} ({tp * args.pipeline_parallel_size} GPUs)",
-                           args.model_copy(update={"tensor_parallel_size": tp}), None, model, gpu, replan)
-        if alt:
-            out.append(alt)
-            if alt.fits:
-                break
+        if offer(f"more GPUs: --tensor-parallel-size {tp} ({tp * args.pipeline_parallel_size} GPUs)",
+                 args.model_copy(update={"tensor_parallel_size": tp})):
+            break
     for bigger in bigger_gpus:
-        alt = _alternative(f"bigger GPU: {bigger.name}", args, None, model, bigger, replan)
-        if alt and alt.fits:
-            out.append(alt)
+        if offer(f"bigger GPU: {bigger.name}", args, bigger, quiet=True):
             break
     return out
+
+
+def recommendation_from_alternative(alt: Alternative, alt_plan: Plan) -> Recommendation:
+    """When the requested deployment does not fit: the limits of the first option that does."""
+    kv = alt_plan.kv_cache
+    seqs = int(alt.vllm_args[alt.vllm_args.index("--max-num-seqs") + 1])
+    return Recommendation(
+        max_model_len=kv.max_model_len,
+        max_num_seqs=seqs,
+        gpu_memory_utilization=alt_plan.memory.gpu_memory_utilization,
+        kv_cache_dtype=kv.kv_cache_dtype,
+        vllm_args=alt.vllm_args,
+        basis=f"alternative: {alt.change}",
+    )

@@ -61,7 +61,7 @@ SEVERITY: dict[Code, Severity] = {
     Code.IDLE_GPUS: Severity.warn,
     Code.NO_GPU_REQUEST: Severity.warn,
     Code.THRASH: Severity.warn,
-    Code.ABOVE_WORST_CASE: Severity.info,
+    Code.ABOVE_WORST_CASE: Severity.warn,  # DESIGN: without a profile, --max-num-seqs is warned about
     Code.FILLED_MAX_MODEL_LEN: Severity.mutate,
     Code.FILLED_MAX_NUM_SEQS: Severity.mutate,
     Code.FILLED_GPU_MEMORY_UTILIZATION: Severity.mutate,

@@ -104,9 +104,12 @@ def decide_limits(ctx: LimitContext, args: ServingArgs, mutable: bool) -> Contai
         plan = ctx.plan(args)
     except PlannerInputError as error:
         out.findings.append(finding(Code.SETTING_REFUSED, name, f"vLLM would refuse: {error.message}"))
+        out.effective_args = _effective_as_given(args)
         return out
     out.findings += [passthrough(name, w) for w in plan.warnings]
     out.plan = plan
+    # What vLLM would run with; replaced below when limits are filled or clamped.
+    out.effective_args = _effective(args, plan, ctx.effective(args, plan))
     fill = mutable and policy.mutation in ("fill", "clamp")
     clamp = mutable and policy.mutation == "clamp"
     kv = plan.kv_cache
@@ -274,6 +277,18 @@ def _max_num_seqs(
             f"added --max-num-seqs {default} (vLLM's default; the worst case fits)",
         )
     return None
+
+
+def _effective_as_given(args: ServingArgs) -> dict[str, Any]:
+    """The same keys as :func:`_effective` when no plan exists (vLLM would refuse the settings)."""
+    return {
+        "max_model_len": args.max_model_len, "max_num_seqs": args.max_num_seqs,
+        "gpu_memory_utilization": args.gpu_memory_utilization,
+        "tensor_parallel_size": args.tensor_parallel_size, "pipeline_parallel_size": args.pipeline_parallel_size,
+        "data_parallel_size": args.data_parallel_size, "kv_cache_dtype": args.kv_cache_dtype,
+        "max_num_batched_tokens": args.max_num_batched_tokens, "kv_cache_memory_bytes": args.kv_cache_memory_bytes,
+        "block_size": args.block_size, "quantization": args.quantization, "dtype": args.dtype,
+    }
 
 
 def _effective(args: ServingArgs, plan: Plan, effective: Mapping[str, Any]) -> dict[str, Any]:

@@ -77,11 +77,13 @@ def read_documents(text: str, source: str, first_index: int = 0) -> list[Documen
 
 
 def _expand(document: Document) -> list[Document]:
+    """One document per object: ``kind: List`` items and top-level YAML lists are unpacked, each item
+    checked on its own (an item that is not a mapping is that item's error, not a crash)."""
     content = document.content
     if isinstance(content, dict) and content.get("kind") == "List" and isinstance(content.get("items"), list):
-        return [document.model_copy(update={"content": item}) for item in content["items"]]
+        return [d for item in content["items"] for d in _expand_item(document, item)]
     if isinstance(content, list):
-        return [document.model_copy(update={"content": item}) for item in content]
+        return [d for item in content for d in _expand_item(document, item)]
     if not isinstance(content, dict):
         return [
             document.model_copy(
@@ -92,3 +94,9 @@ def _expand(document: Document) -> list[Document]:
             )
         ]
     return [document]
+
+
+def _expand_item(document: Document, item: object) -> list[Document]:
+    if isinstance(item, list):  # a list inside a list is not a manifest
+        item = None
+    return _expand(document.model_copy(update={"content": item}))

@@ -76,7 +76,7 @@ def test_fill_adds_limits_and_annotations(fake: FakeBackend) -> None:
     }
     # Without a profile --max-num-seqs is never filled below vLLM's default (the worst case holds 2).
     assert "--max-num-seqs" not in _args_after(obj, result)
-    assert "KVP011" not in " ".join(result.warnings)  # an info finding, not an admission warning
+    assert "KVP011" in " ".join(result.warnings)  # DESIGN: without a profile, only a warning
     _second_pass_is_empty(obj, result, fake, _policy())
 
 
@@ -163,7 +163,8 @@ def test_tensor_parallel_vs_gpus(fake: FakeBackend) -> None:
     assert audit.decision == "warn" and audit.patch == []  # nothing is filled into a pod that cannot start
     idle = _decide(deployment([QWEN, "--max-model-len", "4096"], gpus=2), fake, policy=_policy(mutation="off"))
     assert idle.decision == "warn" and "KVP004" in idle.codes
-    assert idle.warnings == ["KVP004 vllm: the pod gets 2 GPUs, vLLM uses TP 1 x PP 1 = 1: 1 idle"]
+    assert idle.warnings[0] == "KVP004 vllm: the pod gets 2 GPUs, vLLM uses TP 1 x PP 1 = 1: 1 idle"
+    assert [w.split()[0] for w in idle.warnings[1:]] == ["KVP011"]  # 256 sequences > the worst case
     missing = _decide(deployment([QWEN, "--max-model-len", "4096"], gpus=None), fake, policy=_policy(mutation="off"))
     assert "KVP005" in missing.codes and "KVP004" not in missing.codes
 
