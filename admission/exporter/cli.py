@@ -39,6 +39,9 @@ def exporter(
         "--targets", envvar=_env("targets"),
         help="vLLM /metrics URLs (repeatable), options in the fragment: URL#workload=w&planned-num-gpu-blocks=N.",
     )] = None,
+    more_targets: Annotated[list[str] | None, typer.Argument(
+        metavar="[URL]...", show_default=False,
+        help="More target URLs after --targets (DESIGN's `--targets URL...` spelling).")] = None,
     discover: Annotated[bool, typer.Option(
         "--discover/--no-discover", envvar=_env("discover"),
         help="Find vLLM pods in namespaces labelled kv-planner.io/enabled=true.")] = False,
@@ -114,6 +117,9 @@ def exporter(
         typer.echo(f"error: {message}", err=True)
         return typer.Exit(2)
 
+    if more_targets and not targets:
+        raise fail(f"unexpected argument {more_targets[0]!r}: target URLs follow --targets")
+    targets = [*(targets or []), *(more_targets or [])]
     if targets and (discover or prometheus_url):
         raise fail("--targets cannot be combined with --discover or --prometheus-url")
     if not (targets or discover or prometheus_url):

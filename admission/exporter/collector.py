@@ -160,7 +160,11 @@ def _exporter_families(snapshot: Snapshot, state: ExporterState) -> list[Metric]
     budget = GaugeMetricFamily("kv_planner_collect_budget_seconds",
                                "Time allowed for this scrape (Prometheus' scrape timeout minus the offset).")
     budget.add_metric([], snapshot.budget_s)
-    out: list[Metric] = [targets, dropped, collect, budget]
+    source_up = GaugeMetricFamily("kv_planner_source_up",
+                                  "1 if the target source (static list, Kubernetes or the Prometheus API) was read.",
+                                  labels=["source"])
+    source_up.add_metric([snapshot.source], 0.0 if snapshot.source_error else 1.0)
+    out: list[Metric] = [targets, dropped, collect, budget, source_up]
     out.extend(state.extra_families())
     return out
 

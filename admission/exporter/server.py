@@ -141,6 +141,8 @@ def serve(config: ExporterConfig) -> None:
     import uvicorn
 
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if config.log_level.lower() != "debug":
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per target per scrape is noise at scale
     parts = build(config)
     uvicorn.run(create_app(parts), host=config.host, port=config.port, log_level=config.log_level.lower(),
                 access_log=False)

@@ -9,6 +9,7 @@ bounds the exporter's own cardinality.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -29,6 +30,8 @@ from admission.exporter.targets import Target
 from planner.errors import ScrapeError
 
 TargetProvider = Callable[[], Sequence[Target]]
+
+_LOG = logging.getLogger("admission.exporter")
 
 
 class ScrapeSettings(BaseModel):
@@ -111,11 +114,15 @@ class Exporter:
         started = time.monotonic()
         targets, dropped = self.targets()
         observations: list[TargetObservation]
+        source_error: str | None = None
         if self.prometheus is not None:
             try:
                 observations = await self.prometheus.collect(self._http(), budget_s=budget_s, metadata=targets)
             except ScrapeError as error:
-                # Prometheus itself is unreadable: every known target is unknown, not zero.
+                # Prometheus itself is unreadable: every known target is unknown, not zero; say so once
+                # as a metric (kv_planner_source_up 0) and in the log, even when no target is known yet.
+                source_error = error.message
+                _LOG.warning("cannot read the Prometheus API: %s", error.message)
                 observations = [TargetObservation(target=t, up=False, error="connect", detail=error.message)
                                 for t in targets]
             dropped += max(0, len(observations) - self.settings.max_targets)
@@ -126,7 +133,7 @@ class Exporter:
                 max_bytes=self.settings.max_body_bytes, concurrency=self.settings.max_concurrency,
             )
         snapshot = Snapshot(targets=observations, dropped_targets=dropped, budget_s=budget_s,
-                            duration_s=time.monotonic() - started, source=self.source)
+                            duration_s=time.monotonic() - started, source=self.source, source_error=source_error)
         if record:
             self.state.record(snapshot)
             self.last_snapshot = snapshot
