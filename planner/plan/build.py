@@ -93,7 +93,7 @@ def predict(
     warnings += engine.warnings + _unmodelled_warnings(args, release, engine.kv_dtype.name)
     if deltas is not None:
         warnings.append("KVP108 memory terms corrected with measurements from the calibration file")
-    if model.checkpoint_bytes is None:
+    if engine.weights_estimated:
         warnings.append("KVP105 weights estimated from the architecture (no exact checkpoint size)")
     if available_override is not None:
         available = list(available_override)

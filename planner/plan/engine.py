@@ -246,13 +246,19 @@ def compute_engine(
         model, dtype=resolved.dtype, tp=tp, pp=pp, pp_override=args.env.get("VLLM_PP_LAYER_PARTITION"),
         checkpoint_bytes=model.checkpoint_bytes, expert_shards=expert_shards,
     )
+    estimated = weights.estimated
+    if estimated and model.parameters and model.quantization is None \
+            and abs(weights.parameters - model.parameters) <= 1e-4 * model.parameters:
+        # The architecture reproduces the published exact parameter count: unquantized weights are then
+        # exactly parameters x dtype bytes, whatever the files' size.
+        estimated = False
     extra = lora_bytes(model, args, MODEL_DTYPE_BYTES[resolved.dtype])
     per_stage = [b + extra for b in weights.bytes_per_stage]
     memory = stage_memory(model, gpu, args, release, resolved, partition=partition,
                           weights_per_stage=per_stage, coefficients=coefficients, deltas=deltas)
     return EngineLayout(
         kv_dtype=kv_dtype, rank=rank, grouping=grouping, partition=partition, hybrid_manager=hybrid,
-        parameters=weights.parameters, weights_estimated=weights.estimated, memory=memory,
+        parameters=weights.parameters, weights_estimated=estimated, memory=memory,
         warnings=[*notes, *grouping.warnings],
     )
 
