@@ -12,7 +12,7 @@ Only an unknown model (after trying ``base_model``), GPU or vLLM version makes a
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict
 
@@ -243,8 +243,15 @@ def summarize(results: list[RecordResult]) -> Summary:
     )
 
 
-def validate_records(records: list[StartupRecord], *, lookup_model: ModelLookup, lookup_gpu: GpuLookup,
+def validate_records(records: Sequence[StartupRecord | str], *, lookup_model: ModelLookup, lookup_gpu: GpuLookup,
                      coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS) -> ValidationReport:
-    results = [validate_record(r, lookup_model=lookup_model, lookup_gpu=lookup_gpu, coefficients=coefficients)
-               for r in records]
+    """One result per input line; a line that is not a record (a string: its error) is unsupported."""
+    results = []
+    for record in records:
+        if isinstance(record, str):
+            where, _, problem = record.partition(": ")
+            results.append(RecordResult(id=where, model="", supported=False, reason=problem or record))
+        else:
+            results.append(validate_record(record, lookup_model=lookup_model, lookup_gpu=lookup_gpu,
+                                           coefficients=coefficients))
     return ValidationReport(records=results, summary=summarize(results))

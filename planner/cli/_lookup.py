@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner.cli._output import err_console
-from planner.errors import HubUnavailableError, ModelNotFoundError, PlannerInputError, UnknownModelError
+from planner.errors import (
+    HubUnavailableError,
+    ModelNotFoundError,
+    PlannerInputError,
+    UnknownGPUError,
+    UnknownModelError,
+)
 from planner.gpus.catalog import gpu_from_memory, lookup_gpu
 from planner.gpus.spec import GpuSpec
 from planner.hub.progress import hub_progress
@@ -16,9 +22,19 @@ from planner.units import parse_size
 
 
 def gpu_for(name: str | None, memory: str | None) -> GpuSpec:
-    """The catalog GPU, or an ad-hoc one for ``--gpu-memory SIZE`` (a card not in the catalog)."""
+    """The catalog GPU, or an ad-hoc one for ``--gpu-memory SIZE`` (a card not in the catalog). With both,
+    the catalog card's other facts are kept and only its memory is replaced."""
     if memory is not None:
-        return gpu_from_memory(parse_size(memory), name=name or "custom")
+        size = parse_size(memory)
+        if size < (1 << 30):
+            raise PlannerInputError(f"--gpu-memory {memory}: {size:,} bytes is not a GPU; write a unit, e.g. 48GiB")
+        if name:
+            try:
+                known = lookup_gpu(name)
+            except UnknownGPUError:
+                return gpu_from_memory(size, name=name)
+            return known.model_copy(update={"memory_bytes": size, "memory_source": f"--gpu-memory {memory}"})
+        return gpu_from_memory(size, name="custom")
     if not name:
         raise PlannerInputError("--gpu is required (a catalog name such as A100-80GB, or --gpu-memory SIZE)",
                                 hint="See: planner gpus")

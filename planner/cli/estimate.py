@@ -71,6 +71,10 @@ def estimate(
     revision: Annotated[str | None, typer.Option("--revision")] = None,
     output: Annotated[OutputFormat, typer.Option("--output", "-o")] = OutputFormat.table,
 ) -> None:
+    if dtype_bytes is not None and dtype_bytes not in (1, 2, 4):
+        raise PlannerInputError(f"--dtype-bytes {dtype_bytes}: KV elements are 1 (fp8), 2 (16-bit) or 4 bytes")
+    if model is not None and (layers or kv_heads or head_dim):
+        raise PlannerInputError("give --model, or --layers/--kv-heads/--head-dim, not both")
     if model is not None:
         spec = model_for(model, revision=revision, token=None, refresh=False).spec
     elif layers and kv_heads and head_dim:

@@ -43,8 +43,11 @@ def _load_workload(value: str | None) -> Any:
             from planner.probe.sources import load_workload_source
 
             return load_workload_source(value)
-        if Path(value).expanduser().is_file():
-            return load_workload_file(Path(value).expanduser())
+        path = Path(value).expanduser()
+        if path.is_file():
+            return load_workload_file(path)
+        if path.suffix.lower() in (".json", ".yaml", ".yml", ".csv") and not value.lstrip().startswith(("{", "[")):
+            raise WorkloadProfileError(f"--workload: {value}: no such file")
         return parse_workload_text(value, source="--workload")
     except WorkloadProfileError:
         raise

@@ -12,6 +12,7 @@ from planner.calibration.records import StartupRecord, load_records
 from planner.calibration.validate import ValidationReport, validate_records
 from planner.cli._app import app
 from planner.cli._output import OutputFormat, console, err_console, print_json, print_yaml
+from planner.errors import PlannerInputError
 from planner.gpus.catalog import lookup_gpu
 from planner.models.catalog import lookup_model
 
@@ -51,10 +52,11 @@ def validate(
     output: Annotated[OutputFormat, typer.Option("--output", "-o")] = OutputFormat.table,
 ) -> None:
     loaded = load_records(file)
-    records = [r for r in loaded if isinstance(r, StartupRecord)]
     for problem in (r for r in loaded if isinstance(r, str)):
-        err_console.print(f"[yellow]skipped[/] {file}: {problem}")
-    report = validate_records(records, lookup_model=lookup_model, lookup_gpu=lookup_gpu)
+        err_console.print(f"[yellow]not a record[/] {file}: {problem}")
+    if not any(isinstance(r, StartupRecord) for r in loaded):
+        raise PlannerInputError(f"{file}: no startup records (one JSON object per line)")
+    report = validate_records(loaded, lookup_model=lookup_model, lookup_gpu=lookup_gpu)
     if output is OutputFormat.json:
         print_json(report)
     elif output is OutputFormat.yaml:

@@ -23,7 +23,7 @@ from planner.plan.models import (
 )
 from planner.units import GiB
 from planner.vllm.args import ServingArgs
-from planner.vllm.checks import check_parallelism, derived_length, resolve_max_model_len
+from planner.vllm.checks import check_parallelism, check_values, derived_length, resolve_max_model_len
 from planner.vllm.defaults import ResolvedArgs, resolve_args
 from planner.vllm.releases import Release, Version, resolve_release
 
@@ -84,6 +84,7 @@ def predict(
     memory (used when a log gives the real figure)."""
     version, release, warnings = resolve_release(vllm_version)
     check_parallelism(model, args)
+    check_values(args)
     max_len, auto = resolve_max_model_len(model, args, release, version)
     resolved = resolve_args(args, model, gpu, release, max_len)
     deltas = corrections.deltas_for(

@@ -18,6 +18,19 @@ KV_CACHE_DTYPES_ALL = (
 )
 
 
+# --quantization/-q choices, the union of vLLM 0.8.5, 0.19 and 0.33
+# (model_executor/layers/quantization/__init__.py: QuantizationMethods).
+QUANTIZATION_METHODS = frozenset({
+    "aqlm", "auto_awq", "auto_gptq", "auto-round", "awq", "awq_marlin", "bitblas", "bitsandbytes",
+    "compressed-tensors", "cpu_awq", "deepseek_v4_fp8", "deepspeedfp", "experts_int8", "fbgemm_fp8", "fp8",
+    "fp8_per_block", "fp8_per_channel", "fp8_per_tensor", "fp_quant", "gguf", "gpt_oss_mxfp4", "gptq",
+    "gptq_bitblas", "gptq_marlin", "gptq_marlin_24", "hqq", "humming", "inc", "int8_per_channel_weight_only",
+    "ipex", "marlin", "modelopt", "modelopt_fp4", "modelopt_mixed", "modelopt_mxfp8", "moe_wna16", "mxfp4",
+    "mxfp8", "neuron_quant", "nvfp4", "nvfp4_per_token", "online", "petit_nvfp4", "ptpc_fp8", "qqq", "quark",
+    "torchao", "tpu_int8",
+})
+
+
 class ServingArgs(BaseModel):
     """The sizing-relevant subset of ``vllm serve`` flags (names as vLLM's argparse ``dest``)."""
 

@@ -6,7 +6,7 @@ from planner.errors import InvalidArgumentError
 from planner.models.config import derived_max_model_len
 from planner.models.spec import ModelSpec
 from planner.units import AUTO
-from planner.vllm.args import ServingArgs
+from planner.vllm.args import QUANTIZATION_METHODS, ServingArgs
 from planner.vllm.releases import Release, Version
 
 
@@ -43,6 +43,22 @@ def check_parallelism(model: ModelSpec, args: ServingArgs) -> None:
             "Decode context parallelism for GQA/MQA requires `--tensor-parallel-size` "
             f"({tp}) to be greater than the model's total number of KV heads ({kv}).",
             flag="--decode-context-parallel-size",
+        )
+
+
+def check_values(args: ServingArgs) -> None:
+    """Flag values vLLM's parser or CUDA backends refuse outright."""
+    if args.quantization is not None and args.quantization not in QUANTIZATION_METHODS:
+        raise InvalidArgumentError(
+            f"argument --quantization/-q: invalid choice: {args.quantization!r} (e.g. fp8, awq, gptq, "
+            "compressed-tensors, bitsandbytes, mxfp4, modelopt)",
+            flag="--quantization",
+        )
+    if args.block_size is not None and args.block_size not in (1, 8) and args.block_size % 16:
+        raise InvalidArgumentError(
+            f"--block-size {args.block_size}: vLLM's CUDA attention backends need a multiple of 16 "
+            "(16, 32, 64, 128 ...)",
+            flag="--block-size",
         )
 
 

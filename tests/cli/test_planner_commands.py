@@ -115,11 +115,13 @@ def test_validate_reports_per_record_and_summary(calibration_file: Path, tmp_pat
     code, out, err = run("validate", str(data_file), "--output", "json")
     assert code == 0
     report = json.loads(out)
-    assert len(report["records"]) == 3
+    assert len(report["records"]) == 5  # one result per input line
+    assert [r["supported"] for r in report["records"][3:]] == [False, False]
     first = report["records"][0]
     assert set(first) >= {"id", "supported", "reason", "layout", "budget", "full"}
     assert set(report["summary"]) >= {"records", "supported", "layout_exact", "layout_scored", "budget", "full"}
     assert "line 4: not JSON" in err and "line 5" in err
+    assert report["records"][3]["id"] == "line 4"
 
 
 def test_validate_unreadable_file_exits_2(tmp_path: Path) -> None:
