@@ -86,7 +86,7 @@ def render_fleet(console: Console, gpu: GpuSpec, args: ServingArgs, rows: Sequen
         header_style="bold",
     )
     table.add_column("model")
-    table.add_column("fits")
+    table.add_column("fits at full context")
     table.add_column("max context", justify="right")
     table.add_column("seqs @4k", justify="right")
     table.add_column("seqs @32k", justify="right")

@@ -50,7 +50,8 @@ class VllmContainer(BaseModel):
 
 
 def image_version(image: str | None) -> str | None:
-    """The vLLM release in an image reference: ``vllm/vllm-openai:v0.10.1.1`` -> ``0.10.1.1``.
+    """The vLLM release in an image reference as X.Y.Z: ``vllm/vllm-openai:v0.10.1.1`` -> ``0.10.1``
+    (a fourth part does not change behaviour; DESIGN's contract is X.Y.Z).
 
     Only for vLLM images (repository name contains "vllm"); ``latest``, ``nightly`` and digests give None.
     """
@@ -61,11 +62,13 @@ def image_version(image: str | None) -> str | None:
     if ":" not in last:
         return None
     tag = last.split(":", 1)[1]
-    match = _VERSION_TAG.match(tag)
-    if match:
-        return match.group(1)
-    inside = _VERSION_INSIDE.search(tag)
-    return inside.group(1) if inside else None
+    match = _VERSION_TAG.match(tag) or _VERSION_INSIDE.search(tag)
+    return _three_parts(match.group(1)) if match else None
+
+
+def _three_parts(version: str) -> str:
+    parts = version.split(".")
+    return ".".join([*parts, "0", "0"][:3]) if all(p.isdigit() for p in parts[:3]) else version
 
 
 def is_vllm_image(image: str | None) -> bool:

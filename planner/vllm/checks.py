@@ -85,8 +85,7 @@ def resolve_max_model_len(model: ModelSpec, args: ServingArgs, release: Release,
     if requested == AUTO:
         if not release.max_model_len_auto:
             raise InvalidArgumentError(
-                f"argument --max-model-len: invalid value 'auto' (vLLM {version} has no auto-fit; "
-                "it arrived in 0.16)",
+                f"--max-model-len auto/-1: vLLM {version} cannot auto-fit the context (that arrived in 0.14.0)",
                 flag="--max-model-len",
             )
         return derived, True
