@@ -237,8 +237,9 @@ def compute_engine(
     hybrid, notes = hybrid_manager_enabled(model, args, release)
     if resolved.engine == "v0":
         hybrid = False  # V0 has no hybrid KV cache manager: every attention layer keeps every token
-        notes.append("KVP112 vLLM runs these settings on its V0 engine (fp8 KV cache without FlashAttention 3, "
-                     "float32, or VLLM_USE_V1=0)")
+        reason = ("V0 is this release's default engine" if not release.v1_default else
+                  "fp8 KV cache without FlashAttention 3, float32, a pre-Ampere GPU, or VLLM_USE_V1=0")
+        notes.append(f"KVP112 planned for vLLM's V0 engine ({reason})")
     rank, grouping = build_rank_layout(model, gpu, args, release, resolved, kv_dtype, hybrid)
     partition = pp_partition(model.num_layers, pp, args.env.get("VLLM_PP_LAYER_PARTITION"))
     expert_shards = tp * args.data_parallel_size if args.enable_expert_parallel else tp

@@ -81,6 +81,8 @@ def uses_v0_engine(args: ServingArgs, gpu: GpuSpec, release: Release, dtype: str
     flag = args.env.get("VLLM_USE_V1")
     if flag is not None:
         return flag.strip() == "0"
+    if not release.v1_default:
+        return True
     fp8_kv = args.kv_cache_dtype.startswith("fp8")
     return (fp8_kv and gpu.architecture not in ("hopper", "blackwell")) or dtype == "float32" \
         or gpu.architecture in _NO_BF16_ARCHITECTURES

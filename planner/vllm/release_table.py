@@ -28,6 +28,7 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("mamba_prefix_mode", "Mamba + prefix caching"),
     ("hybrid_prefix_caching_default", "hybrid PC default"),
     ("auto_kv_from_checkpoint", "auto KV from checkpoint"),
+    ("v1_default", "V1 default"),
     ("v0_available", "V0 fallback"),
     ("swap_space_flag", "--swap-space"),
 )

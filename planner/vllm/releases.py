@@ -73,6 +73,7 @@ class Release(BaseModel):
 
     since: str = Field(description="the release whose source was read; the row holds until the next row")
     v0_available: bool = Field(description="the V0 engine still exists (fallback for fp8 KV without FA3)")
+    v1_default: bool = Field(default=True, description="V1 is the default engine (VLLM_USE_V1 default 1)")
     default_gpu_memory_utilization: float
     budget_ceil: bool = Field(description="requested memory = ceil(total x util) (float product before)")
     cuda_graphs_counted: bool = Field(description="CUDA-graph estimate subtracted from the KV budget by default")
@@ -130,6 +131,18 @@ _BATCH_0_10 = (
 )
 _BATCH_0_33 = (BatchDefaults(min_memory_gib=160, max_num_batched_tokens=16384, max_num_seqs=1024), *_BATCH_0_10)
 
+_V0_ONLY = Release(
+    since="0.6.0", v0_available=True, v1_default=False, default_gpu_memory_utilization=0.9, budget_ceil=False,
+    cuda_graphs_counted=False, tokens_formula="blocks_x_block_size", sliding_in_flight="mnbt",
+    async_scheduling_default=False, group_size_threshold=None, strided_groups=False, fit_check="per_layer",
+    fit_error_style="e0", max_model_len_auto=False, chunked_local_hybrid_default=False,
+    mla_block_size_hopper=16, mla_block_size_blackwell=16, batch_defaults=_BATCH_0_8, clamp_batched_tokens=False,
+    capture_rule="v0_8", hybrid_prefix_caching_default=False, mamba_prefix_mode="one_block",
+    auto_kv_from_checkpoint=False, swap_space_flag=True, kv_cache_memory_bytes_flag=False, kv_cache_dtypes=_D0,
+    evidence="0.6.6.post1: worker/worker.py determine_num_available_blocks, config.py SchedulerConfig, "
+             "engine/arg_utils.py",
+)
+
 _BASE = Release(
     since="0.8.0", v0_available=True, default_gpu_memory_utilization=0.9, budget_ceil=False,
     cuda_graphs_counted=False, tokens_formula="blocks_x_block_size", sliding_in_flight="mnbt",
@@ -184,9 +197,12 @@ _R_0_33 = _row(_R_0_26, "0.33.0", "0.33.0: v1/core/kv_cache_planning.py, v1/core
                mamba_prefix_mode="align",
                kv_cache_dtypes=_D7)
 
+_R_0_7 = _row(_V0_ONLY, "0.7.0", "0.7.3: envs.py (VLLM_USE_V1 default 0), attention/backends/flashmla.py",
+              mla_block_size_hopper=64)
+
 RELEASES: tuple[Release, ...] = (
-    _BASE, _R_0_10, _R_0_10_2, _R_0_11, _R_0_12, _R_0_13, _R_0_14, _R_0_15, _R_0_17, _R_0_18, _R_0_19, _R_0_20,
-    _R_0_21, _R_0_26, _R_0_33,
+    _V0_ONLY, _R_0_7, _BASE, _R_0_10, _R_0_10_2, _R_0_11, _R_0_12, _R_0_13, _R_0_14, _R_0_15, _R_0_17,
+    _R_0_18, _R_0_19, _R_0_20, _R_0_21, _R_0_26, _R_0_33,
 )
 
 OLDEST = Version.parse(RELEASES[0].since)
@@ -205,8 +221,7 @@ def resolve_release(version: str | None) -> tuple[Version, Release, list[str]]:
     parsed = Version.parse(version or LATEST_KNOWN)
     if parsed < OLDEST:
         raise UnknownVllmVersionError(
-            f"vLLM {parsed} is older than the oldest release kv-planner models ({OLDEST}); "
-            "its V0-only engine sizes the cache differently"
+            f"vLLM {parsed} is older than the oldest release kv-planner models ({OLDEST})"
         )
     if parsed > _LATEST:
         warnings.append(

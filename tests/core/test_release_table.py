@@ -39,7 +39,7 @@ def test_newer_release_is_planned_as_the_newest_with_a_warning() -> None:
     _, row, warnings = resolve_release("0.40.1")
     assert row.since == "0.33.0" and any("KVP104" in w for w in warnings)
     with pytest.raises(UnknownVllmVersionError):
-        resolve_release("0.6.3")
+        resolve_release("0.5.4")
 
 
 def test_docs_table_is_generated_from_the_code() -> None:
