@@ -12,9 +12,23 @@ from planner.calibration.records import StartupRecord, load_records
 from planner.calibration.validate import ValidationReport, validate_records
 from planner.cli._app import app
 from planner.cli._output import OutputFormat, console, err_console, print_json, print_yaml
-from planner.errors import PlannerInputError
+from planner.errors import KvPlannerError, PlannerInputError, UnknownModelError
 from planner.gpus.catalog import lookup_gpu
 from planner.models.catalog import lookup_model
+from planner.models.resolve import resolve_model
+from planner.models.spec import ModelSpec
+
+
+def lookup_any_model(name: str) -> ModelSpec:
+    """The catalog first; then a local path, the Hugging Face cache or the Hub (bounded), so reports of
+    models the catalog lacks are still checked where the config can be read."""
+    try:
+        return lookup_model(name)
+    except UnknownModelError as unknown:
+        try:
+            return resolve_model(name, timeout=30.0).spec
+        except KvPlannerError:
+            raise unknown from None
 
 
 def _pct(value: float | None) -> str:
@@ -56,7 +70,7 @@ def validate(
         err_console.print(f"[yellow]not a record[/] {file}: {problem}")
     if not any(isinstance(r, StartupRecord) for r in loaded):
         raise PlannerInputError(f"{file}: no startup records (one JSON object per line)")
-    report = validate_records(loaded, lookup_model=lookup_model, lookup_gpu=lookup_gpu)
+    report = validate_records(loaded, lookup_model=lookup_any_model, lookup_gpu=lookup_gpu)
     if output is OutputFormat.json:
         print_json(report)
     elif output is OutputFormat.yaml:
