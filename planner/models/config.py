@@ -11,7 +11,7 @@ length (``vllm/config/model.py: _get_and_verify_max_len``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from planner.errors import InvalidModelConfigError, UnsupportedArchitectureError
 from planner.models import layers as layer_kinds
@@ -35,7 +35,9 @@ _MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "falcon": {"max_position_embeddings": 2048, "vocab_size": 65_024, "tie_word_embeddings": True},
     "starcoder2": {"tie_word_embeddings": True},
     "phi3": {"tie_word_embeddings": False},
-    "llama": {"max_position_embeddings": 2048},
+    # LlamaConfig's defaults, which sparse multimodal text_config sections (LLaVA) rely on.
+    "llama": {"max_position_embeddings": 2048, "vocab_size": 32_000, "hidden_size": 4096, "intermediate_size": 11_008,
+              "num_hidden_layers": 32, "num_attention_heads": 32},
     "mistral": {"max_position_embeddings": 4096 * 32},
     "gpt2": {"n_positions": 1024},
 }
@@ -43,15 +45,15 @@ _MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
 # Aliases as transformers' attribute_map and vLLM's CONFIG_FIELD_ALIASES resolve them (first wins).
 _ALIASES: dict[str, tuple[str, ...]] = {
     "num_hidden_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
-    "hidden_size": ("hidden_size", "n_embd", "d_model", "model_dim"),
+    "hidden_size": ("hidden_size", "n_embd", "n_embed", "d_model", "model_dim"),
     "num_attention_heads": ("num_attention_heads", "n_head", "n_heads", "num_heads"),
     "num_kv_heads": ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num",
                      "num_attention_groups"),
     "vocab_size": ("padded_vocab_size", "vocab_size"),
-    "intermediate_size": ("intermediate_size", "ffn_hidden_size", "n_inner", "ffn_dim"),
+    "intermediate_size": ("intermediate_size", "ffn_hidden_size", "ff_intermediate_size", "n_inner", "ffn_dim"),
     "num_experts": ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts"),
     "num_experts_per_token": ("num_experts_per_tok", "num_experts_per_token", "top_k_experts", "moe_topk",
-                              "moe_top_k", "top_k"),
+                              "moe_top_k", "moe_k", "top_k"),
     "num_shared_experts": ("n_shared_experts", "moe_num_shared_experts"),
 }
 
@@ -61,7 +63,7 @@ _MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_l
 
 # Architectures whose MLP is up+down (GELU), not gate+up+down.
 _UNGATED_MLP_TYPES = {"gpt2", "gpt_bigcode", "gpt_neox", "falcon", "starcoder2", "phi", "opt", "bloom",
-                      "mpt", "gptj", "codegen", "stablelm_epoch"}
+                      "mpt", "gptj", "codegen", "stablelm_epoch", "nemotron", "nemotron_h"}
 
 _ENCODER_DECODER_TYPES = {"t5", "mt5", "bart", "mbart", "whisper", "pegasus", "marian", "m2m_100"}
 _ENCODER_ONLY_TYPES = {"bert", "roberta", "xlm-roberta", "deberta", "deberta-v2", "distilbert", "electra"}
@@ -188,7 +190,7 @@ def parse_config(config: Config, *, model_id: str) -> ModelSpec:
         mlp_gated=model_type not in _UNGATED_MLP_TYPES,
         attention_bias=bool(text.get("attention_bias") or text.get("add_qkv_bias") or text.get("qkv_bias")
                             or text.get("use_bias") or model_type in ("qwen2", "qwen2_moe")),
-        tie_word_embeddings=bool(reader.get("tie_word_embeddings", False)),
+        tie_word_embeddings=_tied(reader, model_type),
         max_position_embeddings=reader.opt_int("max_position_embeddings"),
         derived_max_model_len=derived,
         derived_max_model_len_key=key,
@@ -202,23 +204,47 @@ def parse_config(config: Config, *, model_id: str) -> ModelSpec:
         quantization=quant,
         vision=vision,
         mtp_layers=reader.integer("num_nextn_predict_layers", 0) or reader.integer("mtp_num_hidden_layers", 0),
+        single_block_layers=isinstance(text.get("hybrid_override_pattern"), str),
         rotary_dim=_rotary_dim(text, head_dim, mla),
         notes=notes,
     )
 
 
 def _reject_unservable(config: Config, text: Config, model_id: str, model_type: str) -> None:
+    if text.get("swa_num_key_value_heads") is not None or text.get("block_configs") is not None:
+        field = "swa_num_key_value_heads" if text.get("swa_num_key_value_heads") is not None else "block_configs"
+        raise UnsupportedArchitectureError(
+            f"{model_id}: layers with different attention shapes ({field}) are not modelled by kv-planner",
+            field=field,
+        )
     if config.get("is_encoder_decoder") or model_type in _ENCODER_DECODER_TYPES:
         raise UnsupportedArchitectureError(
             f"{model_id}: encoder-decoder model (is_encoder_decoder / model_type={model_type!r}); "
             "kv-planner sizes decoder-only KV caches (cross-attention caches are not modelled)",
             field="is_encoder_decoder",
         )
-    if model_type in _ENCODER_ONLY_TYPES or text.get("is_decoder") is False:
+    if model_type in _ENCODER_ONLY_TYPES:
         raise UnsupportedArchitectureError(
             f"{model_id}: encoder-only model (model_type={model_type!r}) keeps no KV cache in vLLM",
             field="model_type",
         )
+
+
+# transformers classes whose __init__ defaults tie_word_embeddings to False; every other class inherits
+# PretrainedConfig's True (OPT, GPT-2, BLOOM, Phi-3-small...), which a config.json that omits the field gets.
+_UNTIED_BY_DEFAULT = {
+    "llama", "llama4", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next",
+    "qwen3_5_moe_text", "phi3", "phimoe", "deepseek_v2", "deepseek_v3", "granite", "granitemoe", "jamba", "gpt_neox",
+    "gptj", "olmo", "olmo2", "internlm2", "chatglm", "glm4", "glm4_moe", "kimi_k2", "mllama", "nemotron",
+    "nemotron_h", "exaone", "minimax", "minimax_m2", "ernie4_5_moe", "starcoder", "mimo",
+}
+
+
+def _tied(reader: _Reader, model_type: str) -> bool:
+    value = reader.get("tie_word_embeddings")
+    if value is not None:
+        return bool(value)
+    return model_type not in _UNTIED_BY_DEFAULT
 
 
 def _kv_heads(reader: _Reader, heads: int, model_type: str) -> int:
@@ -273,9 +299,11 @@ def _mla(reader: _Reader) -> MlaSpec | None:
 
 
 def _mamba(reader: _Reader, hidden: int, model_type: str) -> MambaSpec | None:
+    ssm_dtype = _dtype_name(reader.get("mamba_ssm_dtype") or reader.get("mamba_ssm_cache_dtype"))
     if reader.get("linear_num_value_heads") is not None:  # gated delta net (Qwen3-Next, Qwen3.5)
         return MambaSpec(
             kind="gated_delta_net",
+            ssm_dtype=ssm_dtype,
             conv_kernel=reader.integer("linear_conv_kernel_dim", 4),
             num_k_heads=reader.integer("linear_num_key_heads", minimum=1),
             num_v_heads=reader.integer("linear_num_value_heads", minimum=1),
@@ -291,6 +319,7 @@ def _mamba(reader: _Reader, hidden: int, model_type: str) -> MambaSpec | None:
         head_dim = int(head_dim) if head_dim else int(expand) * hidden // int(num_heads)
         return MambaSpec(
             kind="mamba2",
+            ssm_dtype=ssm_dtype,
             conv_kernel=int(conv),
             d_inner=int(num_heads) * head_dim,
             d_state=int(d_state or 128),
@@ -302,6 +331,7 @@ def _mamba(reader: _Reader, hidden: int, model_type: str) -> MambaSpec | None:
         d_inner = reader.get("mamba_d_inner") or reader.get("intermediate_size_mamba")
         return MambaSpec(
             kind="mamba1",
+            ssm_dtype=ssm_dtype,
             conv_kernel=int(conv),
             d_inner=int(d_inner) if d_inner else int(expand) * hidden,
             d_state=int(d_state),
@@ -331,8 +361,10 @@ def _moe(reader: _Reader, model_type: str, num_layers: int) -> MoeSpec | None:
     if model_type in ("llama4_text", "llama4") and not shared:
         shared, shared_inter = 1, int(moe_inter)
     first_dense = reader.integer("first_k_dense_replace", 0)
+    freq = reader.get("moe_layer_freq")
+    mask = _moe_mask(freq, num_layers, reader)
     period = reader.get("expert_layer_period") or reader.get("decoder_sparse_step") or reader.get(
-        "interleave_moe_layer_step") or reader.get("moe_layer_freq") or 1
+        "interleave_moe_layer_step") or (freq if isinstance(freq, int) else None) or 1
     offset = reader.get("expert_layer_offset") or 0
     if model_type in ("qwen2_moe", "qwen3_moe", "qwen3_next") and int(period) > 1:
         offset = int(period) - 1  # Qwen: layer i is sparse when (i + 1) % decoder_sparse_step == 0
@@ -345,7 +377,23 @@ def _moe(reader: _Reader, model_type: str, num_layers: int) -> MoeSpec | None:
         first_dense_layers=min(first_dense, num_layers),
         moe_layer_period=int(period),
         moe_layer_offset=int(offset),
+        layer_mask=mask,
     )
+
+
+def _moe_mask(freq: Any, num_layers: int, reader: _Reader) -> str | None:
+    """A per-layer MoE mask from a list-valued ``moe_layer_freq`` or NemotronH's ``hybrid_override_pattern``."""
+    pattern = reader.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and len(pattern) == num_layers:
+        return "".join("1" if c == "E" else "0" for c in pattern)
+    if isinstance(freq, list):
+        if len(freq) != num_layers or not all(isinstance(v, (int, bool)) for v in freq):
+            raise InvalidModelConfigError(
+                f"{reader.model_id}: moe_layer_freq must list 0/1 for each of the {num_layers} layers",
+                field="moe_layer_freq",
+            )
+        return "".join("1" if v else "0" for v in freq)
+    return None
 
 
 def _intermediate(reader: _Reader, hidden: int, model_type: str, moe: MoeSpec | None) -> int:
@@ -357,6 +405,13 @@ def _intermediate(reader: _Reader, hidden: int, model_type: str, moe: MoeSpec | 
     if moe is not None and value == moe.moe_intermediate_size and moe.first_dense_layers == 0:
         return int(value)
     return int(value or 0)
+
+
+def _dtype_name(value: Any) -> Literal["float32", "bfloat16", "float16"] | None:
+    names: dict[str, Literal["float32", "bfloat16", "float16"]] = {
+        "float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
+        "float16": "float16", "fp16": "float16", "half": "float16"}
+    return names.get(str(value).replace("torch.", "").lower()) if value else None
 
 
 def _dtype(config: Config, text: Config) -> str:

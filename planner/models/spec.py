@@ -69,6 +69,16 @@ class MoeSpec(_Spec):
     first_dense_layers: int = Field(default=0, ge=0, description="leading layers with a dense MLP")
     moe_layer_period: int = Field(default=1, ge=1, description="every n-th layer is MoE (Jamba: 2)")
     moe_layer_offset: int = Field(default=0, ge=0)
+    layer_mask: str | None = Field(
+        default=None, description="one character per layer, 1 = MoE, 0 = dense (a per-layer list in the config)")
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether decoder layer ``index`` has the MoE block."""
+        if self.layer_mask is not None:
+            return index < len(self.layer_mask) and self.layer_mask[index] == "1"
+        if index < self.first_dense_layers:
+            return False
+        return self.moe_layer_period <= 1 or (index - self.moe_layer_offset) % self.moe_layer_period == 0
 
 
 class MambaSpec(_Spec):
@@ -87,6 +97,8 @@ class MambaSpec(_Spec):
     num_v_heads: int | None = None
     k_head_dim: int | None = None
     v_head_dim: int | None = None
+    ssm_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        default=None, description="SSM state dtype the model asks for (mamba_ssm_dtype); None = model dtype")
 
 
 class QuantSpec(_Spec):
@@ -152,6 +164,10 @@ class ModelSpec(_Spec):
     quantization: QuantSpec | None = None
     vision: VisionSpec | None = None
     mtp_layers: int = Field(default=0, ge=0, description="multi-token-prediction layers in the checkpoint")
+    single_block_layers: bool = Field(
+        default=False,
+        description="each layer is one block (NemotronH hybrid_override_pattern): M = Mamba only, F = attention "
+                    "only, N = an MLP or MoE layer (MoE where moe.layer_mask says so)")
     rotary_dim: int | None = Field(default=None, description="rotary dims per head (partial rotary)")
     parameters: int | None = Field(default=None, description="exact parameter count when known")
     checkpoint_bytes: int | None = Field(default=None, description="exact bytes of the weight files")

@@ -71,10 +71,7 @@ def pp_partition(num_layers: int, pp: int, override: str | None = None) -> list[
 
 
 def _is_moe_layer(spec: ModelSpec, index: int) -> bool:
-    moe = spec.moe
-    if moe is None or index < moe.first_dense_layers:
-        return False
-    return (index - moe.moe_layer_offset) % moe.moe_layer_period == 0 if moe.moe_layer_period > 1 else True
+    return spec.moe is not None and spec.moe.is_moe_layer(index)
 
 
 def _attention(spec: ModelSpec, tp: int) -> _Tensors:
@@ -173,6 +170,17 @@ def _mamba(spec: ModelSpec, tp: int) -> _Tensors:
 
 def _layer(spec: ModelSpec, index: int, tp: int, expert_shards: int | None = None) -> _Tensors:
     kind = spec.layer_pattern[index]
+    if spec.single_block_layers:
+        if kind == "M":
+            return _mamba(spec, tp)
+        if kind in "FSC":
+            return _attention(spec, tp)
+        t = _Tensors(replicated_plain=spec.hidden_size)  # the block's norm
+        if _is_moe_layer(spec, index):
+            _moe_mlp(spec, tp, t, expert_shards or tp)
+        else:
+            t.sharded_quantizable += _dense_mlp(spec, tp, spec.intermediate_size)
+        return t
     t = _mamba(spec, tp) if kind == "M" else _attention(spec, tp)
     if _is_moe_layer(spec, index):
         _moe_mlp(spec, tp, t, expert_shards or tp)

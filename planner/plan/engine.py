@@ -129,7 +129,10 @@ def build_rank_layout(model: ModelSpec, gpu: GpuSpec, args: ServingArgs, release
         )
     dtype_bytes = MODEL_DTYPE_BYTES[resolved.dtype]
     conv = _mamba_dtype_bytes(args.mamba_cache_dtype, dtype_bytes)
-    ssm = _mamba_dtype_bytes(args.mamba_ssm_cache_dtype, conv)
+    # The SSM state follows --mamba-ssm-cache-dtype, else the dtype the model asks for (Qwen3.5 and
+    # NemotronH keep it in float32), else the conv dtype.
+    asked = model.mamba.ssm_dtype if model.mamba is not None else None
+    ssm = _mamba_dtype_bytes(args.mamba_ssm_cache_dtype, MODEL_DTYPE_BYTES[asked] if asked else conv)
     mamba_blocks, alignment = mamba_blocks_and_alignment(model, gpu, release, resolved)
     rank = build_layer_caches(
         model, kv_dtype, tp=args.tensor_parallel_size, block_size=resolved.block_size,
@@ -190,10 +193,7 @@ def stage_memory(
 
 
 def _moe_layer(model: ModelSpec, index: int) -> bool:
-    moe = model.moe
-    if moe is None or index < moe.first_dense_layers:
-        return False
-    return moe.moe_layer_period <= 1 or (index - moe.moe_layer_offset) % moe.moe_layer_period == 0
+    return model.moe is not None and model.moe.is_moe_layer(index)
 
 
 def lora_bytes(model: ModelSpec, args: ServingArgs, dtype_bytes: int) -> int:

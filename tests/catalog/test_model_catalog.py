@@ -83,6 +83,27 @@ REQUIRED = [
     "Qwen/Qwen2.5-7B-Instruct-AWQ",
     "hugging-quants/Meta-Llama-3.1-70B-Instruct-AWQ-INT4",
     "Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4",
+    # Models vLLM's docs, issues and deployments use often (second catalog round).
+    "facebook/opt-125m",
+    "openai-community/gpt2",
+    "meta-llama/Meta-Llama-3-8B",
+    "meta-llama/Meta-Llama-3-8B-Instruct",
+    "meta-llama/Meta-Llama-3-70B-Instruct",
+    "meta-llama/Llama-2-7b-chat-hf",
+    "meta-llama/Llama-2-13b-chat-hf",
+    "meta-llama/Llama-2-70b-chat-hf",
+    "mistralai/Mistral-7B-Instruct-v0.1",
+    "mistralai/Mistral-7B-Instruct-v0.2",
+    "Qwen/Qwen2-0.5B-Instruct",
+    "Qwen/Qwen2-72B-Instruct",
+    "Qwen/Qwen3-30B-A3B-Instruct-2507",
+    "Qwen/Qwen3-4B-Instruct-2507",
+    "Qwen/Qwen3-VL-8B-Instruct",
+    "google/gemma-2b",
+    "deepseek-ai/DeepSeek-V3.1",
+    "THUDM/chatglm3-6b",
+    "tiiuae/falcon-40b",
+    "TheBloke/Mistral-7B-Instruct-v0.2-AWQ",
 ]
 
 # Fields that describe a catalog entry rather than the model's architecture.
@@ -97,12 +118,18 @@ SAME_ARCHITECTURE = {
     "Qwen--Qwen3-32B": ["Qwen/Qwen3-32B"],
     "Qwen--Qwen3-30B-A3B": ["Qwen/Qwen3-30B-A3B"],
     "Qwen--Qwen3-Next-80B-A3B-Instruct": ["Qwen/Qwen3-Next-80B-A3B-Instruct"],
-    "meta-llama--Llama-3.1-8B": ["meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B-Instruct"],
+    "meta-llama--Llama-3.1-8B": [
+        "meta-llama/Llama-3.1-8B",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "meta-llama/Llama-Guard-3-8B",
+        "NousResearch/Hermes-3-Llama-3.1-8B",
+    ],
     "meta-llama--Llama-3.1-70B": ["meta-llama/Llama-3.1-70B"],
     "meta-llama--Llama-3.1-70B-Instruct": [
         "meta-llama/Llama-3.1-70B-Instruct",
         "meta-llama/Llama-3.3-70B-Instruct",
         "deepseek-ai/DeepSeek-R1-Distill-Llama-70B",
+        "nvidia/Llama-3.1-Nemotron-70B-Instruct-HF",
     ],
     "meta-llama--Llama-3.1-405B": ["meta-llama/Llama-3.1-405B", "meta-llama/Llama-3.1-405B-Instruct"],
     "meta-llama--Llama-3.2-1B": ["meta-llama/Llama-3.2-1B", "meta-llama/Llama-3.2-1B-Instruct"],
@@ -117,11 +144,15 @@ SAME_ARCHITECTURE = {
         "mistralai/Mistral-Small-3.1-24B-Instruct-2503",
         "mistralai/Mistral-Small-3.2-24B-Instruct-2506",
     ],
-    "google--gemma-2-9b-it": ["google/gemma-2-9b-it"],
+    "google--gemma-2-9b-it": ["google/gemma-2-9b-it", "google/gemma-2-9b"],
     "google--gemma-2-27b-it": ["google/gemma-2-27b-it"],
     "google--gemma-3-1b-it": ["google/gemma-3-1b-it"],
     "btly--hewo": ["google/gemma-3-27b-it"],
-    "deepseek-ai--DeepSeek-V3": ["deepseek-ai/DeepSeek-V3"],
+    "deepseek-ai--DeepSeek-V3": [
+        "deepseek-ai/DeepSeek-V3",
+        "deepseek-ai/DeepSeek-V3-0324",
+        "deepseek-ai/DeepSeek-V3.1",
+    ],
     "deepseek-ai--DeepSeek-R1": ["deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-R1-0528"],
     "deepseek-ai--DeepSeek-V2-Lite": ["deepseek-ai/DeepSeek-V2-Lite", "deepseek-ai/DeepSeek-V2-Lite-Chat"],
     "openai--gpt-oss-20b": ["openai/gpt-oss-20b"],
@@ -170,6 +201,20 @@ DERIVED = [
         {"quantization"},
     ),
     ("ibm-granite--granite-3.3-8b-instruct", "ibm-granite/granite-3.1-8b-instruct", {"vocab_size"}),
+    ("Qwen--Qwen2.5-7B-Instruct", "RedHatAI/Qwen2.5-7B-Instruct-FP8-dynamic", {"quantization"}),
+    # Mistral-7B-Instruct-v0.2 is v0.3 with the 32000-token vocabulary.
+    ("mistralai--Mistral-7B-Instruct-v0.3", "mistralai/Mistral-7B-Instruct-v0.2", {"vocab_size"}),
+    (
+        "mistralai--Mistral-7B-Instruct-v0.3",
+        "TheBloke/Mistral-7B-Instruct-v0.2-AWQ",
+        {"vocab_size", "quantization", "dtype"},
+    ),
+    # The 2507 updates keep the architecture and raise max_position_embeddings to 262144.
+    (
+        "Qwen--Qwen3-30B-A3B",
+        "Qwen/Qwen3-30B-A3B-Instruct-2507",
+        {"max_position_embeddings", "derived_max_model_len", "context"},
+    ),
 ]
 
 
@@ -290,10 +335,20 @@ def _known(name: str) -> bool:
         ("neuralmagic/Meta-Llama-3.1-8B-Instruct-FP8", "RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8"),
         ("zai-org/glm-4-9b-chat", "THUDM/glm-4-9b-chat"),
         ("  deepseek-r1  ", "deepseek-ai/DeepSeek-R1"),
+        ("llama3-8b-instruct", "meta-llama/Meta-Llama-3-8B-Instruct"),
+        ("neuralmagic/Meta-Llama-3-8B-Instruct-FP8", "RedHatAI/Meta-Llama-3-8B-Instruct-FP8"),
+        ("zai-org/chatglm3-6b", "THUDM/chatglm3-6b"),
+        ("opt-125m", "facebook/opt-125m"),  # vLLM's quickstart model, by its bare name
     ],
 )
 def test_lookup(name: str, expected: str) -> None:
     assert lookup_model(name).id == expected
+
+
+def test_tied_heads_that_config_files_leave_to_the_class_default() -> None:
+    """OPT and GPT-2 files omit tie_word_embeddings; transformers (and so vLLM) ties their LM heads."""
+    for model_id in ("facebook/opt-125m", "facebook/opt-1.3b", "openai-community/gpt2"):
+        assert lookup_model(model_id).tie_word_embeddings, model_id
 
 
 def test_every_id_and_alias_resolves_to_its_entry() -> None:

@@ -91,9 +91,39 @@ def test_missing_architectures_names_the_field() -> None:
 
 def test_missing_layer_count_names_the_field() -> None:
     with pytest.raises(InvalidModelConfigError, match="num_hidden_layers") as caught:
-        parse_config({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 8,
+        parse_config({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 8,
                       "num_attention_heads": 2, "vocab_size": 10}, model_id="x")
     assert caught.value.field == "num_hidden_layers"
+
+
+def test_sparse_text_config_takes_the_class_defaults() -> None:
+    # LLaVA-1.5's text_config only says it is Llama with 32064 tokens; LlamaConfig fills in the rest.
+    spec = parse_config({"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava",
+                         "text_config": {"model_type": "llama", "vocab_size": 32064},
+                         "vision_config": {"hidden_size": 1024, "num_hidden_layers": 24, "intermediate_size": 4096,
+                                           "patch_size": 14, "image_size": 336}}, model_id="llava")
+    assert (spec.num_layers, spec.hidden_size, spec.num_kv_heads, spec.vocab_size) == (32, 4096, 32, 32064)
+    assert spec.vision is not None
+
+
+def test_an_omitted_tie_word_embeddings_follows_the_transformers_class() -> None:
+    base = {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 100, "n_positions": 128}
+    gpt2 = parse_config({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", **base}, model_id="g")
+    llama = parse_config({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2,
+                          "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100}, model_id="l")
+    assert gpt2.tie_word_embeddings is True and llama.tie_word_embeddings is False
+
+
+def test_per_layer_moe_list_and_state_dtype() -> None:
+    spec = parse_config({"architectures": ["X"], "model_type": "x", "num_hidden_layers": 4, "hidden_size": 64,
+                         "num_attention_heads": 4, "vocab_size": 100, "intermediate_size": 128,
+                         "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                         "moe_layer_freq": [0, 1, 1, 0]}, model_id="x")
+    assert spec.moe is not None and [spec.moe.is_moe_layer(i) for i in range(4)] == [False, True, True, False]
+    with pytest.raises(InvalidModelConfigError, match="moe_layer_freq"):
+        parse_config({"architectures": ["X"], "model_type": "x", "num_hidden_layers": 4, "hidden_size": 64,
+                      "num_attention_heads": 4, "vocab_size": 100, "n_routed_experts": 8,
+                      "num_experts_per_tok": 2, "moe_layer_freq": [0, 1]}, model_id="x")
 
 
 def test_malformed_field_is_named() -> None:

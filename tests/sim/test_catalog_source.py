@@ -30,7 +30,9 @@ V0_NOT_MODELLED = {
 
 
 def _source_versions() -> list[str]:
-    return src.available_versions()
+    """Releases on disk that the simulator models (0.8.5 on; 0.6/0.7 sources may also be unpacked there)."""
+    oldest = parse_version(MODELLED_RELEASES[0][0])
+    return [v for v in src.available_versions() if parse_version(v) >= oldest]
 
 
 def _expected_extra(labels: str) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
