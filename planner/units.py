@@ -18,6 +18,9 @@ GiB = 1 << 30
 MiB = 1 << 20
 KiB = 1 << 10
 
+DTYPE_BYTES: dict[str, int] = {"bfloat16": 2, "float16": 2, "float32": 4}
+"""Bytes per element of the model / state dtypes vLLM uses."""
+
 AUTO = -1
 """The value vLLM stores for ``--max-model-len auto`` / ``-1``."""
 

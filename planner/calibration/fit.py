@@ -28,14 +28,13 @@ from planner.calibration.records import StartupRecord
 from planner.calibration.validate import serving_args, validate_records
 from planner.errors import KvPlannerError
 from planner.gpus.spec import GpuSpec
-from planner.kv.dtypes import MODEL_DTYPE_BYTES
 from planner.memory.activation import dense_width, moe_width
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.memory.cudagraph import capture_sizes
 from planner.models.spec import ModelSpec
 from planner.plan.build import predict
 from planner.plan.engine import with_online_quantization
-from planner.units import GiB
+from planner.units import DTYPE_BYTES, GiB
 
 ModelLookup = Callable[[str], ModelSpec]
 GpuLookup = Callable[[str], GpuSpec]
@@ -77,7 +76,7 @@ def observe(record: StartupRecord, spec: ModelSpec, gpu: GpuSpec) -> Observation
     resolved = prediction.resolved
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     model = with_online_quantization(spec, args)
-    dtype_bytes = MODEL_DTYPE_BYTES[resolved.dtype]
+    dtype_bytes = DTYPE_BYTES[resolved.dtype]
     tokens = resolved.max_num_batched_tokens
     first_stage_layers = prediction.engine.partition[0]
     moe_layers = first_stage_layers if model.moe is not None else 0

@@ -14,8 +14,6 @@ from dataclasses import dataclass
 from planner.errors import InvalidArgumentError
 from planner.models.spec import ModelSpec
 
-MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-
 
 @dataclass(frozen=True)
 class KvDtype:

@@ -194,6 +194,10 @@ class ModelSpec(_Spec):
             raise ValueError("attention layers need num_kv_heads >= 1")
         return self
 
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether decoder layer ``index`` carries the MoE block."""
+        return self.moe is not None and self.moe.is_moe_layer(index)
+
     @property
     def head_size_v(self) -> int:
         return self.head_dim_v if self.head_dim_v is not None else self.head_dim

@@ -21,9 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner.models.spec import ModelSpec
-from planner.units import cdiv
-
-DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+from planner.units import DTYPE_BYTES, cdiv
 
 
 @dataclass
@@ -68,10 +66,6 @@ def pp_partition(num_layers: int, pp: int, override: str | None = None) -> list[
     for i in range(2, num_layers % pp + 2):
         parts[-i] += 1
     return parts
-
-
-def _is_moe_layer(spec: ModelSpec, index: int) -> bool:
-    return spec.moe is not None and spec.moe.is_moe_layer(index)
 
 
 def _attention(spec: ModelSpec, tp: int) -> _Tensors:
@@ -176,13 +170,13 @@ def _layer(spec: ModelSpec, index: int, tp: int, expert_shards: int | None = Non
         if kind in "FSC":
             return _attention(spec, tp)
         t = _Tensors(replicated_plain=spec.hidden_size)  # the block's norm
-        if _is_moe_layer(spec, index):
+        if spec.is_moe_layer(index):
             _moe_mlp(spec, tp, t, expert_shards or tp)
         else:
             t.sharded_quantizable += _dense_mlp(spec, tp, spec.intermediate_size)
         return t
     t = _mamba(spec, tp) if kind == "M" else _attention(spec, tp)
-    if _is_moe_layer(spec, index):
+    if spec.is_moe_layer(index):
         _moe_mlp(spec, tp, t, expert_shards or tp)
     elif spec.intermediate_size:
         t.sharded_quantizable += _dense_mlp(spec, tp, spec.intermediate_size)
@@ -195,7 +189,7 @@ def _layers(spec: ModelSpec, tp: int, expert_shards: int | None = None) -> list[
     kinds: dict[tuple[str, bool], _Tensors] = {}
     out = []
     for index, letter in enumerate(spec.layer_pattern):
-        key = (letter, _is_moe_layer(spec, index))
+        key = (letter, spec.is_moe_layer(index))
         if key not in kinds:
             kinds[key] = _layer(spec, index, tp, expert_shards)
         out.append(kinds[key])

@@ -138,10 +138,7 @@ def kv_report(model: ModelSpec, prediction: Prediction) -> KvCacheReport:
     kv = engine.kv_dtype
     kv_layers = sum(1 for letter in model.layer_pattern if letter in "FSC")
     per_token = attention_bytes_per_token(model, kv, 1) * kv_layers if kv_layers else 0
-    conv_bytes = 2 if prediction.resolved.dtype != "float32" else 4
-    asked = model.mamba.ssm_dtype if model.mamba is not None else None
-    ssm_bytes = {"float32": 4, "bfloat16": 2, "float16": 2}[asked] if asked else conv_bytes
-    state = mamba_state_bytes(model, 1, conv_bytes, ssm_bytes) * model.layer_pattern.count("M")
+    state = mamba_state_bytes(model, 1, *engine.mamba_bytes) * model.layer_pattern.count("M")
     groups = [
         KvGroupReport(
             kind=group.spec.kind,

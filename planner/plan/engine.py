@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from planner.errors import InvalidArgumentError
 from planner.gpus.spec import GpuSpec
 from planner.kv.capacity import KvLayout, StageKv
-from planner.kv.dtypes import MODEL_DTYPE_BYTES, KvDtype, resolve_kv_dtype
+from planner.kv.dtypes import KvDtype, resolve_kv_dtype
 from planner.kv.grouping import Grouping, group_layers, stage_group_size
 from planner.kv.specs import RankLayout, build_layer_caches
 from planner.memory.activation import activation_peak
@@ -22,7 +22,7 @@ from planner.memory.nontorch import non_torch_bytes
 from planner.models.quantization import scheme_quantization
 from planner.models.spec import ModelSpec
 from planner.models.weights import estimate_weights, pp_partition
-from planner.units import GiB
+from planner.units import DTYPE_BYTES, GiB
 from planner.vllm.args import ServingArgs
 from planner.vllm.defaults import ResolvedArgs
 from planner.vllm.releases import Release
@@ -63,6 +63,8 @@ class EngineLayout:
     grouping: Grouping
     partition: list[int]
     hybrid_manager: bool
+    mamba_bytes: tuple[int, int]
+    """(conv, SSM) state bytes per element."""
     parameters: int
     weights_estimated: bool
     memory: list[StageMemory] = field(default_factory=list)
@@ -127,12 +129,7 @@ def build_rank_layout(model: ModelSpec, gpu: GpuSpec, args: ServingArgs, release
             "type. (Mamba/linear-attention hybrids need the hybrid KV cache manager.)",
             flag="--disable-hybrid-kv-cache-manager",
         )
-    dtype_bytes = MODEL_DTYPE_BYTES[resolved.dtype]
-    conv = _mamba_dtype_bytes(args.mamba_cache_dtype, dtype_bytes)
-    # The SSM state follows --mamba-ssm-cache-dtype, else the dtype the model asks for (Qwen3.5 and
-    # NemotronH keep it in float32), else the conv dtype.
-    asked = model.mamba.ssm_dtype if model.mamba is not None else None
-    ssm = _mamba_dtype_bytes(args.mamba_ssm_cache_dtype, MODEL_DTYPE_BYTES[asked] if asked else conv)
+    conv, ssm = mamba_state_dtype_bytes(model, args, resolved.dtype)
     mamba_blocks, alignment = mamba_blocks_and_alignment(model, gpu, release, resolved)
     rank = build_layer_caches(
         model, kv_dtype, tp=args.tensor_parallel_size, block_size=resolved.block_size,
@@ -144,8 +141,14 @@ def build_rank_layout(model: ModelSpec, gpu: GpuSpec, args: ServingArgs, release
     return rank, grouping
 
 
-def _mamba_dtype_bytes(name: str, default: int) -> int:
-    return {"auto": default, "float32": 4, "float16": 2, "bfloat16": 2}.get(name, default)
+def mamba_state_dtype_bytes(model: ModelSpec, args: ServingArgs, dtype: str) -> tuple[int, int]:
+    """(conv, SSM) state bytes per element: ``--mamba-cache-dtype`` or the model dtype for the conv state;
+    ``--mamba-ssm-cache-dtype``, else the dtype the model asks for (Qwen3.5 and NemotronH keep float32),
+    else the conv dtype for the SSM state."""
+    conv = DTYPE_BYTES.get(args.mamba_cache_dtype, DTYPE_BYTES[dtype])
+    asked = model.mamba.ssm_dtype if model.mamba is not None else None
+    ssm = DTYPE_BYTES.get(args.mamba_ssm_cache_dtype, DTYPE_BYTES[asked] if asked else conv)
+    return conv, ssm
 
 
 def stage_memory(
@@ -160,7 +163,7 @@ def stage_memory(
     # ceil(total x util) from 0.14 (request_memory); a float product before, floored by the block division.
     product = gpu.memory_bytes * resolved.gpu_memory_utilization
     budget = math.ceil(product) if release.budget_ceil else math.floor(product)
-    dtype_bytes = MODEL_DTYPE_BYTES[resolved.dtype]
+    dtype_bytes = DTYPE_BYTES[resolved.dtype]
     stages = []
     start = 0
     for stage, count in enumerate(partition):
@@ -170,7 +173,7 @@ def stage_memory(
             max_num_seqs=resolved.max_num_seqs, tp=tp, dtype_bytes=dtype_bytes, last_stage=last,
             receives_from_previous_stage=stage > 0,
         )
-        moe_layers = sum(1 for i in range(start, start + count) if _moe_layer(model, i))
+        moe_layers = sum(1 for i in range(start, start + count) if model.is_moe_layer(i))
         graphs = cuda_graph_bytes(
             layers_on_rank=count, moe_layers_on_rank=moe_layers, max_num_seqs=resolved.max_num_seqs,
             max_num_batched_tokens=resolved.max_num_batched_tokens, tp=tp, enforce_eager=args.enforce_eager,
@@ -190,10 +193,6 @@ def stage_memory(
         ))
         start += count
     return stages
-
-
-def _moe_layer(model: ModelSpec, index: int) -> bool:
-    return model.moe is not None and model.moe.is_moe_layer(index)
 
 
 def lora_bytes(model: ModelSpec, args: ServingArgs, dtype_bytes: int) -> int:
@@ -253,12 +252,13 @@ def compute_engine(
         # The architecture reproduces the published exact parameter count: unquantized weights are then
         # exactly parameters x dtype bytes, whatever the files' size.
         estimated = False
-    extra = lora_bytes(model, args, MODEL_DTYPE_BYTES[resolved.dtype])
+    extra = lora_bytes(model, args, DTYPE_BYTES[resolved.dtype])
     per_stage = [b + extra for b in weights.bytes_per_stage]
     memory = stage_memory(model, gpu, args, release, resolved, partition=partition,
                           weights_per_stage=per_stage, coefficients=coefficients, deltas=deltas)
     return EngineLayout(
         kv_dtype=kv_dtype, rank=rank, grouping=grouping, partition=partition, hybrid_manager=hybrid,
+        mamba_bytes=mamba_state_dtype_bytes(model, args, resolved.dtype),
         parameters=weights.parameters, weights_estimated=estimated, memory=memory,
         warnings=[*notes, *grouping.warnings],
     )
