@@ -20,7 +20,6 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def _group() -> None:
     """Keeps `webhook` / `exporter` as explicit subcommands (typer runs a lone command without its name)."""

@@ -55,10 +55,17 @@ def scrape_once(url: str) -> tuple[float, float, int]:
 
 
 def measure(urls: list[str], per_target_timeout: float, repeats: int) -> dict[str, float]:
-    targets = [parse_static_target(f"{u}#namespace=bench&pod=pod-{i:02d}&workload=w{i % 5}&planned-num-gpu-blocks=4000")
-               for i, u in enumerate(urls)]
-    config = ExporterConfig(host="127.0.0.1", port=0, targets=targets, retuner=RetunerSettings(mode="off"),
-                            scrape=ScrapeSettings(scrape_timeout_s=per_target_timeout))
+    targets = [
+        parse_static_target(f"{u}#namespace=bench&pod=pod-{i:02d}&workload=w{i % 5}&planned-num-gpu-blocks=4000")
+        for i, u in enumerate(urls)
+    ]
+    config = ExporterConfig(
+        host="127.0.0.1",
+        port=0,
+        targets=targets,
+        retuner=RetunerSettings(mode="off"),
+        scrape=ScrapeSettings(scrape_timeout_s=per_target_timeout),
+    )
     walls, cpus = [], []
     with start_exporter(config) as exporter:
         scrape_once(exporter.url)  # warm-up: imports, connection pool
@@ -66,9 +73,14 @@ def measure(urls: list[str], per_target_timeout: float, repeats: int) -> dict[st
             wall, cpu, _count = scrape_once(exporter.url)
             walls.append(wall)
             cpus.append(cpu)
-    return {"targets": len(urls), "per_target_timeout_s": per_target_timeout,
-            "wall_s_median": statistics.median(walls), "cpu_s_median": statistics.median(cpus),
-            "wall_s_max": max(walls), "cpu_s_max": max(cpus)}
+    return {
+        "targets": len(urls),
+        "per_target_timeout_s": per_target_timeout,
+        "wall_s_median": statistics.median(walls),
+        "cpu_s_median": statistics.median(cpus),
+        "wall_s_max": max(walls),
+        "cpu_s_max": max(cpus),
+    }
 
 
 def main() -> None:
@@ -77,8 +89,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--per-target-timeout", type=float, default=5.0)
     options = parser.parse_args()
-    helper = subprocess.Popen([sys.executable, "-c", HELPER, str(options.targets - 1)], cwd=ROOT,
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    helper = subprocess.Popen(
+        [sys.executable, "-c", HELPER, str(options.targets - 1)],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert helper.stdout is not None
         ports = helper.stdout.readline().split()

@@ -43,9 +43,16 @@ def publish(hub: FakeHub, shards: int) -> None:
         files[shard] = Blob.of(header, size=size)
         weight_map.update(dict.fromkeys(part, shard))
     files["model.safetensors.index.json"] = json.dumps({"weight_map": weight_map}).encode()
-    files["config.json"] = config_bytes(llama_config(hidden_size=4096, intermediate_size=14336,
-                                                     num_hidden_layers=32, num_attention_heads=32,
-                                                     num_key_value_heads=8, vocab_size=128256))
+    files["config.json"] = config_bytes(
+        llama_config(
+            hidden_size=4096,
+            intermediate_size=14336,
+            num_hidden_layers=32,
+            num_attention_heads=32,
+            num_key_value_heads=8,
+            vocab_size=128256,
+        )
+    )
     hub.add(Repo(REPO)).commit(files)
 
 
@@ -78,10 +85,10 @@ def main() -> None:
 
             results = {
                 "cold (empty cache)": median_ms(args.repeats, cold, lambda: resolve_model(REPO)),
-                "new process, warm cache": median_ms(args.repeats, clear_resolution_cache,
-                                                     lambda: resolve_model(REPO)),
-                "offline (cache only)": median_ms(args.repeats, clear_resolution_cache,
-                                                  lambda: resolve_model(REPO, offline=True)),
+                "new process, warm cache": median_ms(args.repeats, clear_resolution_cache, lambda: resolve_model(REPO)),
+                "offline (cache only)": median_ms(
+                    args.repeats, clear_resolution_cache, lambda: resolve_model(REPO, offline=True)
+                ),
                 "same process (memory)": median_ms(args.repeats, lambda: None, lambda: resolve_model(REPO)),
             }
             requests = len(hub.requests)

@@ -27,7 +27,8 @@ def sweep() -> tuple[int, int, int]:
                 for tp in (1, 2, 4, 8):
                     try:
                         plan, _ = plan_without_recommendation(
-                            model, gpu, ServingArgs(kv_cache_dtype=kv, tensor_parallel_size=tp))
+                            model, gpu, ServingArgs(kv_cache_dtype=kv, tensor_parallel_size=tp)
+                        )
                     except KvPlannerError:
                         refused += 1  # e.g. TP does not divide the heads: vLLM refuses it too
                         continue
@@ -52,8 +53,10 @@ def main() -> None:
     models, gpus = len(list(all_models())), len(list(all_gpus()))
     print(f"sweep: {models} models x {gpus} GPUs x 2 KV dtypes x 4 TP = {models * gpus * 8} combinations")
     print(f"plans computed: {plans} ({fits} fit, {plans - fits} do not fit), refused by vLLM rules: {refused}")
-    print(f"median wall time over {options.repeats} runs: {median:.2f} s "
-          f"(min {min(times):.2f} s, max {max(times):.2f} s); {plans / median:,.0f} plans/s")
+    print(
+        f"median wall time over {options.repeats} runs: {median:.2f} s "
+        f"(min {min(times):.2f} s, max {max(times):.2f} s); {plans / median:,.0f} plans/s"
+    )
 
 
 if __name__ == "__main__":

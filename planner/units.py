@@ -69,11 +69,24 @@ def parse_human_int_or_auto(value: str | int) -> int:
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]i?[bB]?|[bB])?\s*$")
 _SIZE_FACTORS = {
-    "": 1, "b": 1,
-    "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
-    "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-    "ki": KiB, "mi": MiB, "gi": GiB, "ti": 2**40,
-    "kib": KiB, "mib": MiB, "gib": GiB, "tib": 2**40,
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "m": 10**6,
+    "g": 10**9,
+    "t": 10**12,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "ki": KiB,
+    "mi": MiB,
+    "gi": GiB,
+    "ti": 2**40,
+    "kib": KiB,
+    "mib": MiB,
+    "gib": GiB,
+    "tib": 2**40,
 }
 
 

@@ -25,8 +25,10 @@ def main(path: str) -> None:
     records = [r for r in load_records(Path(path)) if isinstance(r, StartupRecord)]
     report = validate_records(records, lookup_model=lookup_model, lookup_gpu=lookup_gpu)
     by_id = {r.id: r for r in records}
-    print("| id | model | GPU | vLLM | TP/PP | logged blocks | predicted | logged tokens | predicted | exact |"
-          " budget error | full error |")
+    print(
+        "| id | model | GPU | vLLM | TP/PP | logged blocks | predicted | logged tokens | predicted | exact |"
+        " budget error | full error |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in report.records:
         rec = by_id[r.id]
@@ -47,8 +49,10 @@ def main(path: str) -> None:
     print("| KV memory error | records | median | p90 | max | median abs | max abs |")
     print("|---|---|---|---|---|---|---|")
     for name, stats in (("budget (logged weights)", s.budget), ("full (GPU alone)", s.full)):
-        print(f"| {name} | {stats.count} | {pct(stats.median)} | {pct(stats.p90)} | {pct(stats.max)} | "
-              f"{pct(stats.abs_median)} | {pct(stats.abs_max)} |")
+        print(
+            f"| {name} | {stats.count} | {pct(stats.median)} | {pct(stats.p90)} | {pct(stats.max)} | "
+            f"{pct(stats.abs_median)} | {pct(stats.abs_max)} |"
+        )
     print()
     print("Per-term error of the full prediction (predicted minus logged, GiB):")
     print()
@@ -68,8 +72,10 @@ def main(path: str) -> None:
     print("| model | records | in-sample median | held-out median | held-out max abs |")
     print("|---|---|---|---|---|")
     for row in fit.leave_one_model_out:
-        print(f"| {row.model} | {row.records} | {pct(row.in_sample_median_error)} | "
-              f"{pct(row.held_out_median_error)} | {pct(row.held_out_max_abs_error)} |")
+        print(
+            f"| {row.model} | {row.records} | {pct(row.in_sample_median_error)} | "
+            f"{pct(row.held_out_median_error)} | {pct(row.held_out_max_abs_error)} |"
+        )
 
 
 if __name__ == "__main__":

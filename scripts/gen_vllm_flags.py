@@ -87,8 +87,10 @@ class Index:
                 text = ast.unparse(stmt.annotation)
                 if "ClassVar" in text or "InitVar" in text:
                     continue
-                if stmt.value is not None and "field(" in ast.unparse(stmt.value) and "init=False" in (
-                    ast.unparse(stmt.value)
+                if (
+                    stmt.value is not None
+                    and "field(" in ast.unparse(stmt.value)
+                    and "init=False" in (ast.unparse(stmt.value))
                 ):
                     continue
                 result.pop(stmt.target.id, None)
@@ -206,10 +208,7 @@ class Interp:
     visited: set[int] = field(default_factory=set)
 
     def kwargs_for(self, cls_name: str) -> dict[str, Entry]:
-        return {
-            name: Entry(classify(ann, self.index, self.rules))
-            for name, ann in self.index.fields(cls_name).items()
-        }
+        return {name: Entry(classify(ann, self.index, self.rules)) for name, ann in self.index.fields(cls_name).items()}
 
     # --- evaluation of the small expression language add_cli_args uses --------------------------------
     def eval_kwdict(self, expr: ast.expr, env: dict[str, object], cls: str | None) -> object:
@@ -313,9 +312,7 @@ class Interp:
             return None
         return None
 
-    def assign_key(
-        self, target: ast.Subscript, value: ast.expr, env: dict[str, object], cls: str | None
-    ) -> None:
+    def assign_key(self, target: ast.Subscript, value: ast.expr, env: dict[str, object], cls: str | None) -> None:
         owner = self.eval_kwdict(target.value, env, cls)
         if not isinstance(owner, Entry) or not isinstance(target.slice, ast.Constant):
             return
@@ -403,12 +400,12 @@ class Interp:
                                 kind = inner.kind
                                 extra.update(inner.extra)
                         elif isinstance(k, ast.Constant) and k.value in ("action", "nargs"):
-                            extra[str(k.value)] = v.value if isinstance(v, ast.Constant) else (
-                                ast.unparse(v).split(".")[-1]
+                            extra[str(k.value)] = (
+                                v.value if isinstance(v, ast.Constant) else (ast.unparse(v).split(".")[-1])
                             )
             elif kw.arg in ("action", "nargs"):
-                extra[kw.arg] = kw.value.value if isinstance(kw.value, ast.Constant) else (
-                    ast.unparse(kw.value).split(".")[-1]
+                extra[kw.arg] = (
+                    kw.value.value if isinstance(kw.value, ast.Constant) else (ast.unparse(kw.value).split(".")[-1])
                 )
             elif kw.arg == "dest" and isinstance(kw.value, ast.Constant):
                 dest = str(kw.value.value)

@@ -15,8 +15,9 @@ def test_import_contracts_hold() -> None:
     executable = shutil.which("lint-imports")
     if executable is None:
         pytest.fail("lint-imports is missing: install the test extras (pip install -e '.[test]')")
-    result = subprocess.run([executable, "--no-cache"], cwd=REPO_ROOT, capture_output=True, text=True,
-                            timeout=240, check=False)
+    result = subprocess.run(
+        [executable, "--no-cache"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=240, check=False
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "broken" not in result.stdout.split("Contracts:")[-1].replace("0 broken", "")
 
@@ -28,6 +29,7 @@ def test_core_import_does_not_load_web_or_cluster_libraries() -> None:
         "if m in sys.modules]\n"
         "print(','.join(heavy))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True,
-                            timeout=120, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=True
+    )
     assert result.stdout.strip() == ""

@@ -35,76 +35,151 @@ class RetuneMode(str, Enum):
 def exporter(
     port: Annotated[int, typer.Option(envvar=_env("port"), min=0, max=65535, help="HTTP port.")] = 9400,
     host: Annotated[str, typer.Option(envvar=_env("host"), help="Address to bind.")] = "0.0.0.0",
-    targets: Annotated[list[str] | None, typer.Option(
-        "--targets", envvar=_env("targets"),
-        help="vLLM /metrics URLs (repeatable), options in the fragment: URL#workload=w&planned-num-gpu-blocks=N.",
-    )] = None,
-    more_targets: Annotated[list[str] | None, typer.Argument(
-        metavar="[URL]...", show_default=False,
-        help="More target URLs after --targets (DESIGN's `--targets URL...` spelling).")] = None,
-    discover: Annotated[bool, typer.Option(
-        "--discover/--no-discover", envvar=_env("discover"),
-        help="Find vLLM pods in namespaces labelled kv-planner.io/enabled=true.")] = False,
-    prometheus_url: Annotated[str | None, typer.Option(
-        envvar=_env("prometheus-url"), help="Read vLLM's series from this Prometheus API instead of the pods.")] = None,
-    prometheus_selector: Annotated[str, typer.Option(
-        envvar=_env("prometheus-selector"), help='Label matchers added to every query, e.g. job="vllm".')] = "",
-    namespace_selector: Annotated[str, typer.Option(
-        envvar=_env("namespace-selector"), help="Namespaces to watch (label selector).")
+    targets: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--targets",
+            envvar=_env("targets"),
+            help="vLLM /metrics URLs (repeatable), options in the fragment: URL#workload=w&planned-num-gpu-blocks=N.",
+        ),
+    ] = None,
+    more_targets: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[URL]...",
+            show_default=False,
+            help="More target URLs after --targets (DESIGN's `--targets URL...` spelling).",
+        ),
+    ] = None,
+    discover: Annotated[
+        bool,
+        typer.Option(
+            "--discover/--no-discover",
+            envvar=_env("discover"),
+            help="Find vLLM pods in namespaces labelled kv-planner.io/enabled=true.",
+        ),
+    ] = False,
+    prometheus_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar=_env("prometheus-url"), help="Read vLLM's series from this Prometheus API instead of the pods."
+        ),
+    ] = None,
+    prometheus_selector: Annotated[
+        str,
+        typer.Option(envvar=_env("prometheus-selector"), help='Label matchers added to every query, e.g. job="vllm".'),
+    ] = "",
+    namespace_selector: Annotated[
+        str, typer.Option(envvar=_env("namespace-selector"), help="Namespaces to watch (label selector).")
     ] = "kv-planner.io/enabled=true",
-    pod_selector: Annotated[str | None, typer.Option(envvar=_env("pod-selector"),
-                                                     help="Only pods matching this label selector.")] = None,
-    kubeconfig: Annotated[str | None, typer.Option(envvar=_env("kubeconfig"),
-                                                   help="Outside a cluster: the kubeconfig file.")] = None,
-    resync_seconds: Annotated[float, typer.Option(envvar=_env("resync-seconds"), min=1.0,
-                                                  help="Seconds per pod watch before relisting.")] = 60.0,
-    scrape_timeout: Annotated[float, typer.Option(envvar=_env("scrape-timeout"), min=0.01, rich_help_panel=_S,
-                                                  help="Per target, seconds.")] = 5.0,
-    scrape_timeout_offset: Annotated[float, typer.Option(
-        envvar=_env("scrape-timeout-offset"), min=0.0, rich_help_panel=_S,
-        help="Seconds kept back from Prometheus' X-Prometheus-Scrape-Timeout-Seconds.")] = 0.5,
-    max_targets: Annotated[int, typer.Option(envvar=_env("max-targets"), min=1, rich_help_panel=_S,
-                                             help="Read at most this many targets (bounds cardinality).")] = 500,
-    max_concurrency: Annotated[int, typer.Option(envvar=_env("max-concurrency"), min=1, rich_help_panel=_S,
-                                                 help="Parallel target reads.")] = 64,
-    max_body_bytes: Annotated[int, typer.Option(envvar=_env("max-body-bytes"), min=1024, rich_help_panel=_S,
-                                                help="Largest /metrics page accepted.")] = 16 << 20,
-    retune: Annotated[RetuneMode, typer.Option(envvar=_env("retune"), rich_help_panel=_R,
-                                               help="off, recommend (metrics + Events), apply (patch args).")
-                      ] = RetuneMode.recommend,
-    retune_interval: Annotated[float, typer.Option(envvar=_env("retune-interval"), min=1.0, rich_help_panel=_R,
-                                                   help="Seconds between observations.")] = 60.0,
-    retune_persist: Annotated[int, typer.Option(envvar=_env("retune-persist"), min=1, rich_help_panel=_R,
-                                                help="Observations a condition must persist.")] = 3,
-    retune_high_usage: Annotated[float, typer.Option(envvar=_env("retune-high-usage"), min=0.0, max=1.0,
-                                                     rich_help_panel=_R)] = 0.95,
-    retune_low_usage: Annotated[float, typer.Option(envvar=_env("retune-low-usage"), min=0.0, max=1.0,
-                                                    rich_help_panel=_R)] = 0.5,
-    retune_min_dwell: Annotated[float, typer.Option(envvar=_env("retune-min-dwell"), min=0.0, rich_help_panel=_R,
-                                                    help="Seconds between two changes.")] = 900.0,
-    retune_max_step_down: Annotated[float, typer.Option(envvar=_env("retune-max-step-down"), min=0.01, max=0.99,
-                                                        rich_help_panel=_R)] = 0.5,
-    retune_max_step_up: Annotated[float, typer.Option(envvar=_env("retune-max-step-up"), min=0.01,
-                                                      rich_help_panel=_R)] = 0.25,
+    pod_selector: Annotated[
+        str | None, typer.Option(envvar=_env("pod-selector"), help="Only pods matching this label selector.")
+    ] = None,
+    kubeconfig: Annotated[
+        str | None, typer.Option(envvar=_env("kubeconfig"), help="Outside a cluster: the kubeconfig file.")
+    ] = None,
+    resync_seconds: Annotated[
+        float, typer.Option(envvar=_env("resync-seconds"), min=1.0, help="Seconds per pod watch before relisting.")
+    ] = 60.0,
+    scrape_timeout: Annotated[
+        float, typer.Option(envvar=_env("scrape-timeout"), min=0.01, rich_help_panel=_S, help="Per target, seconds.")
+    ] = 5.0,
+    scrape_timeout_offset: Annotated[
+        float,
+        typer.Option(
+            envvar=_env("scrape-timeout-offset"),
+            min=0.0,
+            rich_help_panel=_S,
+            help="Seconds kept back from Prometheus' X-Prometheus-Scrape-Timeout-Seconds.",
+        ),
+    ] = 0.5,
+    max_targets: Annotated[
+        int,
+        typer.Option(
+            envvar=_env("max-targets"),
+            min=1,
+            rich_help_panel=_S,
+            help="Read at most this many targets (bounds cardinality).",
+        ),
+    ] = 500,
+    max_concurrency: Annotated[
+        int, typer.Option(envvar=_env("max-concurrency"), min=1, rich_help_panel=_S, help="Parallel target reads.")
+    ] = 64,
+    max_body_bytes: Annotated[
+        int,
+        typer.Option(
+            envvar=_env("max-body-bytes"), min=1024, rich_help_panel=_S, help="Largest /metrics page accepted."
+        ),
+    ] = 16 << 20,
+    retune: Annotated[
+        RetuneMode,
+        typer.Option(
+            envvar=_env("retune"), rich_help_panel=_R, help="off, recommend (metrics + Events), apply (patch args)."
+        ),
+    ] = RetuneMode.recommend,
+    retune_interval: Annotated[
+        float,
+        typer.Option(envvar=_env("retune-interval"), min=1.0, rich_help_panel=_R, help="Seconds between observations."),
+    ] = 60.0,
+    retune_persist: Annotated[
+        int,
+        typer.Option(
+            envvar=_env("retune-persist"), min=1, rich_help_panel=_R, help="Observations a condition must persist."
+        ),
+    ] = 3,
+    retune_high_usage: Annotated[
+        float, typer.Option(envvar=_env("retune-high-usage"), min=0.0, max=1.0, rich_help_panel=_R)
+    ] = 0.95,
+    retune_low_usage: Annotated[
+        float, typer.Option(envvar=_env("retune-low-usage"), min=0.0, max=1.0, rich_help_panel=_R)
+    ] = 0.5,
+    retune_min_dwell: Annotated[
+        float,
+        typer.Option(envvar=_env("retune-min-dwell"), min=0.0, rich_help_panel=_R, help="Seconds between two changes."),
+    ] = 900.0,
+    retune_max_step_down: Annotated[
+        float, typer.Option(envvar=_env("retune-max-step-down"), min=0.01, max=0.99, rich_help_panel=_R)
+    ] = 0.5,
+    retune_max_step_up: Annotated[
+        float, typer.Option(envvar=_env("retune-max-step-up"), min=0.01, rich_help_panel=_R)
+    ] = 0.25,
     retune_min_seqs: Annotated[int, typer.Option(envvar=_env("retune-min-seqs"), min=1, rich_help_panel=_R)] = 1,
-    retune_max_seqs: Annotated[int | None, typer.Option(envvar=_env("retune-max-seqs"), min=1,
-                                                        rich_help_panel=_R)] = None,
-    retune_target_risk: Annotated[float, typer.Option(envvar=_env("retune-target-risk"), min=1e-9, max=0.5,
-                                                      rich_help_panel=_R)] = 0.01,
-    retune_headroom: Annotated[float, typer.Option(envvar=_env("retune-headroom"), min=0.0, max=0.99,
-                                                   rich_help_panel=_R)] = 0.1,
-    retune_min_requests: Annotated[int, typer.Option(envvar=_env("retune-min-requests"), min=1,
-                                                     rich_help_panel=_R)] = 20,
-    retune_annotate: Annotated[bool, typer.Option(
-        "--retune-annotate/--no-retune-annotate", envvar=_env("retune-annotate"), rich_help_panel=_R,
-        help="Write kv-planner.io/recommended-max-num-seqs on the workload.")] = False,
-    retune_events: Annotated[bool, typer.Option("--retune-events/--no-retune-events", envvar=_env("retune-events"),
-                                                rich_help_panel=_R)] = True,
-    retune_apply_min_interval: Annotated[float, typer.Option(
-        envvar=_env("retune-apply-min-interval"), min=0.0, rich_help_panel=_R,
-        help="Seconds between two rollouts of one workload.")] = 3600.0,
-    retune_apply_max_per_hour: Annotated[int, typer.Option(envvar=_env("retune-apply-max-per-hour"), min=1,
-                                                           rich_help_panel=_R)] = 4,
+    retune_max_seqs: Annotated[
+        int | None, typer.Option(envvar=_env("retune-max-seqs"), min=1, rich_help_panel=_R)
+    ] = None,
+    retune_target_risk: Annotated[
+        float, typer.Option(envvar=_env("retune-target-risk"), min=1e-9, max=0.5, rich_help_panel=_R)
+    ] = 0.01,
+    retune_headroom: Annotated[
+        float, typer.Option(envvar=_env("retune-headroom"), min=0.0, max=0.99, rich_help_panel=_R)
+    ] = 0.1,
+    retune_min_requests: Annotated[
+        int, typer.Option(envvar=_env("retune-min-requests"), min=1, rich_help_panel=_R)
+    ] = 20,
+    retune_annotate: Annotated[
+        bool,
+        typer.Option(
+            "--retune-annotate/--no-retune-annotate",
+            envvar=_env("retune-annotate"),
+            rich_help_panel=_R,
+            help="Write kv-planner.io/recommended-max-num-seqs on the workload.",
+        ),
+    ] = False,
+    retune_events: Annotated[
+        bool, typer.Option("--retune-events/--no-retune-events", envvar=_env("retune-events"), rich_help_panel=_R)
+    ] = True,
+    retune_apply_min_interval: Annotated[
+        float,
+        typer.Option(
+            envvar=_env("retune-apply-min-interval"),
+            min=0.0,
+            rich_help_panel=_R,
+            help="Seconds between two rollouts of one workload.",
+        ),
+    ] = 3600.0,
+    retune_apply_max_per_hour: Annotated[
+        int, typer.Option(envvar=_env("retune-apply-max-per-hour"), min=1, rich_help_panel=_R)
+    ] = 4,
     log_level: Annotated[str, typer.Option(envvar=_env("log-level"), help="debug, info, warning, error.")] = "info",
 ) -> None:
     """Expose kv_planner_* metrics for vLLM pods; optionally recommend or apply --max-num-seqs."""
@@ -128,20 +203,41 @@ def exporter(
         raise fail("--retune apply patches workloads through the Kubernetes API: add --discover")
     try:
         config = ExporterConfig(
-            host=host, port=port, targets=[parse_static_target(t) for t in targets or []], discover=discover,
-            prometheus_url=prometheus_url, prometheus_selector=prometheus_selector,
-            namespace_selector=namespace_selector, pod_selector=pod_selector, resync_s=resync_seconds,
+            host=host,
+            port=port,
+            targets=[parse_static_target(t) for t in targets or []],
+            discover=discover,
+            prometheus_url=prometheus_url,
+            prometheus_selector=prometheus_selector,
+            namespace_selector=namespace_selector,
+            pod_selector=pod_selector,
+            resync_s=resync_seconds,
             kubeconfig=kubeconfig,
-            scrape=ScrapeSettings(scrape_timeout_s=scrape_timeout, timeout_offset_s=scrape_timeout_offset,
-                                  max_targets=max_targets, max_concurrency=max_concurrency,
-                                  max_body_bytes=max_body_bytes),
+            scrape=ScrapeSettings(
+                scrape_timeout_s=scrape_timeout,
+                timeout_offset_s=scrape_timeout_offset,
+                max_targets=max_targets,
+                max_concurrency=max_concurrency,
+                max_body_bytes=max_body_bytes,
+            ),
             retuner=RetunerSettings(
-                mode=retune.value, interval_s=retune_interval, persist=retune_persist,
-                high_usage=retune_high_usage, low_usage=retune_low_usage, min_dwell_s=retune_min_dwell,
-                max_step_down=retune_max_step_down, max_step_up=retune_max_step_up, min_seqs=retune_min_seqs,
-                max_seqs=retune_max_seqs, target_risk=retune_target_risk, headroom=retune_headroom,
-                min_requests=retune_min_requests, annotate=retune_annotate, events=retune_events,
-                apply_min_interval_s=retune_apply_min_interval, apply_max_per_hour=retune_apply_max_per_hour,
+                mode=retune.value,
+                interval_s=retune_interval,
+                persist=retune_persist,
+                high_usage=retune_high_usage,
+                low_usage=retune_low_usage,
+                min_dwell_s=retune_min_dwell,
+                max_step_down=retune_max_step_down,
+                max_step_up=retune_max_step_up,
+                min_seqs=retune_min_seqs,
+                max_seqs=retune_max_seqs,
+                target_risk=retune_target_risk,
+                headroom=retune_headroom,
+                min_requests=retune_min_requests,
+                annotate=retune_annotate,
+                events=retune_events,
+                apply_min_interval_s=retune_apply_min_interval,
+                apply_max_per_hour=retune_apply_max_per_hour,
             ),
             log_level=log_level,
         )

@@ -53,42 +53,62 @@ class SnapshotCollector(Collector):
 
 
 def render(snapshot: Snapshot, state: ExporterState) -> list[Metric]:
-    up = GaugeMetricFamily("kv_planner_target_up", "1 if the vLLM target's /metrics was read, 0 if not.",
-                           labels=POD)
-    duration = GaugeMetricFamily("kv_planner_scrape_duration_seconds",
-                                 "Time to fetch and parse the target's /metrics.", labels=POD)
-    missing = GaugeMetricFamily("kv_planner_signal_missing",
-                                "1 for each signal a reachable target does not expose.", labels=[*POD, "signal"])
-    info = GaugeMetricFamily("kv_planner_vllm_engine_info",
-                             "A vLLM engine seen on the target; usage_metric names the vLLM family read.",
-                             labels=[*ENGINE, "usage_metric"])
-    usage = GaugeMetricFamily("kv_planner_kv_cache_usage_ratio",
-                              "KV blocks in use / usable blocks (vLLM kv_cache_usage_perc), 0-1.", labels=ENGINE)
+    up = GaugeMetricFamily("kv_planner_target_up", "1 if the vLLM target's /metrics was read, 0 if not.", labels=POD)
+    duration = GaugeMetricFamily(
+        "kv_planner_scrape_duration_seconds", "Time to fetch and parse the target's /metrics.", labels=POD
+    )
+    missing = GaugeMetricFamily(
+        "kv_planner_signal_missing", "1 for each signal a reachable target does not expose.", labels=[*POD, "signal"]
+    )
+    info = GaugeMetricFamily(
+        "kv_planner_vllm_engine_info",
+        "A vLLM engine seen on the target; usage_metric names the vLLM family read.",
+        labels=[*ENGINE, "usage_metric"],
+    )
+    usage = GaugeMetricFamily(
+        "kv_planner_kv_cache_usage_ratio",
+        "KV blocks in use / usable blocks (vLLM kv_cache_usage_perc), 0-1.",
+        labels=ENGINE,
+    )
     blocks = UnknownMetricFamily(
         "kv_planner_kv_blocks_total",
         "KV blocks vLLM allocated (num_gpu_blocks of vllm:cache_config_info). Untyped: not a counter.",
-        labels=ENGINE)
+        labels=ENGINE,
+    )
     block_size = GaugeMetricFamily("kv_planner_kv_block_size_tokens", "Tokens per KV block.", labels=ENGINE)
-    planned = GaugeMetricFamily("kv_planner_kv_blocks_planned",
-                                "KV blocks the plan predicted (kv-planner.io/planned-num-gpu-blocks).", labels=POD)
-    plan_ratio = GaugeMetricFamily("kv_planner_kv_blocks_plan_ratio",
-                                   "Actual KV blocks / planned KV blocks.", labels=ENGINE)
-    preemptions = CounterMetricFamily("kv_planner_preemptions",
-                                      "Requests preempted (recomputed) by vLLM since it started.", labels=ENGINE)
+    planned = GaugeMetricFamily(
+        "kv_planner_kv_blocks_planned",
+        "KV blocks the plan predicted (kv-planner.io/planned-num-gpu-blocks).",
+        labels=POD,
+    )
+    plan_ratio = GaugeMetricFamily(
+        "kv_planner_kv_blocks_plan_ratio", "Actual KV blocks / planned KV blocks.", labels=ENGINE
+    )
+    preemptions = CounterMetricFamily(
+        "kv_planner_preemptions", "Requests preempted (recomputed) by vLLM since it started.", labels=ENGINE
+    )
     running = GaugeMetricFamily("kv_planner_requests_running", "Requests in vLLM's running batch.", labels=ENGINE)
     waiting = GaugeMetricFamily("kv_planner_requests_waiting", "Requests waiting in vLLM's queue.", labels=ENGINE)
     seqs = GaugeMetricFamily("kv_planner_max_num_seqs_configured", "The pod's --max-num-seqs.", labels=POD)
-    plan_info = GaugeMetricFamily("kv_planner_plan_info", "The pod's plan (kv-planner.io/plan): GPU, GPU count, "
-                                  "vLLM release. Always 1.", labels=[*POD, "gpu", "gpu_count", "vllm_version"])
+    plan_info = GaugeMetricFamily(
+        "kv_planner_plan_info",
+        "The pod's plan (kv-planner.io/plan): GPU, GPU count, vLLM release. Always 1.",
+        labels=[*POD, "gpu", "gpu_count", "vllm_version"],
+    )
     length = GaugeMetricFamily("kv_planner_max_model_len_configured", "The pod's --max-model-len.", labels=POD)
-    prompt = SummaryMetricFamily("kv_planner_prompt_tokens_quantile",
-                                 "Prompt tokens per finished request (from vllm:request_prompt_tokens).",
-                                 labels=ENGINE)
+    prompt = SummaryMetricFamily(
+        "kv_planner_prompt_tokens_quantile",
+        "Prompt tokens per finished request (from vllm:request_prompt_tokens).",
+        labels=ENGINE,
+    )
     generation = SummaryMetricFamily(
         "kv_planner_generation_tokens_quantile",
-        "Generated tokens per finished request (from vllm:request_generation_tokens).", labels=ENGINE)
-    errors = CounterMetricFamily("kv_planner_scrape_errors", "Failed reads of a target, by reason.",
-                                 labels=[*POD, "reason"])
+        "Generated tokens per finished request (from vllm:request_generation_tokens).",
+        labels=ENGINE,
+    )
+    errors = CounterMetricFamily(
+        "kv_planner_scrape_errors", "Failed reads of a target, by reason.", labels=[*POD, "reason"]
+    )
 
     for obs in snapshot.targets:
         pod = _pod(obs)
@@ -130,14 +150,33 @@ def render(snapshot: Snapshot, state: ExporterState) -> list[Metric]:
         for reason, count in sorted(reasons.items()):
             errors.add_metric([namespace, pod_name, workload, reason], float(count))
 
-    families: list[Metric] = [up, duration, errors, missing, info, usage, blocks, block_size, planned,
-                              plan_ratio, preemptions, running, waiting, seqs, plan_info, length, prompt, generation]
+    families: list[Metric] = [
+        up,
+        duration,
+        errors,
+        missing,
+        info,
+        usage,
+        blocks,
+        block_size,
+        planned,
+        plan_ratio,
+        preemptions,
+        running,
+        waiting,
+        seqs,
+        plan_info,
+        length,
+        prompt,
+        generation,
+    ]
     families.extend(_exporter_families(snapshot, state))
     return families
 
 
-def _summary(family: SummaryMetricFamily, labels: list[str], buckets: list[tuple[float, float]] | None,
-             total: float | None) -> None:
+def _summary(
+    family: SummaryMetricFamily, labels: list[str], buckets: list[tuple[float, float]] | None, total: float | None
+) -> None:
     if buckets is None:
         return
     count = bucket_count(buckets)
@@ -151,20 +190,21 @@ def _summary(family: SummaryMetricFamily, labels: list[str], buckets: list[tuple
 def _exporter_families(snapshot: Snapshot, state: ExporterState) -> list[Metric]:
     targets = GaugeMetricFamily("kv_planner_targets", "vLLM targets in this collection.", labels=["source"])
     targets.add_metric([snapshot.source], float(len(snapshot.targets)))
-    dropped = GaugeMetricFamily("kv_planner_targets_dropped",
-                                "Targets left out because --max-targets was reached.")
+    dropped = GaugeMetricFamily("kv_planner_targets_dropped", "Targets left out because --max-targets was reached.")
     dropped.add_metric([], float(snapshot.dropped_targets))
-    collect = GaugeMetricFamily("kv_planner_collect_duration_seconds",
-                                "Time to read every target for this scrape.")
+    collect = GaugeMetricFamily("kv_planner_collect_duration_seconds", "Time to read every target for this scrape.")
     collect.add_metric([], snapshot.duration_s)
-    budget = GaugeMetricFamily("kv_planner_collect_budget_seconds",
-                               "Time allowed for this scrape (Prometheus' scrape timeout minus the offset).")
+    budget = GaugeMetricFamily(
+        "kv_planner_collect_budget_seconds",
+        "Time allowed for this scrape (Prometheus' scrape timeout minus the offset).",
+    )
     budget.add_metric([], snapshot.budget_s)
-    source_up = GaugeMetricFamily("kv_planner_source_up",
-                                  "1 if the target source (static list, Kubernetes or the Prometheus API) was read.",
-                                  labels=["source"])
+    source_up = GaugeMetricFamily(
+        "kv_planner_source_up",
+        "1 if the target source (static list, Kubernetes or the Prometheus API) was read.",
+        labels=["source"],
+    )
     source_up.add_metric([snapshot.source], 0.0 if snapshot.source_error else 1.0)
     out: list[Metric] = [targets, dropped, collect, budget, source_up]
     out.extend(state.extra_families())
     return out
-

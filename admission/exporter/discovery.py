@@ -91,9 +91,7 @@ class KubeDiscovery:
     def relist(self) -> None:
         """List namespaces and pods; replace the target set. Raises the client's errors."""
         namespaces = self.core.list_namespace(label_selector=self.namespace_selector)
-        names = {
-            str((_to_dict(ns).get("metadata") or {}).get("name", "")) for ns in namespaces.items or []
-        }
+        names = {str((_to_dict(ns).get("metadata") or {}).get("name", "")) for ns in namespaces.items or []}
         kwargs: dict[str, Any] = {}
         if self.pod_selector:
             kwargs["label_selector"] = self.pod_selector
@@ -194,8 +192,9 @@ class KubeDiscovery:
                     need_list = True
                     continue
                 self._count_error("api_error" if status is not None else "connection")
-                logger.warning("discovery: %s (keeping %d known targets; retry in %.0f s)",
-                               error, len(self._pods), backoff)
+                logger.warning(
+                    "discovery: %s (keeping %d known targets; retry in %.0f s)", error, len(self._pods), backoff
+                )
                 need_list = True
                 self._sleep(backoff)
                 backoff = min(self.max_backoff_s, backoff * 2)
@@ -212,20 +211,24 @@ class KubeDiscovery:
     # --- metrics -------------------------------------------------------------------------------------
 
     def families(self) -> Iterable[Metric]:
-        errors = CounterMetricFamily("kv_planner_discovery_errors", "Kubernetes API errors in discovery.",
-                                     labels=["reason"])
+        errors = CounterMetricFamily(
+            "kv_planner_discovery_errors", "Kubernetes API errors in discovery.", labels=["reason"]
+        )
         with self._lock:
             for reason in ("api_error", "connection", "expired"):
                 errors.add_metric([reason], float(self.errors.get(reason, 0)))
             restarts = float(self.watch_restarts)
             last = self.last_success
-        restarts_family = CounterMetricFamily("kv_planner_discovery_watch_restarts",
-                                              "Pod watches that ended and were restarted.")
+        restarts_family = CounterMetricFamily(
+            "kv_planner_discovery_watch_restarts", "Pod watches that ended and were restarted."
+        )
         restarts_family.add_metric([], restarts)
         out: list[Metric] = [errors, restarts_family]
         if last is not None:
-            success = GaugeMetricFamily("kv_planner_discovery_last_success_timestamp_seconds",
-                                        "When the last successful pod list finished (Unix time).")
+            success = GaugeMetricFamily(
+                "kv_planner_discovery_last_success_timestamp_seconds",
+                "When the last successful pod list finished (Unix time).",
+            )
             success.add_metric([], last)
             out.append(success)
         return out

@@ -37,8 +37,15 @@ PROMPT = "vllm:request_prompt_tokens"
 GENERATION = "vllm:request_generation_tokens"
 
 
-SIGNALS = ("kv_cache_usage", "preemptions", "requests_running", "requests_waiting", "cache_config",
-           "prompt_tokens", "generation_tokens")
+SIGNALS = (
+    "kv_cache_usage",
+    "preemptions",
+    "requests_running",
+    "requests_waiting",
+    "cache_config",
+    "prompt_tokens",
+    "generation_tokens",
+)
 
 
 # Whole lines (samples, HELP, TYPE) of the families read, matched in one pass over the page.
@@ -143,9 +150,14 @@ def parse_page(text: str) -> tuple[list[EngineObservation], list[str]]:
 def _present(engine: EngineObservation, signal: str) -> bool:
     if signal == "cache_config":
         return engine.num_gpu_blocks is not None and engine.block_size is not None
-    field = {"kv_cache_usage": "kv_cache_usage", "preemptions": "preemptions_total", "requests_running": "running",
-             "requests_waiting": "waiting", "prompt_tokens": "prompt_tokens",
-             "generation_tokens": "generation_tokens"}[signal]
+    field = {
+        "kv_cache_usage": "kv_cache_usage",
+        "preemptions": "preemptions_total",
+        "requests_running": "running",
+        "requests_waiting": "waiting",
+        "prompt_tokens": "prompt_tokens",
+        "generation_tokens": "generation_tokens",
+    }[signal]
     return getattr(engine, field) is not None
 
 

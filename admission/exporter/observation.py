@@ -57,4 +57,5 @@ class Snapshot(BaseModel):
     budget_s: float = 0.0
     source: str = "static"
     source_error: str | None = Field(
-        default=None, description="why the target source itself (the Prometheus API) could not be read")
+        default=None, description="why the target source itself (the Prometheus API) could not be read"
+    )

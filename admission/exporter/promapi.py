@@ -109,8 +109,9 @@ class PrometheusSource:
         self.base_url = base_url
         self.selector = selector
 
-    async def collect(self, client: httpx.AsyncClient, *, budget_s: float,
-                      metadata: Sequence[Target] = ()) -> list[TargetObservation]:
+    async def collect(
+        self, client: httpx.AsyncClient, *, budget_s: float, metadata: Sequence[Target] = ()
+    ) -> list[TargetObservation]:
         """One observation per pod with vLLM series. Raises ScrapeError when Prometheus cannot be read."""
         started = time.monotonic()
         queries = {k: v for k, v in _queries(self.selector).items() if v}
@@ -155,8 +156,11 @@ class PrometheusSource:
                 records[key][field] = sorted(buckets.items())
         for sample in by_name[CACHE_CONFIG]:
             labels = sample.metric
-            targets = [entry(labels)] if "engine" in labels else list(pods[(labels.get("namespace", ""),
-                                                                               labels.get("pod", ""))].values())
+            targets = (
+                [entry(labels)]
+                if "engine" in labels
+                else list(pods[(labels.get("namespace", ""), labels.get("pod", ""))].values())
+            )
             for record in targets:
                 if record is None:
                     continue
@@ -164,26 +168,48 @@ class PrometheusSource:
                     text = labels.get(label, "")
                     if text.isdigit():
                         record[label] = int(text)
-        down = {(s.metric.get("namespace", ""), s.metric.get("pod", "")) for s in by_name.get("up", [])
-                if float(s.value[1]) == 0 and s.metric.get("pod")}
+        down = {
+            (s.metric.get("namespace", ""), s.metric.get("pod", ""))
+            for s in by_name.get("up", [])
+            if float(s.value[1]) == 0 and s.metric.get("pod")
+        }
         elapsed = time.monotonic() - started
         observations = []
         for pod_key in sorted(set(pods) | down | set(known)):
             namespace, pod = pod_key
             target = known.get(pod_key) or Target(
-                url=f"{self.base_url}#{namespace}/{pod}", namespace=namespace, pod=pod,
-                workload=workload_from_pod_name(pod), source="prometheus",
+                url=f"{self.base_url}#{namespace}/{pod}",
+                namespace=namespace,
+                pod=pod,
+                workload=workload_from_pod_name(pod),
+                source="prometheus",
             )
             if pod_key in down:
-                observations.append(TargetObservation(target=target, up=False, error="connect",
-                                                      detail="Prometheus reports up == 0", duration_s=elapsed))
+                observations.append(
+                    TargetObservation(
+                        target=target,
+                        up=False,
+                        error="connect",
+                        detail="Prometheus reports up == 0",
+                        duration_s=elapsed,
+                    )
+                )
                 continue
             if pod_key not in pods:
-                observations.append(TargetObservation(target=target, up=False, error="not_vllm",
-                                                      detail="no vLLM series in Prometheus for this pod",
-                                                      duration_s=elapsed))
+                observations.append(
+                    TargetObservation(
+                        target=target,
+                        up=False,
+                        error="not_vllm",
+                        detail="no vLLM series in Prometheus for this pod",
+                        duration_s=elapsed,
+                    )
+                )
                 continue
             engines = [EngineObservation(**record) for _, record in sorted(pods[pod_key].items())]
-            observations.append(TargetObservation(target=target, up=True, engines=engines,
-                                                  missing=missing_signals(engines), duration_s=elapsed))
+            observations.append(
+                TargetObservation(
+                    target=target, up=True, engines=engines, missing=missing_signals(engines), duration_s=elapsed
+                )
+            )
         return observations

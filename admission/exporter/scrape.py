@@ -44,14 +44,16 @@ async def _fetch(client: httpx.AsyncClient, url: str, max_bytes: int) -> str:
     return body.decode("utf-8", errors="replace")
 
 
-async def scrape_one(client: httpx.AsyncClient, target: Target, *, deadline: float, timeout_s: float,
-                     max_bytes: int) -> TargetObservation:
+async def scrape_one(
+    client: httpx.AsyncClient, target: Target, *, deadline: float, timeout_s: float, max_bytes: int
+) -> TargetObservation:
     started = time.monotonic()
     remaining = min(timeout_s, deadline - started)
 
     def down(reason: ErrorReason, detail: str) -> TargetObservation:
-        return TargetObservation(target=target, up=False, error=reason, detail=detail,
-                                 duration_s=time.monotonic() - started)
+        return TargetObservation(
+            target=target, up=False, error=reason, detail=detail, duration_s=time.monotonic() - started
+        )
 
     if remaining <= 0:
         return down("budget", "no time left in the scrape budget")
@@ -66,12 +68,20 @@ async def scrape_one(client: httpx.AsyncClient, target: Target, *, deadline: flo
     except ScrapeError as error:
         reason: ErrorReason = "not_vllm" if "no vLLM metrics" in error.message else "parse"
         return down(reason, error.message)
-    return TargetObservation(target=target, up=True, engines=engines, missing=missing,
-                             duration_s=time.monotonic() - started)
+    return TargetObservation(
+        target=target, up=True, engines=engines, missing=missing, duration_s=time.monotonic() - started
+    )
 
 
-async def scrape_all(client: httpx.AsyncClient, targets: Sequence[Target], *, budget_s: float,
-                     timeout_s: float, max_bytes: int, concurrency: int) -> list[TargetObservation]:
+async def scrape_all(
+    client: httpx.AsyncClient,
+    targets: Sequence[Target],
+    *,
+    budget_s: float,
+    timeout_s: float,
+    max_bytes: int,
+    concurrency: int,
+) -> list[TargetObservation]:
     deadline = time.monotonic() + budget_s
     gate = asyncio.Semaphore(max(1, concurrency))
 

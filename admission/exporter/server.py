@@ -73,13 +73,18 @@ def build(config: ExporterConfig, *, core_api: Any = None, apps_api: Any = None)
 
             kubeapi.load_config(config.kubeconfig)
             core_api, apps_api = kubeapi.core_api(), apps_api or kubeapi.apps_api()
-        discovery = KubeDiscovery(core_api, namespace_selector=config.namespace_selector,
-                                  pod_selector=config.pod_selector, resync_s=config.resync_s)
+        discovery = KubeDiscovery(
+            core_api,
+            namespace_selector=config.namespace_selector,
+            pod_selector=config.pod_selector,
+            resync_s=config.resync_s,
+        )
         state.add_provider(discovery.families)
     static: Sequence[Target] = list(config.targets)
     provider = discovery.targets if discovery is not None else (lambda: static)
-    prometheus = PrometheusSource(config.prometheus_url, selector=config.prometheus_selector) \
-        if config.prometheus_url else None
+    prometheus = (
+        PrometheusSource(config.prometheus_url, selector=config.prometheus_selector) if config.prometheus_url else None
+    )
     source = "prometheus" if prometheus else ("kubernetes" if discovery else "static")
     exporter = Exporter(config.scrape, targets=provider, prometheus=prometheus, state=state, source=source)
     retuner: Retuner | None = None
@@ -133,8 +138,10 @@ def create_app(parts: Parts) -> Starlette:
                 parts.discovery.stop()
             await exporter.aclose()
 
-    return Starlette(routes=[Route("/metrics", metrics), Route("/healthz", healthz), Route("/readyz", readyz),
-                             Route("/", index)], lifespan=lifespan)
+    return Starlette(
+        routes=[Route("/metrics", metrics), Route("/healthz", healthz), Route("/readyz", readyz), Route("/", index)],
+        lifespan=lifespan,
+    )
 
 
 def serve(config: ExporterConfig) -> None:
@@ -144,8 +151,9 @@ def serve(config: ExporterConfig) -> None:
     if config.log_level.lower() != "debug":
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per target per scrape is noise at scale
     parts = build(config)
-    uvicorn.run(create_app(parts), host=config.host, port=config.port, log_level=config.log_level.lower(),
-                access_log=False)
+    uvicorn.run(
+        create_app(parts), host=config.host, port=config.port, log_level=config.log_level.lower(), access_log=False
+    )
 
 
 class RunningExporter:

@@ -88,19 +88,25 @@ class Exporter:
         # One HTTP client per event loop: an httpx client belongs to the loop that created it (the server
         # has one loop; tests and the benchmark may drive the exporter from others).
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
-            weakref.WeakKeyDictionary())
+            weakref.WeakKeyDictionary()
+        )
         self.last_snapshot: Snapshot | None = None
 
     def _http(self) -> httpx.AsyncClient:
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
-            limits = httpx.Limits(max_connections=self.settings.max_concurrency,
-                                  max_keepalive_connections=self.settings.max_concurrency)
+            limits = httpx.Limits(
+                max_connections=self.settings.max_concurrency, max_keepalive_connections=self.settings.max_concurrency
+            )
             # Per-request deadlines come from the budget (asyncio.wait_for); this is only a backstop.
-            client = httpx.AsyncClient(timeout=httpx.Timeout(self.settings.scrape_timeout_s),
-                                       limits=limits, follow_redirects=False, trust_env=False,
-                                       transport=self.transport)
+            client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.settings.scrape_timeout_s),
+                limits=limits,
+                follow_redirects=False,
+                trust_env=False,
+                transport=self.transport,
+            )
             self._clients[loop] = client
         return client
 
@@ -123,17 +129,28 @@ class Exporter:
                 # as a metric (kv_planner_source_up 0) and in the log, even when no target is known yet.
                 source_error = error.message
                 _LOG.warning("cannot read the Prometheus API: %s", error.message)
-                observations = [TargetObservation(target=t, up=False, error="connect", detail=error.message)
-                                for t in targets]
+                observations = [
+                    TargetObservation(target=t, up=False, error="connect", detail=error.message) for t in targets
+                ]
             dropped += max(0, len(observations) - self.settings.max_targets)
             observations = observations[: self.settings.max_targets]
         else:
             observations = await scrape_all(
-                self._http(), targets, budget_s=budget_s, timeout_s=self.settings.scrape_timeout_s,
-                max_bytes=self.settings.max_body_bytes, concurrency=self.settings.max_concurrency,
+                self._http(),
+                targets,
+                budget_s=budget_s,
+                timeout_s=self.settings.scrape_timeout_s,
+                max_bytes=self.settings.max_body_bytes,
+                concurrency=self.settings.max_concurrency,
             )
-        snapshot = Snapshot(targets=observations, dropped_targets=dropped, budget_s=budget_s,
-                            duration_s=time.monotonic() - started, source=self.source, source_error=source_error)
+        snapshot = Snapshot(
+            targets=observations,
+            dropped_targets=dropped,
+            budget_s=budget_s,
+            duration_s=time.monotonic() - started,
+            source=self.source,
+            source_error=source_error,
+        )
         if record:
             self.state.record(snapshot)
             self.last_snapshot = snapshot

@@ -80,9 +80,7 @@ def parse_static_target(text: str) -> Target:
     for key, value in parse_qsl(parts.fragment, keep_blank_values=True):
         name = _KEYS.get(key.replace("_", "-"))
         if name is None:
-            raise PlannerInputError(
-                f"--targets {text!r}: unknown option {key!r} (known: {', '.join(sorted(_KEYS))})"
-            )
+            raise PlannerInputError(f"--targets {text!r}: unknown option {key!r} (known: {', '.join(sorted(_KEYS))})")
         if name in _INT_KEYS:
             try:
                 fields[name] = int(value)

@@ -38,10 +38,10 @@ def risk_bounded_max_num_seqs(data: AdviceInput) -> int | None:
 
     try:
         kv = kv_report_for_blocks(data.num_gpu_blocks, data.block_size, data.max_model_len)
-        profile = profile_from_histograms(data.prompt_buckets, data.generation_buckets,
-                                          target_risk=data.target_risk)
-        advice = risk_bounded_concurrency(kv, profile, headroom=data.headroom, target_risk=data.target_risk,
-                                          max_model_len=data.max_model_len)
+        profile = profile_from_histograms(data.prompt_buckets, data.generation_buckets, target_risk=data.target_risk)
+        advice = risk_bounded_concurrency(
+            kv, profile, headroom=data.headroom, target_risk=data.target_risk, max_model_len=data.max_model_len
+        )
     except KvPlannerError:
         return None
     return advice.max_num_seqs if advice.max_num_seqs > 0 else None

@@ -103,8 +103,13 @@ def decide(state: WorkloadState, signals: WorkloadSignals, settings: RetunerSett
     if current is None and signals.risk_limit is not None:
         current = signals.risk_limit
     if current is None:
-        return Decision(action="hold", reason=HOLD_NO_DATA, current=None, recommended=None,
-                        message="neither the configured --max-num-seqs nor a risk bound is known")
+        return Decision(
+            action="hold",
+            reason=HOLD_NO_DATA,
+            current=None,
+            recommended=None,
+            message="neither the configured --max-num-seqs nor a risk bound is known",
+        )
     state.recommended = current
 
     def hold(why: str, message: str) -> Decision:
@@ -112,20 +117,25 @@ def decide(state: WorkloadState, signals: WorkloadSignals, settings: RetunerSett
 
     if condition in ("steady", "unknown"):
         return hold(reason, f"{condition}: keep --max-num-seqs {current}")
-    recent = list(state.conditions)[-settings.persist:]
+    recent = list(state.conditions)[-settings.persist :]
     if len(recent) < settings.persist or any(c != condition for c, _ in recent):
-        return hold(HOLD_NOT_PERSISTENT, f"{condition} seen {sum(c == condition for c, _ in recent)} of "
-                    f"{settings.persist} observations")
+        return hold(
+            HOLD_NOT_PERSISTENT,
+            f"{condition} seen {sum(c == condition for c, _ in recent)} of {settings.persist} observations",
+        )
     if state.last_change_at is not None and now - state.last_change_at < settings.min_dwell_s:
-        return hold(HOLD_DWELL, f"last change {now - state.last_change_at:.0f} s ago "
-                    f"(minimum dwell {settings.min_dwell_s:.0f} s)")
+        return hold(
+            HOLD_DWELL,
+            f"last change {now - state.last_change_at:.0f} s ago (minimum dwell {settings.min_dwell_s:.0f} s)",
+        )
     if condition == "pressure":
         return _lower(state, signals, settings, now, current, reason)
     return _raise(state, signals, settings, now, current)
 
 
-def _lower(state: WorkloadState, signals: WorkloadSignals, settings: RetunerSettings, now: float,
-           current: int, reason: str) -> Decision:
+def _lower(
+    state: WorkloadState, signals: WorkloadSignals, settings: RetunerSettings, now: float, current: int, reason: str
+) -> Decision:
     if signals.risk_limit is not None and signals.risk_limit < current:
         target = signals.risk_limit
         why = f"the observed lengths allow {signals.risk_limit} at risk {settings.target_risk:g}"
@@ -135,27 +145,53 @@ def _lower(state: WorkloadState, signals: WorkloadSignals, settings: RetunerSett
     floor_step = math.ceil(current * (1 - settings.max_step_down))
     new = _bounded(settings, max(target, floor_step))
     if new >= current:
-        return Decision(action="hold", reason=HOLD_AT_BOUND, current=current, recommended=current,
-                        message=f"{reason} but --max-num-seqs {current} is at the policy floor")
+        return Decision(
+            action="hold",
+            reason=HOLD_AT_BOUND,
+            current=current,
+            recommended=current,
+            message=f"{reason} but --max-num-seqs {current} is at the policy floor",
+        )
     state.recommended, state.last_change_at = new, now
     state.conditions.clear()
-    return Decision(action="lower", reason=reason, current=current, recommended=new,
-                    message=f"{reason}: lower --max-num-seqs {current} -> {new} ({why})")
+    return Decision(
+        action="lower",
+        reason=reason,
+        current=current,
+        recommended=new,
+        message=f"{reason}: lower --max-num-seqs {current} -> {new} ({why})",
+    )
 
 
-def _raise(state: WorkloadState, signals: WorkloadSignals, settings: RetunerSettings, now: float,
-           current: int) -> Decision:
+def _raise(
+    state: WorkloadState, signals: WorkloadSignals, settings: RetunerSettings, now: float, current: int
+) -> Decision:
     if signals.risk_limit is None or signals.requests < settings.min_requests:
-        return Decision(action="hold", reason=HOLD_NO_DATA, current=current, recommended=current,
-                        message="queue with low usage, but too few finished requests to size a raise")
+        return Decision(
+            action="hold",
+            reason=HOLD_NO_DATA,
+            current=current,
+            recommended=current,
+            message="queue with low usage, but too few finished requests to size a raise",
+        )
     ceiling = signals.risk_limit if settings.max_seqs is None else min(signals.risk_limit, settings.max_seqs)
     step = current + max(1, math.floor(current * settings.max_step_up))
     new = min(ceiling, step)
     if new <= current:
-        return Decision(action="hold", reason=HOLD_AT_BOUND, current=current, recommended=current,
-                        message=f"queue with low usage, but {current} is already at the risk bound {ceiling}")
+        return Decision(
+            action="hold",
+            reason=HOLD_AT_BOUND,
+            current=current,
+            recommended=current,
+            message=f"queue with low usage, but {current} is already at the risk bound {ceiling}",
+        )
     state.recommended, state.last_change_at = new, now
     state.conditions.clear()
-    return Decision(action="raise", reason=KV_CACHE_SLACK, current=current, recommended=new,
-                    message=f"{KV_CACHE_SLACK}: raise --max-num-seqs {current} -> {new} "
-                    f"(risk bound {signals.risk_limit} at {settings.target_risk:g})")
+    return Decision(
+        action="raise",
+        reason=KV_CACHE_SLACK,
+        current=current,
+        recommended=new,
+        message=f"{KV_CACHE_SLACK}: raise --max-num-seqs {current} -> {new} "
+        f"(risk bound {signals.risk_limit} at {settings.target_risk:g})",
+    )

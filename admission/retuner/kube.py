@@ -57,8 +57,9 @@ def _now_iso() -> str:
 
 
 class KubeWriter:
-    def __init__(self, apps_api: Any, core_api: Any, settings: RetunerSettings, *,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, apps_api: Any, core_api: Any, settings: RetunerSettings, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.apps = apps_api
         self.core = core_api
         self.settings = settings
@@ -75,8 +76,7 @@ class KubeWriter:
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": f"{ref.name}.", "namespace": ref.namespace},
-            "involvedObject": {"apiVersion": "apps/v1", "kind": ref.kind, "name": ref.name,
-                               "namespace": ref.namespace},
+            "involvedObject": {"apiVersion": "apps/v1", "kind": ref.kind, "name": ref.name, "namespace": ref.namespace},
             "reason": reason,
             "message": message[:1024],
             "type": "Warning" if warning else "Normal",
@@ -181,15 +181,16 @@ def container_patch(workload: dict[str, Any], value: int) -> dict[str, Any]:
         full = command + args
         edited = set_flag(full, parsed, "max_num_seqs", str(value))
         if edited[: len(command)] == command:
-            return _patch_for(container["name"], args=edited[len(command):], annotation=value)
+            return _patch_for(container["name"], args=edited[len(command) :], annotation=value)
         if not args:
             return _patch_for(container["name"], command=edited, annotation=value)
         raise ValueError("--max-num-seqs sits in the container's command and its args are set too")
     raise ValueError("no container runs vLLM with an argv kv-planner can edit (shell scripts are left alone)")
 
 
-def _patch_for(name: str, *, annotation: int, args: list[str] | None = None,
-               command: list[str] | None = None) -> dict[str, Any]:
+def _patch_for(
+    name: str, *, annotation: int, args: list[str] | None = None, command: list[str] | None = None
+) -> dict[str, Any]:
     container: dict[str, Any] = {"name": name}
     if args is not None:
         container["args"] = args

@@ -47,8 +47,14 @@ def _sum_buckets(parts: list[Buckets]) -> Buckets | None:
 
 
 class Retuner:
-    def __init__(self, settings: RetunerSettings, *, advisor: Advisor = risk_bounded_max_num_seqs,
-                 writer: KubeWriter | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        settings: RetunerSettings,
+        *,
+        advisor: Advisor = risk_bounded_max_num_seqs,
+        writer: KubeWriter | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.settings = settings
         self.advisor = advisor
         self.writer = writer
@@ -105,14 +111,24 @@ class Retuner:
         if blocks and sizes and prompt and output and requests >= self.settings.min_requests:
             num_blocks, size = min(blocks), sizes[0]
             max_model_len = min(lengths) if lengths else num_blocks * size
-            risk_limit = self.advisor(AdviceInput(
-                num_gpu_blocks=num_blocks, block_size=size, max_model_len=max_model_len,
-                prompt_buckets=prompt, generation_buckets=output, headroom=self.settings.headroom,
-                target_risk=self.settings.target_risk,
-            ))
+            risk_limit = self.advisor(
+                AdviceInput(
+                    num_gpu_blocks=num_blocks,
+                    block_size=size,
+                    max_model_len=max_model_len,
+                    prompt_buckets=prompt,
+                    generation_buckets=output,
+                    headroom=self.settings.headroom,
+                    target_risk=self.settings.target_risk,
+                )
+            )
         return WorkloadSignals(
-            preemptions=preemptions, usage=max(usages) if usages else None, waiting=waiting,
-            configured=min(configured) if configured else None, risk_limit=risk_limit, requests=requests,
+            preemptions=preemptions,
+            usage=max(usages) if usages else None,
+            waiting=waiting,
+            configured=min(configured) if configured else None,
+            risk_limit=risk_limit,
+            requests=requests,
         )
 
     def observe(self, snapshot: Snapshot, now: float | None = None) -> dict[WorkloadKey, Decision]:
@@ -126,8 +142,7 @@ class Retuner:
         with self._lock:
             for key, observations in sorted(groups.items()):
                 target = observations[0].target
-                self.refs[key] = WorkloadRef(namespace=key[0], kind=target.workload_kind or "Deployment",
-                                             name=key[1])
+                self.refs[key] = WorkloadRef(namespace=key[0], kind=target.workload_kind or "Deployment", name=key[1])
                 signals = self._signals(observations)
                 state = self.states.setdefault(key, WorkloadState())
                 decision = decide(state, signals, self.settings, now)
@@ -165,17 +180,26 @@ class Retuner:
                     self.applies[(key[0], key[1], result.result)] += 1
 
     def families(self) -> Iterable[Metric]:
-        recommended = GaugeMetricFamily("kv_planner_max_num_seqs_recommended",
-                                        "The retuner's --max-num-seqs for the workload.",
-                                        labels=["namespace", "workload"])
+        recommended = GaugeMetricFamily(
+            "kv_planner_max_num_seqs_recommended",
+            "The retuner's --max-num-seqs for the workload.",
+            labels=["namespace", "workload"],
+        )
         bound = GaugeMetricFamily(
             "kv_planner_max_num_seqs_risk_bound",
             "Largest --max-num-seqs within the target overflow risk for the observed lengths.",
-            labels=["namespace", "workload"])
-        changes = CounterMetricFamily("kv_planner_retune_changes", "Recommendation changes by direction.",
-                                      labels=["namespace", "workload", "direction"])
-        applies = CounterMetricFamily("kv_planner_retune_applies", "Rollouts attempted by apply mode, by result.",
-                                      labels=["namespace", "workload", "result"])
+            labels=["namespace", "workload"],
+        )
+        changes = CounterMetricFamily(
+            "kv_planner_retune_changes",
+            "Recommendation changes by direction.",
+            labels=["namespace", "workload", "direction"],
+        )
+        applies = CounterMetricFamily(
+            "kv_planner_retune_applies",
+            "Rollouts attempted by apply mode, by result.",
+            labels=["namespace", "workload", "result"],
+        )
         with self._lock:
             for (namespace, workload), decision in sorted(self.decisions.items()):
                 if decision.recommended is not None:

@@ -88,14 +88,10 @@ def create_app(
             decision = await asyncio.wait_for(asyncio.shield(work), budget)
             outcome = reviewer.respond(request_data, endpoint, decision)
         except (TimeoutError, asyncio.TimeoutError):
-            outcome = reviewer.fail_open(
-                request_data, f"review took longer than {budget:.2f}s: allowed unchecked"
-            )
+            outcome = reviewer.fail_open(request_data, f"review took longer than {budget:.2f}s: allowed unchecked")
         except Exception as error:  # the boundary: never a 500, never a denial for our own failure
             log.exception("review %s failed", request_data.uid)
-            outcome = reviewer.fail_open(
-                request_data, f"internal error ({type(error).__name__}): allowed unchecked"
-            )
+            outcome = reviewer.fail_open(request_data, f"internal error ({type(error).__name__}): allowed unchecked")
         elapsed = time.perf_counter() - started
         metrics.requests.labels(endpoint, outcome.decision).inc()
         metrics.duration.labels(endpoint, outcome.decision).observe(elapsed)

@@ -21,9 +21,7 @@ def _env(flag: str) -> str:
 
 @app.command("webhook")
 def webhook(
-    tls_cert_file: Annotated[
-        Path, typer.Option(envvar=_env("tls-cert-file"), help="PEM certificate (chain).")
-    ],
+    tls_cert_file: Annotated[Path, typer.Option(envvar=_env("tls-cert-file"), help="PEM certificate (chain).")],
     tls_key_file: Annotated[Path, typer.Option(envvar=_env("tls-key-file"), help="PEM private key.")],
     port: Annotated[int, typer.Option(envvar=_env("port"), min=1, max=65535, help="TLS port.")] = 8443,
     host: Annotated[str, typer.Option(envvar=_env("host"), help="Address to bind.")] = "0.0.0.0",
@@ -51,9 +49,7 @@ def webhook(
             help="Watch Nodes and Namespaces through the API server (GPU inventory, namespace overrides).",
         ),
     ] = True,
-    log_level: Annotated[
-        str, typer.Option(envvar=_env("log-level"), help="debug, info, warning, error.")
-    ] = "info",
+    log_level: Annotated[str, typer.Option(envvar=_env("log-level"), help="debug, info, warning, error.")] = "info",
 ) -> None:
     """Serve /mutate and /validate (AdmissionReview v1) over TLS, /metrics over plain HTTP."""
     for path, flag in ((tls_cert_file, "--tls-cert-file"), (tls_key_file, "--tls-key-file")):

@@ -138,13 +138,9 @@ class Reviewer:
             return None
         namespace = request.namespace or _namespace_of(obj)
         effective = self.policy.policy.for_namespace(namespace, self.cache.namespace(namespace))
-        return decide(
-            obj, policy=effective, backend=self.backend, inventory=self.cache.nodes(), namespace=namespace
-        )
+        return decide(obj, policy=effective, backend=self.backend, inventory=self.cache.nodes(), namespace=namespace)
 
-    def respond(
-        self, request: AdmissionRequest, endpoint: Endpoint, decision: ObjectDecision | None
-    ) -> Outcome:
+    def respond(self, request: AdmissionRequest, endpoint: Endpoint, decision: ObjectDecision | None) -> Outcome:
         if decision is None:
             return Outcome(
                 body=AdmissionReviewOut(response=AdmissionResponse(uid=request.uid, allowed=True)).to_json(),

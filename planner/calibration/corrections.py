@@ -63,14 +63,18 @@ class Corrections(BaseModel):
 
     def _match(self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs) -> CorrectionEntry | None:
         for entry in reversed(self.entries):  # the newest measurement wins
-            if (entry.model.lower() == model.id.lower() and entry.gpu.lower() == gpu.name.lower()
-                    and entry.tensor_parallel_size == args.tensor_parallel_size
-                    and entry.pipeline_parallel_size == args.pipeline_parallel_size):
+            if (
+                entry.model.lower() == model.id.lower()
+                and entry.gpu.lower() == gpu.name.lower()
+                and entry.tensor_parallel_size == args.tensor_parallel_size
+                and entry.pipeline_parallel_size == args.pipeline_parallel_size
+            ):
                 return entry
         return None
 
-    def deltas_for(self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs, *, max_num_batched_tokens: int,
-                   max_num_seqs: int) -> TermDeltas | None:
+    def deltas_for(
+        self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs, *, max_num_batched_tokens: int, max_num_seqs: int
+    ) -> TermDeltas | None:
         """Measured-minus-predicted terms for this deployment (batch limits as resolved for the release)."""
         entry = self._match(model, gpu, args)
         if entry is None:
@@ -80,14 +84,17 @@ class Corrections(BaseModel):
         def diff(a: int | None, b: int | None) -> int:
             return a - b if a is not None and b is not None else 0
 
-        same_batch = (entry.max_num_batched_tokens in (None, max_num_batched_tokens)
-                      and entry.max_num_seqs in (None, max_num_seqs))
+        same_batch = entry.max_num_batched_tokens in (None, max_num_batched_tokens) and entry.max_num_seqs in (
+            None,
+            max_num_seqs,
+        )
         return TermDeltas(
             weights_bytes=diff(m.weights_bytes, p.weights_bytes),
             non_torch_bytes=diff(m.non_torch_bytes, p.non_torch_bytes),
             activation_peak_bytes=diff(m.activation_peak_bytes, p.activation_peak_bytes) if same_batch else 0,
             cuda_graph_bytes=diff(m.cuda_graph_bytes, p.cuda_graph_bytes)
-            if entry.enforce_eager == args.enforce_eager else 0,
+            if entry.enforce_eager == args.enforce_eager
+            else 0,
         )
 
 

@@ -42,15 +42,17 @@ GpuLookup = Callable[[str], GpuSpec]
 # Values from first principles, used where no training record informs a constant (so a held-out model
 # never borrows its own fit): three fp32 copies of the logits (logits, probabilities, sorted values),
 # one activation element per width element, MoE workspace of about two buffers, no measured overheads.
-FIRST_PRINCIPLES = DEFAULT_COEFFICIENTS.model_copy(update={
-    "sampler_bytes_per_logit": 12.0,
-    "forward_bytes_per_token_width": 1.0,
-    "moe_bytes_per_token_expert_width": 2.0,
-    "cuda_workspace_bytes": 0,
-    "single_process_non_torch_bytes": 0,
-    "nccl_bytes_nvls": int(1.0 * GiB),
-    "nccl_bytes_per_extra_rank": 0,
-})
+FIRST_PRINCIPLES = DEFAULT_COEFFICIENTS.model_copy(
+    update={
+        "sampler_bytes_per_logit": 12.0,
+        "forward_bytes_per_token_width": 1.0,
+        "moe_bytes_per_token_expert_width": 2.0,
+        "cuda_workspace_bytes": 0,
+        "single_process_non_torch_bytes": 0,
+        "nccl_bytes_nvls": int(1.0 * GiB),
+        "nccl_bytes_per_extra_rank": 0,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,9 @@ def observe(record: StartupRecord, spec: ModelSpec, gpu: GpuSpec) -> Observation
 
     return Observation(
         model_key=(record.base_model or record.model).lower(),
-        tp=tp, pp=pp, nvls=gpu.nvswitch_multicast,
+        tp=tp,
+        pp=pp,
+        nvls=gpu.nvswitch_multicast,
         dense_feature=tokens * dense_width(model, tp) * dtype_bytes,
         moe_feature=tokens * moe_width(model, tp) * dtype_bytes,
         # The logged terms are the first stage's: it runs the sampler only without PP.
@@ -97,8 +101,9 @@ def observe(record: StartupRecord, spec: ModelSpec, gpu: GpuSpec) -> Observation
         non_torch=logged(record.non_torch_gib),
         graph_features=(1 / math.sqrt(tp), sizes * first_stage_layers, sizes * moe_layers),
         # vLLM subtracts its *estimate* of graph memory (0.20+); fit on it where the log printed it.
-        cuda_graph=logged(record.graph_estimate_gib if record.graph_estimate_gib is not None
-                          else record.cuda_graph_gib),
+        cuda_graph=logged(
+            record.graph_estimate_gib if record.graph_estimate_gib is not None else record.cuda_graph_gib
+        ),
     )
 
 
@@ -108,8 +113,7 @@ def _through_origin(xs: list[float], ys: list[float], default: float) -> float:
 
 
 def _fit_activation(obs: Sequence[Observation], prior: MemoryCoefficients) -> tuple[float, float, float]:
-    a, c, b = prior.forward_bytes_per_token_width, prior.moe_bytes_per_token_expert_width, \
-        prior.sampler_bytes_per_logit
+    a, c, b = prior.forward_bytes_per_token_width, prior.moe_bytes_per_token_expert_width, prior.sampler_bytes_per_logit
     rows = [o for o in obs if o.activation is not None]
     for _ in range(10):
         groups: dict[str, tuple[list[float], list[float]]] = {"a": ([], []), "c": ([], []), "b": ([], [])}
@@ -131,11 +135,13 @@ def _median(values: list[float], default: float) -> float:
 
 
 def _fit_non_torch(obs: Sequence[Observation], prior: MemoryCoefficients) -> dict[str, int]:
-    workspace = _median([o.non_torch for o in obs if o.non_torch is not None and o.tp == 1 and o.pp > 1],
-                        prior.cuda_workspace_bytes)
-    single = _median([o.non_torch - workspace for o in obs
-                      if o.non_torch is not None and o.tp == 1 and o.pp == 1],
-                     prior.single_process_non_torch_bytes)
+    workspace = _median(
+        [o.non_torch for o in obs if o.non_torch is not None and o.tp == 1 and o.pp > 1], prior.cuda_workspace_bytes
+    )
+    single = _median(
+        [o.non_torch - workspace for o in obs if o.non_torch is not None and o.tp == 1 and o.pp == 1],
+        prior.single_process_non_torch_bytes,
+    )
     nvls = [(o.tp, o.non_torch - workspace) for o in obs if o.non_torch is not None and o.tp > 1 and o.nvls]
     base = _median([v for tp, v in nvls if tp == 2], prior.nccl_bytes_nvls)
     slopes = [(v - base) / (tp - 2) for tp, v in nvls if tp > 2]
@@ -162,15 +168,16 @@ def _fit_graphs(obs: Sequence[Observation], prior: MemoryCoefficients) -> dict[s
     keep = residual <= 3 * spread
     if keep.sum() >= matrix.shape[1] + 1 and not keep.all():
         solution, *_ = np.linalg.lstsq(matrix[keep], target[keep], rcond=None)
-    out = {"cudagraph_base_bytes": int(max(0.0, solution[0])),
-           "cudagraph_bytes_per_layer": int(max(0.0, solution[1]))}
-    out["cudagraph_bytes_per_moe_layer"] = int(max(0.0, solution[2])) if has_moe else \
-        prior.cudagraph_bytes_per_moe_layer
+    out = {"cudagraph_base_bytes": int(max(0.0, solution[0])), "cudagraph_bytes_per_layer": int(max(0.0, solution[1]))}
+    out["cudagraph_bytes_per_moe_layer"] = (
+        int(max(0.0, solution[2])) if has_moe else prior.cudagraph_bytes_per_moe_layer
+    )
     return out
 
 
-def fit_coefficients(observations: Sequence[Observation],
-                     prior: MemoryCoefficients = DEFAULT_COEFFICIENTS) -> MemoryCoefficients:
+def fit_coefficients(
+    observations: Sequence[Observation], prior: MemoryCoefficients = DEFAULT_COEFFICIENTS
+) -> MemoryCoefficients:
     a, c, b = _fit_activation(observations, prior)
     update: dict[str, float | int] = {
         "forward_bytes_per_token_width": round(a, 4),
@@ -200,8 +207,9 @@ class FitReport(BaseModel):
     leave_one_model_out: list[ModelError]
 
 
-def _observations(records: Sequence[StartupRecord], lookup_model: ModelLookup,
-                  lookup_gpu: GpuLookup) -> list[tuple[StartupRecord, Observation]]:
+def _observations(
+    records: Sequence[StartupRecord], lookup_model: ModelLookup, lookup_gpu: GpuLookup
+) -> list[tuple[StartupRecord, Observation]]:
     out = []
     for record in records:
         try:
@@ -221,12 +229,18 @@ def _observations(records: Sequence[StartupRecord], lookup_model: ModelLookup,
     return out
 
 
-def fit_report(records: Sequence[StartupRecord], *, lookup_model: ModelLookup, lookup_gpu: GpuLookup,
-               prior: MemoryCoefficients = FIRST_PRINCIPLES) -> FitReport:
+def fit_report(
+    records: Sequence[StartupRecord],
+    *,
+    lookup_model: ModelLookup,
+    lookup_gpu: GpuLookup,
+    prior: MemoryCoefficients = FIRST_PRINCIPLES,
+) -> FitReport:
     pairs = _observations(records, lookup_model, lookup_gpu)
     everything = fit_coefficients([o for _, o in pairs], prior)
-    in_sample = validate_records([r for r, _ in pairs], lookup_model=lookup_model, lookup_gpu=lookup_gpu,
-                                 coefficients=everything)
+    in_sample = validate_records(
+        [r for r, _ in pairs], lookup_model=lookup_model, lookup_gpu=lookup_gpu, coefficients=everything
+    )
     in_errors: dict[str, list[float]] = {}
     for (_, obs), result in zip(pairs, in_sample.records, strict=True):
         if result.full is not None and result.full.error is not None:
@@ -238,10 +252,13 @@ def fit_report(records: Sequence[StartupRecord], *, lookup_model: ModelLookup, l
         coefficients = fit_coefficients(training, prior)
         report = validate_records(held, lookup_model=lookup_model, lookup_gpu=lookup_gpu, coefficients=coefficients)
         errors = [r.full.error for r in report.records if r.full is not None and r.full.error is not None]
-        lomo.append(ModelError(
-            model=key, records=len(held),
-            in_sample_median_error=round(statistics.median(in_errors[key]), 5) if in_errors.get(key) else None,
-            held_out_median_error=round(statistics.median(errors), 5) if errors else None,
-            held_out_max_abs_error=round(max(abs(e) for e in errors), 5) if errors else None,
-        ))
+        lomo.append(
+            ModelError(
+                model=key,
+                records=len(held),
+                in_sample_median_error=round(statistics.median(in_errors[key]), 5) if in_errors.get(key) else None,
+                held_out_median_error=round(statistics.median(errors), 5) if errors else None,
+                held_out_max_abs_error=round(max(abs(e) for e in errors), 5) if errors else None,
+            )
+        )
     return FitReport(coefficients=everything, observations=len(pairs), leave_one_model_out=lomo)

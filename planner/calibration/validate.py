@@ -132,8 +132,14 @@ def _resolve_model(record: StartupRecord, lookup: ModelLookup) -> tuple[ModelSpe
     return base.model_copy(update=update), False
 
 
-def _layout(record: StartupRecord, spec: ModelSpec, gpu: GpuSpec, args: ServingArgs,
-            baseline: Prediction, coefficients: MemoryCoefficients) -> LayoutResult | None:
+def _layout(
+    record: StartupRecord,
+    spec: ModelSpec,
+    gpu: GpuSpec,
+    args: ServingArgs,
+    baseline: Prediction,
+    coefficients: MemoryCoefficients,
+) -> LayoutResult | None:
     if record.kv_cache_memory_gib is None:
         return None
     # The logged figure is the first stage's; other stages keep their predicted difference to it.
@@ -142,8 +148,9 @@ def _layout(record: StartupRecord, spec: ModelSpec, gpu: GpuSpec, args: ServingA
     def run(kv_gib: float) -> tuple[int, int, float]:
         logged = int(kv_gib * GiB)
         override = [logged + (p - predicted[0]) for p in predicted]
-        pred = predict(spec, gpu, args, vllm_version=record.vllm_version, coefficients=coefficients,
-                       available_override=override)
+        pred = predict(
+            spec, gpu, args, vllm_version=record.vllm_version, coefficients=coefficients, available_override=override
+        )
         length = record.max_concurrency_len or pred.max_model_len
         tokens, concurrency = capacity(pred.layout, length, pred.release.tokens_formula)
         return pred.layout.num_gpu_blocks, tokens, concurrency
@@ -159,9 +166,13 @@ def _layout(record: StartupRecord, spec: ModelSpec, gpu: GpuSpec, args: ServingA
     else:
         exact = None
     return LayoutResult(
-        num_gpu_blocks=blocks, tokens=tokens, max_concurrency=round(concurrency, 4),
-        logged_gpu_blocks=record.gpu_blocks, logged_tokens=record.kv_cache_tokens,
-        logged_max_concurrency=record.max_concurrency_x, exact=exact,
+        num_gpu_blocks=blocks,
+        tokens=tokens,
+        max_concurrency=round(concurrency, 4),
+        logged_gpu_blocks=record.gpu_blocks,
+        logged_tokens=record.kv_cache_tokens,
+        logged_max_concurrency=record.max_concurrency_x,
+        exact=exact,
     )
 
 
@@ -171,8 +182,11 @@ def _budget(record: StartupRecord, baseline: Prediction) -> BudgetResult | None:
     stage = baseline.engine.memory[0]
     kv = stage.kv_bytes + stage.weights_bytes - int(record.weights_gib * GiB)
     kv_gib = kv / GiB
-    return BudgetResult(kv_cache_memory_gib=round(kv_gib, 3), logged_kv_cache_memory_gib=record.kv_cache_memory_gib,
-                        error=round((kv_gib - record.kv_cache_memory_gib) / record.kv_cache_memory_gib, 5))
+    return BudgetResult(
+        kv_cache_memory_gib=round(kv_gib, 3),
+        logged_kv_cache_memory_gib=record.kv_cache_memory_gib,
+        error=round((kv_gib - record.kv_cache_memory_gib) / record.kv_cache_memory_gib, 5),
+    )
 
 
 def _full(record: StartupRecord, baseline: Prediction) -> FullResult:
@@ -198,8 +212,13 @@ def _full(record: StartupRecord, baseline: Prediction) -> FullResult:
     )
 
 
-def validate_record(record: StartupRecord, *, lookup_model: ModelLookup, lookup_gpu: GpuLookup,
-                    coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS) -> RecordResult:
+def validate_record(
+    record: StartupRecord,
+    *,
+    lookup_model: ModelLookup,
+    lookup_gpu: GpuLookup,
+    coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+) -> RecordResult:
     try:
         resolve_release(record.vllm_version)
         spec, online = _resolve_model(record, lookup_model)
@@ -210,10 +229,13 @@ def validate_record(record: StartupRecord, *, lookup_model: ModelLookup, lookup_
     try:
         baseline = predict(spec, gpu, args, vllm_version=record.vllm_version, coefficients=coefficients)
     except KvPlannerError as error:
-        return RecordResult(id=record.id, model=record.model, supported=True,
-                            reason=f"planner refused the settings: {error}")
+        return RecordResult(
+            id=record.id, model=record.model, supported=True, reason=f"planner refused the settings: {error}"
+        )
     return RecordResult(
-        id=record.id, model=record.model, supported=True,
+        id=record.id,
+        model=record.model,
+        supported=True,
         layout=_layout(record, spec, gpu, args, baseline, coefficients),
         budget=_budget(record, baseline),
         full=_full(record, baseline),
@@ -226,9 +248,14 @@ def _stats(errors: list[float]) -> ErrorStats:
     ordered = sorted(errors)
     p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
     absolute = sorted(abs(e) for e in errors)
-    return ErrorStats(count=len(errors), median=round(statistics.median(errors), 5), p90=round(p90, 5),
-                      max=round(max(errors), 5), abs_median=round(statistics.median(absolute), 5),
-                      abs_max=round(absolute[-1], 5))
+    return ErrorStats(
+        count=len(errors),
+        median=round(statistics.median(errors), 5),
+        p90=round(p90, 5),
+        max=round(max(errors), 5),
+        abs_median=round(statistics.median(absolute), 5),
+        abs_max=round(absolute[-1], 5),
+    )
 
 
 def summarize(results: list[RecordResult]) -> Summary:
@@ -243,8 +270,13 @@ def summarize(results: list[RecordResult]) -> Summary:
     )
 
 
-def validate_records(records: Sequence[StartupRecord | str], *, lookup_model: ModelLookup, lookup_gpu: GpuLookup,
-                     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS) -> ValidationReport:
+def validate_records(
+    records: Sequence[StartupRecord | str],
+    *,
+    lookup_model: ModelLookup,
+    lookup_gpu: GpuLookup,
+    coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+) -> ValidationReport:
     """One result per input line; a line that is not a record (a string: its error) is unsupported."""
     results = []
     for record in records:
@@ -252,6 +284,7 @@ def validate_records(records: Sequence[StartupRecord | str], *, lookup_model: Mo
             where, _, problem = record.partition(": ")
             results.append(RecordResult(id=where, model="", supported=False, reason=problem or record))
         else:
-            results.append(validate_record(record, lookup_model=lookup_model, lookup_gpu=lookup_gpu,
-                                           coefficients=coefficients))
+            results.append(
+                validate_record(record, lookup_model=lookup_model, lookup_gpu=lookup_gpu, coefficients=coefficients)
+            )
     return ValidationReport(records=results, summary=summarize(results))

@@ -36,8 +36,9 @@ def gpu_for(name: str | None, memory: str | None) -> GpuSpec:
             return known.model_copy(update={"memory_bytes": size, "memory_source": f"--gpu-memory {memory}"})
         return gpu_from_memory(size, name="custom")
     if not name:
-        raise PlannerInputError("--gpu is required (a catalog name such as A100-80GB, or --gpu-memory SIZE)",
-                                hint="See: planner gpus")
+        raise PlannerInputError(
+            "--gpu is required (a catalog name such as A100-80GB, or --gpu-memory SIZE)", hint="See: planner gpus"
+        )
     return lookup_gpu(name)
 
 

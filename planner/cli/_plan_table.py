@@ -28,8 +28,9 @@ def render_plan(console: Console, plan: Plan, args: ServingArgs) -> None:
     budget = Table(title=f"Memory per GPU ({mem.limiting_rank})", show_header=True, header_style="bold")
     budget.add_column("term")
     budget.add_column("bytes", justify="right")
-    budget.add_row(f"budget = ceil({mem.total_bytes / GiB:.2f} GiB x {mem.gpu_memory_utilization:g})",
-                   _gib(mem.budget_bytes))
+    budget.add_row(
+        f"budget = ceil({mem.total_bytes / GiB:.2f} GiB x {mem.gpu_memory_utilization:g})", _gib(mem.budget_bytes)
+    )
     budget.add_row("- weights" + (" (estimated)" if mem.weights_estimated else ""), _gib(mem.weights_bytes))
     budget.add_row("- non-torch (CUDA, NCCL)", _gib(mem.non_torch_bytes))
     budget.add_row("- activation peak (profiling)", _gib(mem.activation_peak_bytes))
@@ -60,8 +61,9 @@ def render_plan(console: Console, plan: Plan, args: ServingArgs) -> None:
         console.print(f"[red]does not fit:[/] {plan.fit_error}")
     rec = plan.recommendation
     if rec is not None:
-        console.print(f"recommended ({rec.basis}): --max-model-len {rec.max_model_len} "
-                      f"--max-num-seqs {rec.max_num_seqs}")
+        console.print(
+            f"recommended ({rec.basis}): --max-model-len {rec.max_model_len} --max-num-seqs {rec.max_num_seqs}"
+        )
         console.print("[bold]args:[/] " + " ".join(rec.vllm_args))
         for note in rec.notes:
             console.print(f"  {note}")
@@ -73,8 +75,11 @@ def render_plan(console: Console, plan: Plan, args: ServingArgs) -> None:
         alt.add_column("fits")
         alt.add_column("max concurrency", justify="right")
         for a in plan.alternatives:
-            alt.add_row(a.change, "yes" if a.fits else "no",
-                        f"{a.max_concurrency:.2f}x" if a.max_concurrency is not None else "-")
+            alt.add_row(
+                a.change,
+                "yes" if a.fits else "no",
+                f"{a.max_concurrency:.2f}x" if a.max_concurrency is not None else "-",
+            )
         console.print(alt)
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
@@ -96,8 +101,12 @@ def render_fleet(console: Console, gpu: GpuSpec, args: ServingArgs, rows: Sequen
         return "-" if value is None else f"{value:,.1f}"
 
     for row in rows:
-        table.add_row(row.id, "[green]yes[/]" if row.fits else "[red]no[/]",
-                      f"{row.max_model_len:,}" if row.max_model_len else "-",
-                      cell(row.max_concurrency_4096), cell(row.max_concurrency_32768),
-                      cell(row.max_concurrency_max))
+        table.add_row(
+            row.id,
+            "[green]yes[/]" if row.fits else "[red]no[/]",
+            f"{row.max_model_len:,}" if row.max_model_len else "-",
+            cell(row.max_concurrency_4096),
+            cell(row.max_concurrency_32768),
+            cell(row.max_concurrency_max),
+        )
     console.print(table)

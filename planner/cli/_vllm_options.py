@@ -16,26 +16,52 @@ from planner.vllm.args import ServingArgs
 
 _V = "vLLM flags"
 
-MaxModelLen = Annotated[str | None, typer.Option("--max-model-len", "--max_model_len", rich_help_panel=_V,
-                                                  help="Context length: 32768, 32k (=32000), 32K (=32768) or auto.")]
-MaxNumSeqs = Annotated[int | None, typer.Option("--max-num-seqs", "--max_num_seqs", rich_help_panel=_V,
-                                                 help="Concurrent sequences (vLLM default by GPU class).")]
-MaxNumBatchedTokens = Annotated[str | None, typer.Option("--max-num-batched-tokens", rich_help_panel=_V,
-                                                          help="Tokens per engine step (e.g. 8192 or 8K).")]
-GpuMemoryUtilization = Annotated[float | None, typer.Option(
-    "--gpu-memory-utilization", "--gpu_memory_utilization", rich_help_panel=_V,
-    help="Fraction of GPU memory vLLM may use (default 0.92 from 0.20, 0.9 before).")]
-KvCacheDtype = Annotated[str, typer.Option("--kv-cache-dtype", rich_help_panel=_V,
-                                            help="auto, fp8, fp8_e4m3, fp8_e5m2, bfloat16, float16, ...")]
-KvCacheMemoryBytes = Annotated[str | None, typer.Option("--kv-cache-memory-bytes", "--kv-cache-memory",
-                                                         rich_help_panel=_V, help="Fixed KV cache size per GPU (20G).")]
+MaxModelLen = Annotated[
+    str | None,
+    typer.Option(
+        "--max-model-len",
+        "--max_model_len",
+        rich_help_panel=_V,
+        help="Context length: 32768, 32k (=32000), 32K (=32768) or auto.",
+    ),
+]
+MaxNumSeqs = Annotated[
+    int | None,
+    typer.Option(
+        "--max-num-seqs", "--max_num_seqs", rich_help_panel=_V, help="Concurrent sequences (vLLM default by GPU class)."
+    ),
+]
+MaxNumBatchedTokens = Annotated[
+    str | None,
+    typer.Option("--max-num-batched-tokens", rich_help_panel=_V, help="Tokens per engine step (e.g. 8192 or 8K)."),
+]
+GpuMemoryUtilization = Annotated[
+    float | None,
+    typer.Option(
+        "--gpu-memory-utilization",
+        "--gpu_memory_utilization",
+        rich_help_panel=_V,
+        help="Fraction of GPU memory vLLM may use (default 0.92 from 0.20, 0.9 before).",
+    ),
+]
+KvCacheDtype = Annotated[
+    str,
+    typer.Option("--kv-cache-dtype", rich_help_panel=_V, help="auto, fp8, fp8_e4m3, fp8_e5m2, bfloat16, float16, ..."),
+]
+KvCacheMemoryBytes = Annotated[
+    str | None,
+    typer.Option(
+        "--kv-cache-memory-bytes", "--kv-cache-memory", rich_help_panel=_V, help="Fixed KV cache size per GPU (20G)."
+    ),
+]
 BlockSize = Annotated[int | None, typer.Option("--block-size", rich_help_panel=_V, help="Tokens per KV block.")]
 TensorParallel = Annotated[int, typer.Option("--tensor-parallel-size", "-tp", rich_help_panel=_V, min=1)]
 PipelineParallel = Annotated[int, typer.Option("--pipeline-parallel-size", "-pp", rich_help_panel=_V, min=1)]
 DataParallel = Annotated[int, typer.Option("--data-parallel-size", "-dp", rich_help_panel=_V, min=1)]
 Dtype = Annotated[str, typer.Option("--dtype", rich_help_panel=_V, help="auto, bfloat16, float16, float32.")]
-Quantization = Annotated[str | None, typer.Option("--quantization", "-q", rich_help_panel=_V,
-                                                   help="Quantize while loading (e.g. fp8).")]
+Quantization = Annotated[
+    str | None, typer.Option("--quantization", "-q", rich_help_panel=_V, help="Quantize while loading (e.g. fp8).")
+]
 EnforceEager = Annotated[bool, typer.Option("--enforce-eager", rich_help_panel=_V, help="No CUDA graphs.")]
 CpuOffloadGb = Annotated[float, typer.Option("--cpu-offload-gb", rich_help_panel=_V, min=0)]
 EnableExpertParallel = Annotated[bool, typer.Option("--enable-expert-parallel", rich_help_panel=_V)]
@@ -46,8 +72,10 @@ MaxLoras = Annotated[int, typer.Option("--max-loras", rich_help_panel=_V, min=1)
 MaxLoraRank = Annotated[int, typer.Option("--max-lora-rank", rich_help_panel=_V, min=1)]
 SpeculativeConfig = Annotated[str | None, typer.Option("--speculative-config", rich_help_panel=_V)]
 KvTransferConfig = Annotated[str | None, typer.Option("--kv-transfer-config", rich_help_panel=_V)]
-VllmEnv = Annotated[list[str] | None, typer.Option(
-    "--env", rich_help_panel=_V, help="VLLM_* environment of the server, KEY=VALUE (repeatable).")]
+VllmEnv = Annotated[
+    list[str] | None,
+    typer.Option("--env", rich_help_panel=_V, help="VLLM_* environment of the server, KEY=VALUE (repeatable)."),
+]
 
 
 def parse_env(pairs: list[str] | None) -> dict[str, str]:

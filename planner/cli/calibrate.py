@@ -38,19 +38,32 @@ def _entry(record: StartupRecord, gpu_name: str, log: Path) -> tuple[CorrectionE
     args = serving_args(record, online_quantization=record.quantization is not None)
     prediction = predict(spec, gpu, args, vllm_version=record.vllm_version)
     stage = prediction.engine.memory[0]
-    predicted = Terms(weights_bytes=stage.weights_bytes, non_torch_bytes=stage.non_torch_bytes,
-                      activation_peak_bytes=stage.activation_peak_bytes, cuda_graph_bytes=stage.cuda_graph_bytes,
-                      kv_cache_bytes=stage.kv_bytes)
-    measured = Terms(weights_bytes=_bytes(record.weights_gib), non_torch_bytes=_bytes(record.non_torch_gib),
-                     activation_peak_bytes=_bytes(record.activation_peak_gib),
-                     cuda_graph_bytes=_bytes(record.cuda_graph_gib),
-                     kv_cache_bytes=_bytes(record.kv_cache_memory_gib))
+    predicted = Terms(
+        weights_bytes=stage.weights_bytes,
+        non_torch_bytes=stage.non_torch_bytes,
+        activation_peak_bytes=stage.activation_peak_bytes,
+        cuda_graph_bytes=stage.cuda_graph_bytes,
+        kv_cache_bytes=stage.kv_bytes,
+    )
+    measured = Terms(
+        weights_bytes=_bytes(record.weights_gib),
+        non_torch_bytes=_bytes(record.non_torch_gib),
+        activation_peak_bytes=_bytes(record.activation_peak_gib),
+        cuda_graph_bytes=_bytes(record.cuda_graph_gib),
+        kv_cache_bytes=_bytes(record.kv_cache_memory_gib),
+    )
     entry = CorrectionEntry(
-        model=spec.id, gpu=gpu.name, tensor_parallel_size=args.tensor_parallel_size,
-        pipeline_parallel_size=args.pipeline_parallel_size, vllm_version=str(prediction.version),
+        model=spec.id,
+        gpu=gpu.name,
+        tensor_parallel_size=args.tensor_parallel_size,
+        pipeline_parallel_size=args.pipeline_parallel_size,
+        vllm_version=str(prediction.version),
         max_num_batched_tokens=prediction.resolved.max_num_batched_tokens,
-        max_num_seqs=prediction.resolved.max_num_seqs, enforce_eager=args.enforce_eager,
-        measured=measured, predicted=predicted, source=str(log),
+        max_num_seqs=prediction.resolved.max_num_seqs,
+        enforce_eager=args.enforce_eager,
+        measured=measured,
+        predicted=predicted,
+        source=str(log),
     )
     kv_error = None
     if record.kv_cache_memory_gib:
@@ -75,8 +88,9 @@ def _fit(records_file: Path, write: Path | None, output: OutputFormat) -> None:
     table.add_column("coefficient")
     table.add_column("value", justify="right")
     for name, value in report.coefficients.model_dump().items():
-        shown = f"{value:.4g}" if isinstance(value, float) else (
-            f"{value / GiB:.4f} GiB" if value > 1000 else str(value))
+        shown = (
+            f"{value:.4g}" if isinstance(value, float) else (f"{value / GiB:.4f} GiB" if value > 1000 else str(value))
+        )
         table.add_row(name, shown)
     console.print(table)
     lomo = Table(header_style="bold", title="Leave one model out: KV memory error (full prediction)")
@@ -87,16 +101,23 @@ def _fit(records_file: Path, write: Path | None, output: OutputFormat) -> None:
         return "-" if value is None else f"{value * 100:+.2f}%"
 
     for row in report.leave_one_model_out:
-        lomo.add_row(row.model, str(row.records), pct(row.in_sample_median_error), pct(row.held_out_median_error),
-                     pct(row.held_out_max_abs_error))
+        lomo.add_row(
+            row.model,
+            str(row.records),
+            pct(row.in_sample_median_error),
+            pct(row.held_out_median_error),
+            pct(row.held_out_max_abs_error),
+        )
     console.print(lomo)
     if write is not None:
         console.print(f"wrote the fitted coefficients to {write}")
 
 
-@app.command(help="Parse real vLLM startup logs (V0 or V1), compare them with the planner, and write a "
-                  "corrections file that `planner recommend --calibration FILE` applies. With --fit, refit the "
-                  "memory model on a JSONL of startup records and report leave-one-model-out errors.")
+@app.command(
+    help="Parse real vLLM startup logs (V0 or V1), compare them with the planner, and write a "
+    "corrections file that `planner recommend --calibration FILE` applies. With --fit, refit the "
+    "memory model on a JSONL of startup records and report leave-one-model-out errors."
+)
 def calibrate(
     logs: Annotated[list[Path] | None, typer.Argument(help="vLLM startup log files.")] = None,
     gpu: Annotated[str | None, typer.Option("--gpu", help="GPU the logs ran on (logs rarely name it).")] = None,
@@ -141,11 +162,16 @@ def calibrate(
 
         me, pr = entry.measured, entry.predicted
         error_text = f"{extra['kv_error'] * 100:+.2f}%" if extra["kv_error"] is not None else "-"
-        table.add_row(log.name, entry.model, pair(me.weights_bytes, pr.weights_bytes),
-                      pair(me.non_torch_bytes, pr.non_torch_bytes),
-                      pair(me.activation_peak_bytes, pr.activation_peak_bytes),
-                      pair(me.cuda_graph_bytes, pr.cuda_graph_bytes), pair(me.kv_cache_bytes, pr.kv_cache_bytes),
-                      error_text)
+        table.add_row(
+            log.name,
+            entry.model,
+            pair(me.weights_bytes, pr.weights_bytes),
+            pair(me.non_torch_bytes, pr.non_torch_bytes),
+            pair(me.activation_peak_bytes, pr.activation_peak_bytes),
+            pair(me.cuda_graph_bytes, pr.cuda_graph_bytes),
+            pair(me.kv_cache_bytes, pr.kv_cache_bytes),
+            error_text,
+        )
     if write is not None:
         save_corrections(corrections, write)
     if output is OutputFormat.json:
@@ -153,5 +179,6 @@ def calibrate(
     else:
         console.print(table)
         if write is not None:
-            console.print(f"wrote {len(corrections.entries)} entries to {write}; "
-                          f"use: planner recommend --calibration {write} ...")
+            console.print(
+                f"wrote {len(corrections.entries)} entries to {write}; use: planner recommend --calibration {write} ..."
+            )

@@ -135,9 +135,7 @@ def _params(model: ModelSpec) -> str:
     epilog="Examples: planner models;  planner models llama-3.1-8b;  planner models -o json",
 )
 def models(
-    model_id: Annotated[
-        str | None, typer.Argument(help="Show one model, by Hugging Face id or alias.")
-    ] = None,
+    model_id: Annotated[str | None, typer.Argument(help="Show one model, by Hugging Face id or alias.")] = None,
     output: OutputOption = OutputFormat.table,
 ) -> None:
     if model_id is not None:
@@ -162,9 +160,7 @@ def models(
         table.add_column(column, justify=justify)  # type: ignore[arg-type]
     for model in entries:
         quant = (
-            f"{model.quantization.method} {model.quantization.weight_bits:g}b"
-            if model.quantization
-            else model.dtype
+            f"{model.quantization.method} {model.quantization.weight_bits:g}b" if model.quantization else model.dtype
         )
         table.add_row(
             model.id,
@@ -215,12 +211,8 @@ def _print_model(model: ModelSpec) -> None:
     if model.checkpoint_bytes:
         rows.append(("checkpoint", f"{model.checkpoint_bytes:,} bytes"))
     if model.source:
-        rows.append(
-            ("source", model.source.url + (f" @ {model.source.revision}" if model.source.revision else ""))
-        )
-        rows.append(
-            ("verified", "yes" if model.source.verified else "no (facts not checked against a config.json)")
-        )
+        rows.append(("source", model.source.url + (f" @ {model.source.revision}" if model.source.revision else "")))
+        rows.append(("verified", "yes" if model.source.verified else "no (facts not checked against a config.json)"))
     if model.aliases:
         rows.append(("aliases", ", ".join(model.aliases)))
     for key, value in rows:
@@ -231,6 +223,4 @@ def _print_model(model: ModelSpec) -> None:
 
 def _pattern_summary(pattern: str) -> str:
     names = {"F": "full", "S": "sliding", "C": "chunked", "M": "mamba/linear", "N": "no-KV"}
-    return ", ".join(
-        f"{pattern.count(letter)} {label}" for letter, label in names.items() if letter in pattern
-    )
+    return ", ".join(f"{pattern.count(letter)} {label}" for letter, label in names.items() if letter in pattern)

@@ -67,9 +67,7 @@ def _print_table(report: CheckReport) -> None:
         gpu_text = (
             ""
             if gpu.name is None and gpu.label is None
-            else (
-                f"{gpu.count or '?'} x {gpu.name or gpu.label}" + (f" ({gpu.source})" if gpu.source else "")
-            )
+            else (f"{gpu.count or '?'} x {gpu.name or gpu.label}" + (f" ({gpu.source})" if gpu.source else ""))
         )
         table.add_row(
             f"{entry.kind}/{entry.name}" + (f" [{entry.template}]" if entry.template else ""),
@@ -104,9 +102,7 @@ def check(
         Path | None, typer.Option(help="Node list (kubectl get nodes -o yaml): the GPU inventory.")
     ] = None,
     gpu: Annotated[str | None, typer.Option(help="GPU when nothing in a manifest says which.")] = None,
-    output: Annotated[
-        CheckOutput, typer.Option("--output", "-o", help="table, json or patched.")
-    ] = CheckOutput.table,
+    output: Annotated[CheckOutput, typer.Option("--output", "-o", help="table, json or patched.")] = CheckOutput.table,
 ) -> None:
     wants_json = output == CheckOutput.json
     try:
@@ -124,16 +120,12 @@ def check(
                 documents += read_documents(text, source, first_index=first)
     except (PlannerInputError, UnknownGPUError) as error:
         if wants_json:
-            typer.echo(
-                json.dumps({"workloads": [], "errors": [{"document": -1, "message": str(error)}]}, indent=2)
-            )
+            typer.echo(json.dumps({"workloads": [], "errors": [{"document": -1, "message": str(error)}]}, indent=2))
         else:
             typer.echo(f"error: {error}", err=True)
         raise typer.Exit(EXIT_USAGE) from None
 
-    report = run_check(
-        documents, policy=effective_policy, backend=backend, inventory=inventory, default_gpu=gpu
-    )
+    report = run_check(documents, policy=effective_policy, backend=backend, inventory=inventory, default_gpu=gpu)
     if wants_json:
         typer.echo(json.dumps(report.model_dump(mode="json"), indent=2))
     elif output == CheckOutput.patched:

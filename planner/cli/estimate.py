@@ -35,9 +35,18 @@ class Estimate(BaseModel):
 
 def _raw_model(layers: int, kv_heads: int, head_dim: int) -> ModelSpec:
     return ModelSpec(
-        id="custom", architecture="custom", model_type="custom", num_layers=layers, hidden_size=head_dim,
-        num_attention_heads=kv_heads, num_kv_heads=kv_heads, head_dim=head_dim, vocab_size=1,
-        intermediate_size=0, derived_max_model_len=1 << 30, layer_pattern="F" * layers,
+        id="custom",
+        architecture="custom",
+        model_type="custom",
+        num_layers=layers,
+        hidden_size=head_dim,
+        num_attention_heads=kv_heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        vocab_size=1,
+        intermediate_size=0,
+        derived_max_model_len=1 << 30,
+        layer_pattern="F" * layers,
     )
 
 
@@ -45,8 +54,9 @@ def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str, dtype_bytes: int |
     """K+V bytes per token over the model's KV layers (TP=1). Sliding-window layers still cost this
     per token they keep; this is the figure before windows cap what a sequence keeps."""
     if dtype_bytes is not None:
-        per_layer = (model.mla.latent_size if model.mla else
-                     model.num_kv_heads * (model.head_dim + model.head_size_v)) * dtype_bytes
+        per_layer = (
+            model.mla.latent_size if model.mla else model.num_kv_heads * (model.head_dim + model.head_size_v)
+        ) * dtype_bytes
     else:
         kv = resolve_kv_dtype(kv_cache_dtype, model, model.dtype)
         per_layer = attention_bytes_per_token(model, kv, 1)
@@ -54,8 +64,7 @@ def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str, dtype_bytes: int |
 
 
 @app.command(
-    help="KV-cache bytes per token and per sequence, from --model or from raw "
-    "--layers/--kv-heads/--head-dim.",
+    help="KV-cache bytes per token and per sequence, from --model or from raw --layers/--kv-heads/--head-dim.",
     epilog="Example: planner estimate --layers 32 --kv-heads 8 --head-dim 128 --tokens 32768 --num-seqs 8",
 )
 def estimate(
@@ -65,8 +74,9 @@ def estimate(
     kv_heads: Annotated[int | None, typer.Option("--kv-heads", min=1)] = None,
     head_dim: Annotated[int | None, typer.Option("--head-dim", min=1)] = None,
     kv_cache_dtype: Annotated[str, typer.Option("--kv-cache-dtype")] = "auto",
-    dtype_bytes: Annotated[int | None, typer.Option("--dtype-bytes", min=1, max=8,
-                                                    help="Bytes per element (overrides the dtype).")] = None,
+    dtype_bytes: Annotated[
+        int | None, typer.Option("--dtype-bytes", min=1, max=8, help="Bytes per element (overrides the dtype).")
+    ] = None,
     num_seqs: Annotated[int, typer.Option("--num-seqs", min=1, help="Sequences of each length.")] = 1,
     revision: Annotated[str | None, typer.Option("--revision")] = None,
     output: Annotated[OutputFormat, typer.Option("--output", "-o")] = OutputFormat.table,
@@ -88,8 +98,12 @@ def estimate(
         raise PlannerInputError(f"--tokens needs positive lengths, got {tokens!r}")
     per_token = kv_bytes_per_token(spec, kv_cache_dtype, dtype_bytes)
     sequences = [SequenceCost(tokens=n, bytes=n * per_token) for n in lengths]
-    result = Estimate(bytes_per_token=per_token, sequences=sequences,
-                      total_bytes=sum(s.bytes for s in sequences) * num_seqs, num_seqs=num_seqs)
+    result = Estimate(
+        bytes_per_token=per_token,
+        sequences=sequences,
+        total_bytes=sum(s.bytes for s in sequences) * num_seqs,
+        num_seqs=num_seqs,
+    )
     if output is OutputFormat.json:
         print_json(result)
     elif output is OutputFormat.yaml:

@@ -84,8 +84,10 @@ def _print_table(report: ProbeReport) -> None:
         table.add_row(*row)
     console.print(f"lengths: {report.lengths}")
     if report.num_gpu_blocks:
-        console.print(f"server: {report.num_gpu_blocks} KV blocks of {report.block_size} tokens, "
-                      f"max_model_len {report.max_model_len}")
+        console.print(
+            f"server: {report.num_gpu_blocks} KV blocks of {report.block_size} tokens, "
+            f"max_model_len {report.max_model_len}"
+        )
     console.print(table)
     for line in summary_lines(report):
         console.print(line)
@@ -95,35 +97,42 @@ def _print_table(report: ProbeReport) -> None:
 Endpoint = Annotated[str, typer.Option("--endpoint", help="Server base URL, e.g. http://vllm:8000.")]
 MetricsUrl = Annotated[str | None, typer.Option("--metrics-url", help="Default: <endpoint>/metrics.")]
 Model = Annotated[str | None, typer.Option("--model", help="Model to request (default: the first served).")]
-Workload = Annotated[str | None, typer.Option(
-    "--workload", help="Request lengths: YAML/JSON/CSV file, a vLLM /metrics URL or a Prometheus URL. "
-    "Default: long requests that fill the context.")]
+Workload = Annotated[
+    str | None,
+    typer.Option(
+        "--workload",
+        help="Request lengths: YAML/JSON/CSV file, a vLLM /metrics URL or a Prometheus URL. "
+        "Default: long requests that fill the context.",
+    ),
+]
 MaxConcurrency = Annotated[int, typer.Option("--max-concurrency", min=1, max=4096, help="Staircase top.")]
 StartConcurrency = Annotated[int, typer.Option("--start-concurrency", min=1, help="First level.")]
 Growth = Annotated[float, typer.Option("--growth", min=1.01, max=16.0, help="Level multiplier.")]
 Levels = Annotated[str | None, typer.Option("--levels", help="Explicit levels, e.g. 4,8,12,16.")]
 Refine = Annotated[bool, typer.Option("--refine/--no-refine", help="Bisect after the first failing level.")]
 MaxRequests = Annotated[int, typer.Option("--max-requests", min=1, help="Hard limit: requests sent.")]
-MaxTokens = Annotated[str, typer.Option(
-    "--max-tokens", help="Hard limit: prompt + output tokens in total (50m = 50,000,000).")]
+MaxTokens = Annotated[
+    str, typer.Option("--max-tokens", help="Hard limit: prompt + output tokens in total (50m = 50,000,000).")
+]
 MaxDuration = Annotated[str, typer.Option("--max-duration", help="Hard limit: wall time (10m, 600s).")]
-PreemptionLimit = Annotated[float, typer.Option("--preemption-limit", min=0.0,
-                                                help="Preemptions allowed per step.")]
+PreemptionLimit = Annotated[float, typer.Option("--preemption-limit", min=0.0, help="Preemptions allowed per step.")]
 TtftLimit = Annotated[str | None, typer.Option("--ttft-limit", help="p95 time to first token, e.g. 2s.")]
 ItlLimit = Annotated[str | None, typer.Option("--itl-limit", help="p95 inter-token latency, e.g. 80ms.")]
-OutputTokens = Annotated[int, typer.Option("--output-tokens", min=1,
-                                           help="Without --workload: output tokens per request.")]
-PromptTokens = Annotated[int | None, typer.Option(
-    "--prompt-tokens", min=1, help="Without --workload: prompt tokens (default: fill the context).")]
+OutputTokens = Annotated[
+    int, typer.Option("--output-tokens", min=1, help="Without --workload: output tokens per request.")
+]
+PromptTokens = Annotated[
+    int | None,
+    typer.Option("--prompt-tokens", min=1, help="Without --workload: prompt tokens (default: fill the context)."),
+]
 MaxModelLen = Annotated[str | None, typer.Option("--max-model-len", help="If the server does not report it.")]
-RequestsPerStep = Annotated[int | None, typer.Option("--requests-per-step", min=1,
-                                                        help="Measured completions per level.")]
-WarmupRequests = Annotated[int | None, typer.Option("--warmup-requests", min=0,
-                                                       help="Completions before measuring.")]
+RequestsPerStep = Annotated[
+    int | None, typer.Option("--requests-per-step", min=1, help="Measured completions per level.")
+]
+WarmupRequests = Annotated[int | None, typer.Option("--warmup-requests", min=0, help="Completions before measuring.")]
 SampleInterval = Annotated[str, typer.Option("--sample-interval", help="/metrics scrape interval.")]
 RequestTimeout = Annotated[str, typer.Option("--request-timeout", help="Per request.")]
-Headroom = Annotated[float, typer.Option("--headroom", min=0.0, max=0.99,
-                                         help="Headroom for the planner comparison.")]
+Headroom = Annotated[float, typer.Option("--headroom", min=0.0, max=0.99, help="Headroom for the planner comparison.")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed for lengths and prompt tokens.")]
 Output = Annotated[OutputFormat, typer.Option("--output", "-o")]
 Plot = Annotated[Path | None, typer.Option("--plot", help="Write a PNG or SVG plot.")]

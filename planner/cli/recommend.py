@@ -75,16 +75,25 @@ def recommend(
     gpu_memory: Annotated[str | None, typer.Option("--gpu-memory", help="Plan for an unlisted card: 48GiB.")] = None,
     model: Annotated[str | None, typer.Option("--model", help="HF id, catalog id or local path.")] = None,
     revision: Annotated[str | None, typer.Option("--revision", help="Hub commit, branch or tag.")] = None,
-    token: Annotated[str | None, typer.Option("--token", envvar="HF_TOKEN", show_envvar=False,
-                                              help="Hugging Face token (default $HF_TOKEN).")] = None,
+    token: Annotated[
+        str | None,
+        typer.Option("--token", envvar="HF_TOKEN", show_envvar=False, help="Hugging Face token (default $HF_TOKEN)."),
+    ] = None,
     refresh: Annotated[bool, typer.Option("--refresh", help="Bypass the catalog and caches.")] = False,
     vllm_version: Annotated[str | None, typer.Option("--vllm-version", help="X.Y.Z (default: newest known).")] = None,
-    headroom: Annotated[float, typer.Option("--headroom", min=0.0, max=0.99,
-                                            help="Fraction of KV blocks kept free.")] = 0.1,
-    workload: Annotated[str | None, typer.Option(
-        "--workload", help="Request-length profile: file, inline JSON, vLLM /metrics URL or Prometheus URL.")] = None,
-    emit: Annotated[str | None, typer.Option(
-        "--emit", help="With --workload: print ready YAML for keda,hpa,gaie,kubeai instead of the plan.")] = None,
+    headroom: Annotated[
+        float, typer.Option("--headroom", min=0.0, max=0.99, help="Fraction of KV blocks kept free.")
+    ] = 0.1,
+    workload: Annotated[
+        str | None,
+        typer.Option(
+            "--workload", help="Request-length profile: file, inline JSON, vLLM /metrics URL or Prometheus URL."
+        ),
+    ] = None,
+    emit: Annotated[
+        str | None,
+        typer.Option("--emit", help="With --workload: print ready YAML for keda,hpa,gaie,kubeai instead of the plan."),
+    ] = None,
     emit_name: Annotated[str, typer.Option("--emit-name", help="Name of the scaled workload.")] = "vllm",
     emit_namespace: Annotated[str | None, typer.Option("--emit-namespace")] = None,
     prometheus_url: Annotated[str | None, typer.Option("--prometheus-url", help="For KEDA/HPA triggers.")] = None,
@@ -116,16 +125,29 @@ def recommend(
 ) -> None:
     gpu_spec = gpu_for(gpu, gpu_memory)
     args = v.serving_args(
-        max_model_len=max_model_len, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-        gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype,
-        kv_cache_memory_bytes=kv_cache_memory_bytes, block_size=block_size,
-        tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
-        data_parallel_size=data_parallel_size, dtype=dtype, quantization=quantization, enforce_eager=enforce_eager,
-        cpu_offload_gb=cpu_offload_gb, enable_expert_parallel=enable_expert_parallel,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        gpu_memory_utilization=gpu_memory_utilization,
+        kv_cache_dtype=kv_cache_dtype,
+        kv_cache_memory_bytes=kv_cache_memory_bytes,
+        block_size=block_size,
+        tensor_parallel_size=tensor_parallel_size,
+        pipeline_parallel_size=pipeline_parallel_size,
+        data_parallel_size=data_parallel_size,
+        dtype=dtype,
+        quantization=quantization,
+        enforce_eager=enforce_eager,
+        cpu_offload_gb=cpu_offload_gb,
+        enable_expert_parallel=enable_expert_parallel,
         disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
-        num_gpu_blocks_override=num_gpu_blocks_override, enable_lora=enable_lora, max_loras=max_loras,
-        max_lora_rank=max_lora_rank, speculative_config=speculative_config,
-        kv_transfer_config=kv_transfer_config, env=env,
+        num_gpu_blocks_override=num_gpu_blocks_override,
+        enable_lora=enable_lora,
+        max_loras=max_loras,
+        max_lora_rank=max_lora_rank,
+        speculative_config=speculative_config,
+        kv_transfer_config=kv_transfer_config,
+        env=env,
     )
     corrections = _corrections(calibration)
     coefficients = corrections.memory_coefficients() if corrections else DEFAULT_COEFFICIENTS
@@ -133,8 +155,10 @@ def recommend(
         if output is RecommendOutput.args:
             raise PlannerInputError("--output args needs --model")
         rows = fleet_rows(all_models(), gpu_spec, args, vllm_version=vllm_version, coefficients=coefficients)
-        payload = {"gpu": {"name": gpu_spec.name, "memory_bytes": gpu_spec.memory_bytes,
-                           "count": args.gpus_per_engine}, "models": [r.model_dump() for r in rows]}
+        payload = {
+            "gpu": {"name": gpu_spec.name, "memory_bytes": gpu_spec.memory_bytes, "count": args.gpus_per_engine},
+            "models": [r.model_dump() for r in rows],
+        }
         if output is RecommendOutput.json:
             print_json(payload)
         elif output is RecommendOutput.yaml:
@@ -147,16 +171,31 @@ def recommend(
     loaded = model_for(model, revision=revision, token=token, refresh=refresh)
     profile = _load_workload(workload)
     plan = make_plan(
-        loaded.spec, gpu_spec, args, vllm_version=vllm_version, headroom=headroom,
-        workload=profile, coefficients=coefficients, corrections=corrections,
+        loaded.spec,
+        gpu_spec,
+        args,
+        vllm_version=vllm_version,
+        headroom=headroom,
+        workload=profile,
+        coefficients=coefficients,
+        corrections=corrections,
         bigger_gpus=_bigger_gpus(gpu_spec),
     )
     plan.warnings[:0] = loaded.warnings
     if emit is not None:
-        _emit_thresholds(plan, profile, emit, headroom=headroom, options={
-            "name": emit_name, "namespace": emit_namespace, "model_name": loaded.spec.id,
-            "engines_per_replica": args.data_parallel_size,
-            **({"prometheus_url": prometheus_url} if prometheus_url else {})})
+        _emit_thresholds(
+            plan,
+            profile,
+            emit,
+            headroom=headroom,
+            options={
+                "name": emit_name,
+                "namespace": emit_namespace,
+                "model_name": loaded.spec.id,
+                "engines_per_replica": args.data_parallel_size,
+                **({"prometheus_url": prometheus_url} if prometheus_url else {}),
+            },
+        )
         return
     _emit(plan, args, output)
     if not plan.fits:
@@ -170,8 +209,9 @@ def _emit_thresholds(plan: Plan, profile: Any, targets: str, *, headroom: float,
 
     if not plan.fits:
         raise CapacityError(f"nothing to scale: the plan does not fit ({plan.fit_error})")
-    advice = risk_bounded_concurrency(plan.kv_cache, profile, headroom=headroom,
-                                      max_model_len=plan.kv_cache.max_model_len)
+    advice = risk_bounded_concurrency(
+        plan.kv_cache, profile, headroom=headroom, max_model_len=plan.kv_cache.max_model_len
+    )
     names = [t.strip() for t in targets.split(",") if t.strip()]
     typer.echo(render_thresholds(advice, names, ThresholdOptions(**options)).rstrip())
 

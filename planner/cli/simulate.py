@@ -46,8 +46,12 @@ class VllmEngine(str, Enum):
 def serve(
     model: Annotated[str | None, typer.Option("--model", help="Model id: served name, and planned with --gpu.")] = None,
     gpu: Annotated[str | None, typer.Option("--gpu", help="GPU to size the KV cache for (with --model).")] = None,
-    num_gpu_blocks: Annotated[int | None, typer.Option(
-        "--num-gpu-blocks", min=2, rich_help_panel=_S, help="Use this many KV blocks and skip the planner.")] = None,
+    num_gpu_blocks: Annotated[
+        int | None,
+        typer.Option(
+            "--num-gpu-blocks", min=2, rich_help_panel=_S, help="Use this many KV blocks and skip the planner."
+        ),
+    ] = None,
     max_model_len: MaxModelLen = None,
     max_num_seqs: MaxNumSeqs = None,
     max_num_batched_tokens: MaxNumBatchedTokens = None,
@@ -57,33 +61,61 @@ def serve(
     tensor_parallel_size: TensorParallel = 1,
     pipeline_parallel_size: PipelineParallel = 1,
     data_parallel_size: DataParallel = 1,
-    enable_prefix_caching: Annotated[bool | None, typer.Option(
-        "--enable-prefix-caching/--no-enable-prefix-caching", rich_help_panel="vLLM flags")] = None,
-    enable_chunked_prefill: Annotated[bool, typer.Option(
-        "--enable-chunked-prefill/--no-enable-chunked-prefill", rich_help_panel="vLLM flags")] = True,
+    enable_prefix_caching: Annotated[
+        bool | None, typer.Option("--enable-prefix-caching/--no-enable-prefix-caching", rich_help_panel="vLLM flags")
+    ] = None,
+    enable_chunked_prefill: Annotated[
+        bool, typer.Option("--enable-chunked-prefill/--no-enable-chunked-prefill", rich_help_panel="vLLM flags")
+    ] = True,
     served_model_name: Annotated[str | None, typer.Option("--served-model-name", rich_help_panel="vLLM flags")] = None,
-    vllm_version: Annotated[str | None, typer.Option(
-        "--vllm-version", help="Release whose metrics and scheduler rules to model (default: newest).")] = None,
-    vllm_engine: Annotated[VllmEngine, typer.Option(
-        "--vllm-engine", rich_help_panel=_S, help="v0 (VLLM_USE_V1=0) exists only before 0.11.")] = VllmEngine.v1,
+    vllm_version: Annotated[
+        str | None,
+        typer.Option("--vllm-version", help="Release whose metrics and scheduler rules to model (default: newest)."),
+    ] = None,
+    vllm_engine: Annotated[
+        VllmEngine,
+        typer.Option("--vllm-engine", rich_help_panel=_S, help="v0 (VLLM_USE_V1=0) exists only before 0.11."),
+    ] = VllmEngine.v1,
     host: Annotated[str, typer.Option("--host", help="Address to bind (0.0.0.0 inside a pod).")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535)] = 8000,
-    time_scale: Annotated[float, typer.Option(
-        "--time-scale", min=0.0, rich_help_panel=_S,
-        help="Wall seconds per simulated second: 1 = real time, 0.01 = 100x faster, 0 = flat out.")] = 1.0,
+    time_scale: Annotated[
+        float,
+        typer.Option(
+            "--time-scale",
+            min=0.0,
+            rich_help_panel=_S,
+            help="Wall seconds per simulated second: 1 = real time, 0.01 = 100x faster, 0 = flat out.",
+        ),
+    ] = 1.0,
     seed: Annotated[int, typer.Option("--seed", rich_help_panel=_S)] = 0,
-    step_base_ms: Annotated[float | None, typer.Option(
-        "--step-base-ms", min=0.0, rich_help_panel=_S, help="Fixed cost of one engine step.")] = None,
-    step_per_token_us: Annotated[float | None, typer.Option(
-        "--step-per-token-us", min=0.0, rich_help_panel=_S, help="Cost per scheduled token.")] = None,
-    step_per_context_token_ns: Annotated[float | None, typer.Option(
-        "--step-per-context-token-ns", min=0.0, rich_help_panel=_S,
-        help="Cost per token of context read by attention.")] = None,
-    eos_probability: Annotated[float, typer.Option(
-        "--eos-probability", min=0.0, max=0.99, rich_help_panel=_S,
-        help="Chance per generated token to stop early (0 = every request runs to max_tokens).")] = 0.0,
-    check_invariants: Annotated[bool, typer.Option(
-        "--check-invariants", rich_help_panel=_S, help="Recount the block pool after every step.")] = False,
+    step_base_ms: Annotated[
+        float | None, typer.Option("--step-base-ms", min=0.0, rich_help_panel=_S, help="Fixed cost of one engine step.")
+    ] = None,
+    step_per_token_us: Annotated[
+        float | None, typer.Option("--step-per-token-us", min=0.0, rich_help_panel=_S, help="Cost per scheduled token.")
+    ] = None,
+    step_per_context_token_ns: Annotated[
+        float | None,
+        typer.Option(
+            "--step-per-context-token-ns",
+            min=0.0,
+            rich_help_panel=_S,
+            help="Cost per token of context read by attention.",
+        ),
+    ] = None,
+    eos_probability: Annotated[
+        float,
+        typer.Option(
+            "--eos-probability",
+            min=0.0,
+            max=0.99,
+            rich_help_panel=_S,
+            help="Chance per generated token to stop early (0 = every request runs to max_tokens).",
+        ),
+    ] = 0.0,
+    check_invariants: Annotated[
+        bool, typer.Option("--check-invariants", rich_help_panel=_S, help="Recount the block pool after every step.")
+    ] = False,
     output: Annotated[OutputFormat, typer.Option("--output", "-o")] = OutputFormat.table,
 ) -> None:
     """Serve vLLM's OpenAI API, /health, /version and /metrics over a simulated engine."""
@@ -92,9 +124,14 @@ def serve(
     from planner.sim.settings import DEFAULT_MAX_NUM_BATCHED_TOKENS, DEFAULT_MAX_NUM_SEQS, SimulatorSettings
 
     args = serving_args(
-        max_model_len=max_model_len, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-        gpu_memory_utilization=gpu_memory_utilization, kv_cache_dtype=kv_cache_dtype, block_size=block_size,
-        tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
+        gpu_memory_utilization=gpu_memory_utilization,
+        kv_cache_dtype=kv_cache_dtype,
+        block_size=block_size,
+        tensor_parallel_size=tensor_parallel_size,
+        pipeline_parallel_size=pipeline_parallel_size,
     )
     length, seqs, batched = args.max_model_len, args.max_num_seqs, args.max_num_batched_tokens
     speed = SpeedModel()
@@ -118,8 +155,9 @@ def serve(
     speed = SpeedModel(
         base_s=step_base_ms / 1e3 if step_base_ms is not None else speed.base_s,
         per_token_s=step_per_token_us / 1e6 if step_per_token_us is not None else speed.per_token_s,
-        per_context_token_s=(step_per_context_token_ns / 1e9 if step_per_context_token_ns is not None
-                             else speed.per_context_token_s),
+        per_context_token_s=(
+            step_per_context_token_ns / 1e9 if step_per_context_token_ns is not None else speed.per_context_token_s
+        ),
     )
     settings = _validated(
         SimulatorSettings,

@@ -46,18 +46,30 @@ def render_report(report: ValidationReport) -> None:
         layout = r.layout
         blocks = tokens = exact = "-"
         if layout is not None:
-            blocks = f"{layout.num_gpu_blocks:,} / {layout.logged_gpu_blocks:,}" if layout.logged_gpu_blocks \
+            blocks = (
+                f"{layout.num_gpu_blocks:,} / {layout.logged_gpu_blocks:,}"
+                if layout.logged_gpu_blocks
                 else f"{layout.num_gpu_blocks:,} / -"
+            )
             tokens = f"{layout.tokens:,} / {layout.logged_tokens:,}" if layout.logged_tokens else f"{layout.tokens:,}"
             exact = {True: "[green]yes[/]", False: "[red]no[/]", None: "-"}[layout.exact]
-        table.add_row(r.id, r.model, blocks, tokens, exact, _pct(r.budget.error if r.budget else None),
-                      _pct(r.full.error if r.full else None))
+        table.add_row(
+            r.id,
+            r.model,
+            blocks,
+            tokens,
+            exact,
+            _pct(r.budget.error if r.budget else None),
+            _pct(r.full.error if r.full else None),
+        )
     console.print(table)
     s = report.summary
     console.print(f"records {s.records}, supported {s.supported}, layout exact {s.layout_exact}/{s.layout_scored}")
     for name, stats in (("budget", s.budget), ("full", s.full)):
-        console.print(f"{name}: KV memory error median {_pct(stats.median)}, p90 {_pct(stats.p90)}, "
-                      f"max {_pct(stats.max)}, |max| {_pct(stats.abs_max)} over {stats.count} records")
+        console.print(
+            f"{name}: KV memory error median {_pct(stats.median)}, p90 {_pct(stats.p90)}, "
+            f"max {_pct(stats.max)}, |max| {_pct(stats.abs_max)} over {stats.count} records"
+        )
 
 
 @app.command(help="Compare the planner with real vLLM startup reports (JSONL, the calibration schema).")

@@ -76,9 +76,7 @@ class _GpuEntry(_Strict):
         return self
 
     def to_spec(self) -> GpuSpec:
-        memory = (
-            self.memory_mib * MiB if self.memory_mib is not None else gib_to_bytes(self.memory_gib or 0.0)
-        )
+        memory = self.memory_mib * MiB if self.memory_mib is not None else gib_to_bytes(self.memory_gib or 0.0)
         migs = [
             MigProfile(
                 name=m.name,
@@ -185,9 +183,7 @@ def build_catalog(gpu_file: Path, instance_file: Path) -> Catalog:
             raise CatalogDataError(f"GPU catalog: ambiguous name {word!r} is also an alias of {owner[key]}")
         unknown = [c for c in candidates if normalize(c) not in catalog.by_key]
         if unknown or len(candidates) < 2:
-            raise CatalogDataError(
-                f"GPU catalog: ambiguous name {word!r} needs two known GPUs, got {candidates}"
-            )
+            raise CatalogDataError(f"GPU catalog: ambiguous name {word!r} needs two known GPUs, got {candidates}")
         catalog.ambiguous[key] = [catalog.by_name(c).name for c in candidates]
     for provider, table in instance_data.instance_types.items():
         for name, entry in table.items():

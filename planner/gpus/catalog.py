@@ -38,9 +38,7 @@ class UnknownInstanceTypeError(UnknownGPUError):
 
 # "3g.40gb", "mig-3g.40gb", "nvidia.com/mig-3g.40gb", "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb",
 # "NVIDIA A100 80GB PCIe MIG 1g.10gb" (the CUDA device name inside an instance), "A100-80GB-MIG-3g.40gb".
-_MIG = re.compile(
-    r"^(?:(?P<parent>.*?)[\s_\-/]*)?(?:nvidia\.com/)?(?:mig[\s_\-]*)?(?P<profile>\d+g\.\d+gb(?:\+me)?)$"
-)
+_MIG = re.compile(r"^(?:(?P<parent>.*?)[\s_\-/]*)?(?:nvidia\.com/)?(?:mig[\s_\-]*)?(?P<profile>\d+g\.\d+gb(?:\+me)?)$")
 _SHARED_SUFFIX = "shared"  # GFD appends -SHARED to the product label when time-slicing is on
 _AMBIGUITY_TOLERANCE = 0.15  # a memory hint must be within 15% of a candidate to pick it
 
@@ -207,9 +205,7 @@ def gpu_from_memory(memory: int | str, *, name: str | None = None) -> GpuSpec:
     if size <= 0:
         raise PlannerInputError(f"--gpu-memory must be positive, got {memory!r}")
     if size > 16 * 1024 * GiB:
-        raise PlannerInputError(
-            f"--gpu-memory {memory!r} is larger than any GPU (16 TiB); give the per-GPU size"
-        )
+        raise PlannerInputError(f"--gpu-memory {memory!r} is larger than any GPU (16 TiB); give the per-GPU size")
     nearest = min(all_gpus(), key=lambda g: abs(g.memory_bytes - size))
     label = name or f"custom-{size / GiB:.2f}GiB"
     return GpuSpec(

@@ -39,8 +39,7 @@ def load_local(path: Path) -> LocalModel:
     if path.is_file():
         if path.suffix == ".gguf":
             raise InvalidModelConfigError(
-                f"{path} is a GGUF file; kv-planner reads Hugging Face checkpoints "
-                "(config.json + safetensors).",
+                f"{path} is a GGUF file; kv-planner reads Hugging Face checkpoints (config.json + safetensors).",
                 hint="Point --model at the original Hugging Face repository or a directory with config.json.",
             )
         directory = path.parent

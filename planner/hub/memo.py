@@ -44,9 +44,7 @@ class Memo(Generic[T]):
     """A small LRU of results and definitive failures with per-entry expiry (thread-safe)."""
 
     def __init__(self, max_entries: int = MAX_ENTRIES, clock: Callable[[], float] = time.monotonic) -> None:
-        self._entries: OrderedDict[Hashable, tuple[T | None, BaseException | None, float | None]] = (
-            OrderedDict()
-        )
+        self._entries: OrderedDict[Hashable, tuple[T | None, BaseException | None, float | None]] = OrderedDict()
         self._lock = threading.Lock()
         self._max = max_entries
         self._clock = clock
@@ -100,8 +98,7 @@ class SingleFlight(Generic[T]):
                 return running
             if len(self._flights) >= self._max:
                 raise HubUnavailableError(
-                    f"{len(self._flights)} model lookups are already waiting on the Hub; "
-                    "not starting another.",
+                    f"{len(self._flights)} model lookups are already waiting on the Hub; not starting another.",
                     hint="The Hub or its mirror is slow or unreachable.",
                 )
             future: Future[T] = Future()
@@ -129,9 +126,7 @@ class SingleFlight(Generic[T]):
             return len(self._flights)
 
 
-def run_with_deadline(
-    flights: SingleFlight[T], key: Hashable, job: Callable[[], T], timeout: float, *, what: str
-) -> T:
+def run_with_deadline(flights: SingleFlight[T], key: Hashable, job: Callable[[], T], timeout: float, *, what: str) -> T:
     """The job's result if it finishes within ``timeout`` seconds, else :class:`ResolutionTimeoutError`."""
     future = flights.submit(key, job)
     try:

@@ -118,9 +118,7 @@ class HubReader:
     # -- plumbing ---------------------------------------------------------------------------------
 
     def _target(self, filename: str | None = None, revision: str | None = None) -> Target:
-        return Target(
-            self.repo_id, revision or self.revision, self.settings, filename=filename, license=self.license
-        )
+        return Target(self.repo_id, revision or self.revision, self.settings, filename=filename, license=self.license)
 
     def _call(self, target: Target, fn: Callable[[], R]) -> R:
         try:
@@ -130,9 +128,7 @@ class HubReader:
         except Exception as error:  # the boundary to huggingface_hub: every failure gets our type
             raise translate(error, target) from error
 
-    def _download(
-        self, filename: str, revision: str, *, local_only: bool = False, force: bool = False
-    ) -> Path:
+    def _download(self, filename: str, revision: str, *, local_only: bool = False, force: bool = False) -> Path:
         def fetch() -> str:
             return cast(
                 str,
@@ -271,9 +267,7 @@ class HubReader:
         target = self._target("model.safetensors", commit)
         exists = self._call(
             target,
-            lambda: self.api.file_exists(
-                self.repo_id, "model.safetensors", revision=commit, token=self.settings.token
-            ),
+            lambda: self.api.file_exists(self.repo_id, "model.safetensors", revision=commit, token=self.settings.token),
         )
         return ["model.safetensors"] if exists else []
 
@@ -298,8 +292,7 @@ class HubReader:
                 )
             except SafetensorsParsingError as error:
                 raise ModelResolutionError(
-                    f"{name} of {self.repo_id!r} (commit {commit[:12]}) has an invalid safetensors "
-                    f"header: {error}",
+                    f"{name} of {self.repo_id!r} (commit {commit[:12]}) has an invalid safetensors header: {error}",
                     model=self.repo_id,
                 ) from None
             tensors = {

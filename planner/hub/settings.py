@@ -50,9 +50,7 @@ class HubSettings:
         environ: Mapping[str, str] | None = None,
     ) -> HubSettings:
         env = os.environ if environ is None else environ
-        hf_home = _expand(
-            env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
-        )
+        hf_home = _expand(env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME") or "~/.cache", "huggingface"))
         if cache_dir is not None:
             hub_cache = Path(cache_dir).expanduser()
         else:

@@ -89,8 +89,7 @@ def translate(error: BaseException, target: Target) -> ModelResolutionError:
         hint = (
             "Check the id (org/name as on the Hub)."
             if token_sent
-            else "Check the id (org/name as on the Hub); if the repository is private, pass --token or set "
-            "HF_TOKEN."
+            else "Check the id (org/name as on the Hub); if the repository is private, pass --token or set HF_TOKEN."
         )
         return ModelNotFoundError(
             f"Model repository {repo!r} was not found on {target.settings.endpoint}.", model=repo, hint=hint
@@ -137,9 +136,7 @@ def translate(error: BaseException, target: Target) -> ModelResolutionError:
         )
     if isinstance(error, (httpx.TransportError, OSError, ValueError)):
         return _unavailable(error, target)
-    return HubUnavailableError(
-        f"Reading {repo!r} from the Hub failed: {type(error).__name__}: {error}", model=repo
-    )
+    return HubUnavailableError(f"Reading {repo!r} from the Hub failed: {type(error).__name__}: {error}", model=repo)
 
 
 def _rev(target: Target) -> str:

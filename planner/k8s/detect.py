@@ -122,7 +122,11 @@ def inspect_container(
     words = command + args
     name = str(container.get("name") or f"#{index}")
     common: dict[str, Any] = {
-        "index": index, "name": name, "image": image, "vllm_version": tag_version, "env": env,
+        "index": index,
+        "name": name,
+        "image": image,
+        "vllm_version": tag_version,
+        "env": env,
         "has_args": raw_args is not None,
     }
     unresolved = sorted({m for w in words for m in _UNRESOLVED_K8S.findall(w)})
@@ -130,26 +134,38 @@ def inspect_container(
     if raw_command:
         if locate(words) is not None:
             parsed, error = _safe(lambda: parse_command(words, version=version, read_config=read_config))
-            return VllmContainer(style="argv", command=parsed, parse_error=error, words=words,
-                                 command_len=len(command), unresolved=unresolved, **common)
+            return VllmContainer(
+                style="argv",
+                command=parsed,
+                parse_error=error,
+                words=words,
+                command_len=len(command),
+                unresolved=unresolved,
+                **common,
+            )
         script = shell_script(words)
         if script is None:
             return None
         for shell_command in parse_script(script, env):
             if locate(shell_command.words) is None:
                 continue
-            parsed, error = _safe(
-                partial(parse_command, shell_command.words, version=version, read_config=read_config)
-            )
+            parsed, error = _safe(partial(parse_command, shell_command.words, version=version, read_config=read_config))
             missing = sorted(set(unresolved) | set(shell_command.unresolved))
-            return VllmContainer(style="shell", command=parsed, parse_error=error, words=shell_command.words,
-                                 unresolved=missing, **common)
+            return VllmContainer(
+                style="shell",
+                command=parsed,
+                parse_error=error,
+                words=shell_command.words,
+                unresolved=missing,
+                **common,
+            )
         return None
 
     if is_vllm_image(image):
         parsed, error = _safe(lambda: parse_args(args, version=version, read_config=read_config))
-        return VllmContainer(style="image", command=parsed, parse_error=error, words=args,
-                             unresolved=unresolved, **common)
+        return VllmContainer(
+            style="image", command=parsed, parse_error=error, words=args, unresolved=unresolved, **common
+        )
     return None
 
 

@@ -71,9 +71,7 @@ class GpuResolution(BaseModel):
     resource: str | None = Field(default=None, exclude=True, description="nvidia.com/gpu, amd.com/gpu, ...")
     group_gpus: int | None = Field(default=None, exclude=True, description="GPUs across the whole group")
     spec: GpuSpec | None = Field(default=None, exclude=True, description="what to plan with (MIG: the slice)")
-    unknown_label: bool = Field(
-        default=False, exclude=True, description="a label named a GPU not in the catalog"
-    )
+    unknown_label: bool = Field(default=False, exclude=True, description="a label named a GPU not in the catalog")
 
 
 def gpu_request(container: Mapping[str, Any]) -> tuple[str | None, int | None]:
@@ -179,17 +177,28 @@ def resolve_gpu(
     resource, count = gpu_request(container)
     group_gpus = _group_gpus(count, group_size, peer_spec, resource)
     base: dict[str, Any] = {
-        "count": count, "group_size": group_size, "resource": resource, "group_gpus": group_gpus,
+        "count": count,
+        "group_size": group_size,
+        "resource": resource,
+        "group_gpus": group_gpus,
     }
 
     for meta in annotations:
         value = (meta or {}).get(GPU_ANNOTATION)
         if isinstance(value, str) and value.strip():
             spec = catalog.lookup(value.strip())
-            return _with_mig(GpuResolution(
-                name=spec.name if spec else None, label=value, source="annotation", spec=spec,
-                unknown_label=spec is None, **base,
-            ), resource, catalog)
+            return _with_mig(
+                GpuResolution(
+                    name=spec.name if spec else None,
+                    label=value,
+                    source="annotation",
+                    spec=spec,
+                    unknown_label=spec is None,
+                    **base,
+                ),
+                resource,
+                catalog,
+            )
 
     hint = _memory_hint(pod_spec)
     unknown: tuple[str, GpuSource] | None = None
@@ -206,14 +215,21 @@ def resolve_gpu(
             continue
         spec, value, _ = min(known, key=lambda item: (item[0].memory_bytes, item[0].name))
         assert spec is not None
-        return _with_mig(GpuResolution(name=spec.name, label=value, source=source, spec=spec, **base),
-                         resource, catalog)
+        return _with_mig(
+            GpuResolution(name=spec.name, label=value, source=source, spec=spec, **base), resource, catalog
+        )
 
     mig = _MIG_RESOURCE.match(resource or "")
     if mig:
         spec = catalog.mig(mig.group(1), None)
-        return GpuResolution(name=spec.name if spec else None, label=mig.group(1), source="mig", spec=spec,
-                             unknown_label=spec is None, **base)
+        return GpuResolution(
+            name=spec.name if spec else None,
+            label=mig.group(1),
+            source="mig",
+            spec=spec,
+            unknown_label=spec is None,
+            **base,
+        )
 
     if inventory:
         candidates = []
@@ -231,8 +247,18 @@ def resolve_gpu(
         return GpuResolution(label=unknown[0], source=unknown[1], unknown_label=True, **base)
     if default_gpu:
         spec = catalog.lookup(default_gpu)
-        return _with_mig(GpuResolution(name=spec.name if spec else None, label=default_gpu, source="cli",
-                                       spec=spec, unknown_label=spec is None, **base), resource, catalog)
+        return _with_mig(
+            GpuResolution(
+                name=spec.name if spec else None,
+                label=default_gpu,
+                source="cli",
+                spec=spec,
+                unknown_label=spec is None,
+                **base,
+            ),
+            resource,
+            catalog,
+        )
     return GpuResolution(**base)
 
 

@@ -74,9 +74,9 @@ def pod_templates(obj: Mapping[str, Any]) -> list[PodTemplateRef]:
     if not isinstance(kind, str):
         return []
     if kind == "Pod":
-        return [PodTemplateRef(metadata_path=("metadata",), spec_path=("spec",))] if is_pod_spec(
-            obj.get("spec")
-        ) else []
+        return (
+            [PodTemplateRef(metadata_path=("metadata",), spec_path=("spec",))] if is_pod_spec(obj.get("spec")) else []
+        )
     if kind in _TEMPLATE_AT:
         base = _TEMPLATE_AT[kind]
         if is_pod_spec(get_path(obj, (*base, "spec"))):
@@ -97,9 +97,9 @@ def pod_templates(obj: Mapping[str, Any]) -> list[PodTemplateRef]:
                 refs.append(PodTemplateRef(name=component, metadata_path=("metadata",), spec_path=path))
         return refs
     if kind in ("ServingRuntime", "ClusterServingRuntime"):
-        return [PodTemplateRef(metadata_path=("metadata",), spec_path=("spec",))] if is_pod_spec(
-            obj.get("spec")
-        ) else []
+        return (
+            [PodTemplateRef(metadata_path=("metadata",), spec_path=("spec",))] if is_pod_spec(obj.get("spec")) else []
+        )
     return _search(obj)
 
 
@@ -115,17 +115,27 @@ def _leader_worker(obj: Mapping[str, Any]) -> list[PodTemplateRef]:
     has_leader = is_pod_spec(get_path(obj, (*leader, "spec")))
     has_worker = is_pod_spec(get_path(obj, (*worker, "spec")))
     if has_leader:
-        refs.append(PodTemplateRef(
-            name="leader", metadata_path=(*leader, "metadata"), spec_path=(*leader, "spec"),
-            group_size=size, implicit_env=implicit,
-            peer_spec_path=(*worker, "spec") if has_worker else None,
-        ))
+        refs.append(
+            PodTemplateRef(
+                name="leader",
+                metadata_path=(*leader, "metadata"),
+                spec_path=(*leader, "spec"),
+                group_size=size,
+                implicit_env=implicit,
+                peer_spec_path=(*worker, "spec") if has_worker else None,
+            )
+        )
     if has_worker:
-        refs.append(PodTemplateRef(
-            name="worker", metadata_path=(*worker, "metadata"), spec_path=(*worker, "spec"),
-            group_size=size, implicit_env=implicit,
-            peer_spec_path=(*leader, "spec") if has_leader else None,
-        ))
+        refs.append(
+            PodTemplateRef(
+                name="worker",
+                metadata_path=(*worker, "metadata"),
+                spec_path=(*worker, "spec"),
+                group_size=size,
+                implicit_env=implicit,
+                peer_spec_path=(*leader, "spec") if has_leader else None,
+            )
+        )
     return refs
 
 
@@ -137,9 +147,11 @@ def _search(obj: Mapping[str, Any]) -> list[PodTemplateRef]:
         if depth > _SEARCH_DEPTH or not isinstance(value, Mapping):
             return
         if is_pod_spec(value.get("spec")) and ("metadata" in value or path[-1:] == ("template",)):
-            found.append(PodTemplateRef(
-                name="/".join(path[1:]) or None, metadata_path=(*path, "metadata"), spec_path=(*path, "spec")
-            ))
+            found.append(
+                PodTemplateRef(
+                    name="/".join(path[1:]) or None, metadata_path=(*path, "metadata"), spec_path=(*path, "spec")
+                )
+            )
             return
         for key in sorted(k for k in value if isinstance(k, str)):
             walk(value[key], (*path, key), depth + 1)

@@ -72,8 +72,9 @@ class KvLayout:
 
     def blocks_per_request(self, tokens: int) -> int:
         """Blocks one request of ``tokens`` tokens holds, summed over groups."""
-        return sum(group.spec.blocks_for(tokens, in_flight=self.in_flight, dcp=self.dcp)
-                   for group in self.grouping.groups)
+        return sum(
+            group.spec.blocks_for(tokens, in_flight=self.in_flight, dcp=self.dcp) for group in self.grouping.groups
+        )
 
     # --- the fit check -----------------------------------------------------------------------------
 
@@ -92,9 +93,12 @@ class KvLayout:
         """KV bytes one request of ``tokens`` tokens needs on this stage, counted the release's way."""
         page = self.grouping.page_bytes
         if self.fit_check == "per_layer":
-            layers = self.raw_layers[stage.first_layer:stage.first_layer + stage.num_layers]
-            return sum(spec.page_bytes * spec.blocks_for(tokens, in_flight=self.in_flight, dcp=self.dcp)
-                       for spec in layers if spec is not None)
+            layers = self.raw_layers[stage.first_layer : stage.first_layer + stage.num_layers]
+            return sum(
+                spec.page_bytes * spec.blocks_for(tokens, in_flight=self.in_flight, dcp=self.dcp)
+                for spec in layers
+                if spec is not None
+            )
         if self.fit_check in ("first_group_global", "first_group"):
             first = self.grouping.groups[0].spec.blocks_for(tokens, in_flight=self.in_flight, dcp=self.dcp)
             slots = self.grouping.group_size if self.fit_check == "first_group_global" else stage.group_slots
@@ -165,8 +169,9 @@ def _gib(num_bytes: int, style: str) -> str:
 
 def no_memory_text(style: str) -> str:
     """The error when nothing is left for the KV cache at all."""
-    text = ("No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-            "initializing the engine")
+    text = (
+        "No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine"
+    )
     if style == "e4":
         return text + " (this flag also controls CPU memory reservation on the CPU backend, despite its name)." + _DOCS
     return text + "." + (_DOCS if style in ("e2", "e3") else "")
@@ -175,9 +180,11 @@ def no_memory_text(style: str) -> str:
 def fit_error_text(layout: KvLayout, max_model_len: int, style: str) -> str:
     """The ValueError vLLM raises when one request of ``max_model_len`` tokens does not fit."""
     if layout.v0:
-        return (f"The model's max seq len ({max_model_len}) is larger than the maximum number of tokens that can "
-                f"be stored in KV cache ({layout.max_len_that_fits(1 << 40)})."
-                " Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.")
+        return (
+            f"The model's max seq len ({max_model_len}) is larger than the maximum number of tokens that can "
+            f"be stored in KV cache ({layout.max_len_that_fits(1 << 40)})."
+            " Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+        )
     stage = layout.limiting_fit_stage(max_model_len)
     available = layout.check_memory(stage)
     if available <= 0:
@@ -185,9 +192,11 @@ def fit_error_text(layout: KvLayout, max_model_len: int, style: str) -> str:
     needed = layout.needed_bytes(stage, max_model_len)
     estimated = layout.max_len_that_fits(max_model_len)
     who = "model's" if style == "e4" else "models's"
-    head = (f"To serve at least one request with the {who} max seq len ({max_model_len}), "
-            f"({_gib(needed, style)} GiB KV cache is needed, which is larger than the available KV cache memory "
-            f"({_gib(available, style)} GiB).")
+    head = (
+        f"To serve at least one request with the {who} max seq len ({max_model_len}), "
+        f"({_gib(needed, style)} GiB KV cache is needed, which is larger than the available KV cache memory "
+        f"({_gib(available, style)} GiB)."
+    )
     tail = "Try increasing `gpu_memory_utilization`"
     tail += " (which also controls CPU memory on the CPU backend)" if style == "e4" else ""
     tail += " or decreasing `max_model_len` when initializing the engine."

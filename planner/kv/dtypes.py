@@ -30,8 +30,11 @@ class KvDtype:
     def head_vector_bytes(self, head_size_k: int, head_size_v: int) -> int:
         """Bytes of one token of one KV head: K and V together."""
         if self.name == "nvfp4":
-            return 2 * (head_size_k // 2 + head_size_k // 16) if head_size_k == head_size_v else \
-                (head_size_k // 2 + head_size_k // 16) + (head_size_v // 2 + head_size_v // 16)
+            return (
+                2 * (head_size_k // 2 + head_size_k // 16)
+                if head_size_k == head_size_v
+                else (head_size_k // 2 + head_size_k // 16) + (head_size_v // 2 + head_size_v // 16)
+            )
         if self.name in ("int4_per_token_head", "turboquant_4bit_nc", "ultraquant_4bit"):
             return (head_size_k + head_size_v) // 2 + self.per_token_head_extra
         return int((head_size_k + head_size_v) * self.element_bytes) + self.per_token_head_extra
@@ -57,9 +60,14 @@ _FIXED: dict[str, KvDtype] = {
 # Packed research formats (TurboQuant, Octave, UltraQuant): vLLM sizes them with backend-specific
 # layouts; kv-planner approximates them by their nominal bits per element and says so.
 _APPROXIMATE: dict[str, float] = {
-    "turboquant_k8v4": 0.75, "turboquant_4bit_nc": 0.5, "turboquant_k3v4_nc": 0.4375,
-    "turboquant_3bit_nc": 0.375, "octave_k3v4": 0.4375, "octave_k3v3": 0.375,
-    "octave_k3v3_compact": 0.375, "ultraquant_4bit": 0.5,
+    "turboquant_k8v4": 0.75,
+    "turboquant_4bit_nc": 0.5,
+    "turboquant_k3v4_nc": 0.4375,
+    "turboquant_3bit_nc": 0.375,
+    "octave_k3v4": 0.4375,
+    "octave_k3v3": 0.375,
+    "octave_k3v3_compact": 0.375,
+    "ultraquant_4bit": 0.5,
 }
 
 
@@ -67,8 +75,7 @@ def is_approximate(name: str) -> bool:
     return name in _APPROXIMATE
 
 
-def resolve_kv_dtype(requested: str, model: ModelSpec, model_dtype: str, *,
-                     from_checkpoint: bool = True) -> KvDtype:
+def resolve_kv_dtype(requested: str, model: ModelSpec, model_dtype: str, *, from_checkpoint: bool = True) -> KvDtype:
     """The storage format in force for ``--kv-cache-dtype requested``.
 
     ``auto`` takes the checkpoint's declared KV scheme (ModelOpt ``kv_cache_quant_algo``,
@@ -90,6 +97,4 @@ def resolve_kv_dtype(requested: str, model: ModelSpec, model_dtype: str, *,
         return kv
     if name in _APPROXIMATE:
         return KvDtype(name, _APPROXIMATE[name])
-    raise InvalidArgumentError(
-        f"argument --kv-cache-dtype: invalid choice: {requested!r}", flag="--kv-cache-dtype"
-    )
+    raise InvalidArgumentError(f"argument --kv-cache-dtype: invalid choice: {requested!r}", flag="--kv-cache-dtype")

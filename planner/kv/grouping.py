@@ -89,7 +89,7 @@ def group_layers(
                 f"(may waste up to {pad / len(members) * 100:.2f}% of KV cache memory)"
             )
         for g in range(count):
-            chosen = members[g::count] if strided else members[g * group_size:(g + 1) * group_size]
+            chosen = members[g::count] if strided else members[g * group_size : (g + 1) * group_size]
             groups.append(KvGroup(spec, tuple(chosen)))
     return Grouping(groups=groups, group_size=group_size, padding_layers=padding, warnings=warnings)
 

@@ -98,8 +98,9 @@ def mamba_state_bytes(model: ModelSpec, tp: int, conv_bytes: int, ssm_bytes: int
     return (d_inner // tp) * kernel * conv_bytes + (d_inner // tp) * d_state * ssm_bytes
 
 
-def hybrid_block_size(attention_page_per_token: int, mamba_page: int, requested: int,
-                      alignment: int = KERNEL_BLOCK_ALIGNMENT) -> int:
+def hybrid_block_size(
+    attention_page_per_token: int, mamba_page: int, requested: int, alignment: int = KERNEL_BLOCK_ALIGNMENT
+) -> int:
     """vLLM's ``_align_hybrid_block_size``: the smallest aligned block size whose attention page holds at
     least one Mamba state (never below the block size already in force)."""
     if mamba_page <= 0 or attention_page_per_token <= 0:
@@ -163,5 +164,10 @@ def build_layer_caches(
         if spec is not None and unify_hybrid and has_full and spec.kind in ("sliding_window", "chunked_local"):
             spec = LayerCache("full", attention_page, block_size)
         layers.append(spec)
-    return RankLayout(layers=layers, raw_layers=raw, block_size=block_size, attention_page_per_token=per_token,
-                      mamba_state_bytes=state)
+    return RankLayout(
+        layers=layers,
+        raw_layers=raw,
+        block_size=block_size,
+        attention_page_per_token=per_token,
+        mamba_state_bytes=state,
+    )

@@ -62,11 +62,13 @@ def activation_peak(
     received = 2 * tokens * model.hidden_size * dtype_bytes if receives_from_previous_stage else 0
     forward = coefficients.forward_bytes_per_token_width * tokens * dense_width(model, tp) * dtype_bytes
     if model.moe is not None:
-        forward = max(forward, coefficients.moe_bytes_per_token_expert_width * tokens
-                      * moe_width(model, tp) * dtype_bytes)
+        forward = max(
+            forward, coefficients.moe_bytes_per_token_expert_width * tokens * moe_width(model, tp) * dtype_bytes
+        )
     sampler = 0.0
     if last_stage:
         num_reqs = min(max_num_seqs, max_num_batched_tokens)
         sampler = coefficients.sampler_bytes_per_logit * num_reqs * model.vocab_size
-    return ActivationPeak(forward_bytes=int(forward) + received, sampler_bytes=int(sampler) + received if last_stage
-                          else 0)
+    return ActivationPeak(
+        forward_bytes=int(forward) + received, sampler_bytes=int(sampler) + received if last_stage else 0
+    )

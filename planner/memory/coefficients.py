@@ -17,18 +17,19 @@ class MemoryCoefficients(BaseModel):
 
     sampler_bytes_per_logit: float = Field(
         description="bytes of sampler warm-up memory per (dummy request x vocabulary entry): fp32 logits, "
-                    "probabilities and top-k/top-p sort buffers"
+        "probabilities and top-k/top-p sort buffers"
     )
     forward_bytes_per_token_width: float = Field(
         description="activation bytes per (batched token x activation width element): residual, hidden, "
-                    "qkv, attention output, gate_up and MLP output live at the peak, in units of dtype bytes"
+        "qkv, attention output, gate_up and MLP output live at the peak, in units of dtype bytes"
     )
     moe_bytes_per_token_expert_width: float = Field(
         description="fused-MoE workspace per (batched token x top-k x expert width element x dtype byte)"
     )
     cuda_workspace_bytes: int = Field(description="cuBLAS/cuDNN workspaces created during the first forward")
     single_process_non_torch_bytes: int = Field(
-        description="extra non-torch memory when the model runs inside the engine process (TP = PP = 1)")
+        description="extra non-torch memory when the model runs inside the engine process (TP = PP = 1)"
+    )
     nccl_bytes_nvls: int = Field(description="NCCL buffers for TP > 1 on NVSwitch systems with NVLS (H100/H200/B200)")
     nccl_bytes_per_extra_rank: int = Field(description="NCCL buffer growth per TP rank beyond 2")
     nccl_bytes_plain: int = Field(description="NCCL buffers for TP > 1 without NVLS (PCIe, A100, L40S)")

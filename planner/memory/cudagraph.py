@@ -10,8 +10,9 @@ from __future__ import annotations
 from planner.memory.coefficients import MemoryCoefficients
 
 
-def capture_sizes(max_num_seqs: int, max_num_batched_tokens: int | None = None, rule: str = "v0_20",
-                  limit: int = 512) -> list[int]:
+def capture_sizes(
+    max_num_seqs: int, max_num_batched_tokens: int | None = None, rule: str = "v0_20", limit: int = 512
+) -> list[int]:
     """vLLM's default CUDA-graph capture sizes (``VllmConfig._set_cudagraph_sizes``), by release rule:
 
     * ``v0_8`` (0.8): ``[1, 2, 4] + range(8, 513, 8)``, at most max_num_batched_tokens;
@@ -26,10 +27,13 @@ def capture_sizes(max_num_seqs: int, max_num_batched_tokens: int | None = None, 
     if rule == "v0_10":
         return [s for s in [1, 2, 4, *range(8, largest + 1, 8)] if s <= min(largest, tokens)]
     largest = min(largest, tokens)
-    sizes = [s for s in [1, 2, 4, *range(8, min(largest + 1, 256), 8), *range(256, largest + 1, 16)]
-             if s <= largest]
-    if rule == "v0_20" and max_num_batched_tokens is not None and max_num_batched_tokens <= largest \
-            and max_num_batched_tokens not in sizes:
+    sizes = [s for s in [1, 2, 4, *range(8, min(largest + 1, 256), 8), *range(256, largest + 1, 16)] if s <= largest]
+    if (
+        rule == "v0_20"
+        and max_num_batched_tokens is not None
+        and max_num_batched_tokens <= largest
+        and max_num_batched_tokens not in sizes
+    ):
         sizes.append(max_num_batched_tokens)
     return sorted(sizes)
 
@@ -49,7 +53,7 @@ def cuda_graph_bytes(
         return 0
     sizes = capture_sizes(max_num_seqs, max_num_batched_tokens, rule)
     scale = len(sizes) / coefficients.cudagraph_reference_sizes
-    per_rank_base = coefficients.cudagraph_base_bytes / max(1.0, tp ** 0.5)
+    per_rank_base = coefficients.cudagraph_base_bytes / max(1.0, tp**0.5)
     depth = coefficients.cudagraph_bytes_per_layer * layers_on_rank
     moe = coefficients.cudagraph_bytes_per_moe_layer * moe_layers_on_rank
     return int(per_rank_base + scale * (depth + moe))

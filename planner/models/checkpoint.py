@@ -119,9 +119,7 @@ class CheckpointInfo(BaseModel):
     logical_parameters: int | None = Field(
         default=None, description="model weights: packed 4-bit elements unpacked, scales/zero points left out"
     )
-    quantization_bytes: int = Field(
-        default=0, ge=0, description="bytes of scales, zero points, group indices"
-    )
+    quantization_bytes: int = Field(default=0, ge=0, description="bytes of scales, zero points, group indices")
     mtp_bytes: int = Field(
         default=0, ge=0, description="bytes of multi-token-prediction layers (vLLM loads them only for MTP)"
     )
@@ -138,9 +136,7 @@ def parse_header_json(raw: bytes, *, filename: str) -> dict[str, TensorMeta]:
     try:
         document = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ModelResolutionError(
-            f"{filename} is not a safetensors file: its header is not JSON ({error})."
-        ) from None
+        raise ModelResolutionError(f"{filename} is not a safetensors file: its header is not JSON ({error}).") from None
     if not isinstance(document, dict):
         raise ModelResolutionError(f"{filename} is not a safetensors file: its header is not a JSON object.")
     tensors: dict[str, TensorMeta] = {}
@@ -165,9 +161,7 @@ def read_safetensors_header(path: Path) -> SafetensorsHeader:
         with path.open("rb") as handle:
             prefix = handle.read(8)
             if len(prefix) < 8:
-                raise ModelResolutionError(
-                    f"{path} is not a safetensors file: it is only {len(prefix)} bytes."
-                )
+                raise ModelResolutionError(f"{path} is not a safetensors file: it is only {len(prefix)} bytes.")
             (length,) = struct.unpack("<Q", prefix)
             if length > _MAX_HEADER_BYTES or 8 + length > file_bytes:
                 raise ModelResolutionError(
@@ -379,9 +373,6 @@ def summarize_checkpoint(
         logical_parameters=round(logical),
         quantization_bytes=aux_bytes,
         mtp_bytes=mtp_bytes,
-        dtypes={
-            dtype: DtypeTotal(parameters=elements[dtype], bytes=byte_totals[dtype])
-            for dtype in sorted(elements)
-        },
+        dtypes={dtype: DtypeTotal(parameters=elements[dtype], bytes=byte_totals[dtype]) for dtype in sorted(elements)},
         files=files,
     )

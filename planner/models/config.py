@@ -25,9 +25,16 @@ Config = Mapping[str, Any]
 # (the file leaves out what the class fills in). Only fields that change sizing are listed.
 _MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "gemma3_text": {
-        "vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
-        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256,
-        "max_position_embeddings": 131_072, "sliding_window": 4096, "sliding_window_pattern": 6,
+        "vocab_size": 262_208,
+        "hidden_size": 2304,
+        "intermediate_size": 9216,
+        "num_hidden_layers": 26,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "max_position_embeddings": 131_072,
+        "sliding_window": 4096,
+        "sliding_window_pattern": 6,
         "tie_word_embeddings": True,
     },
     "gemma2": {"sliding_window": 4096, "tie_word_embeddings": True, "head_dim": 256},
@@ -36,8 +43,14 @@ _MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "starcoder2": {"tie_word_embeddings": True},
     "phi3": {"tie_word_embeddings": False},
     # LlamaConfig's defaults, which sparse multimodal text_config sections (LLaVA) rely on.
-    "llama": {"max_position_embeddings": 2048, "vocab_size": 32_000, "hidden_size": 4096, "intermediate_size": 11_008,
-              "num_hidden_layers": 32, "num_attention_heads": 32},
+    "llama": {
+        "max_position_embeddings": 2048,
+        "vocab_size": 32_000,
+        "hidden_size": 4096,
+        "intermediate_size": 11_008,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+    },
     "mistral": {"max_position_embeddings": 4096 * 32},
     "gpt2": {"n_positions": 1024},
 }
@@ -47,23 +60,58 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "num_hidden_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
     "hidden_size": ("hidden_size", "n_embd", "n_embed", "d_model", "model_dim"),
     "num_attention_heads": ("num_attention_heads", "n_head", "n_heads", "num_heads"),
-    "num_kv_heads": ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num",
-                     "num_attention_groups"),
+    "num_kv_heads": (
+        "n_head_kv",
+        "num_kv_heads",
+        "num_key_value_heads",
+        "multi_query_group_num",
+        "num_attention_groups",
+    ),
     "vocab_size": ("padded_vocab_size", "vocab_size"),
     "intermediate_size": ("intermediate_size", "ffn_hidden_size", "ff_intermediate_size", "n_inner", "ffn_dim"),
     "num_experts": ("num_experts", "moe_num_experts", "n_routed_experts", "num_local_experts"),
-    "num_experts_per_token": ("num_experts_per_tok", "num_experts_per_token", "top_k_experts", "moe_topk",
-                              "moe_top_k", "moe_k", "top_k"),
+    "num_experts_per_token": (
+        "num_experts_per_tok",
+        "num_experts_per_token",
+        "top_k_experts",
+        "moe_topk",
+        "moe_top_k",
+        "moe_k",
+        "top_k",
+    ),
     "num_shared_experts": ("n_shared_experts", "moe_num_shared_experts"),
 }
 
 # vLLM's possible max-length keys, in its order (model_arch_config_convertor.derive_max_model_len_and_key).
-_MAX_LEN_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length",
-                 "max_target_positions", "max_sequence_length", "max_seq_length", "seq_len")
+_MAX_LEN_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
 
 # Architectures whose MLP is up+down (GELU), not gate+up+down.
-_UNGATED_MLP_TYPES = {"gpt2", "gpt_bigcode", "gpt_neox", "falcon", "starcoder2", "phi", "opt", "bloom",
-                      "mpt", "gptj", "codegen", "stablelm_epoch", "nemotron", "nemotron_h"}
+_UNGATED_MLP_TYPES = {
+    "gpt2",
+    "gpt_bigcode",
+    "gpt_neox",
+    "falcon",
+    "starcoder2",
+    "phi",
+    "opt",
+    "bloom",
+    "mpt",
+    "gptj",
+    "codegen",
+    "stablelm_epoch",
+    "nemotron",
+    "nemotron_h",
+}
 
 _ENCODER_DECODER_TYPES = {"t5", "mt5", "bart", "mbart", "whisper", "pegasus", "marian", "m2m_100"}
 _ENCODER_ONLY_TYPES = {"bert", "roberta", "xlm-roberta", "deberta", "deberta-v2", "distilbert", "electra"}
@@ -165,8 +213,9 @@ def parse_config(config: Config, *, model_id: str) -> ModelSpec:
     if not any(letter in pattern for letter in "FSC") and "M" in pattern:
         kv_heads = 0  # pure state-space model: no attention KV cache at all
     moe = _moe(reader, model_type, num_layers)
-    quant, quant_notes = parse_quantization(config.get("quantization_config") or text.get("quantization_config"),
-                                            model_id=model_id)
+    quant, quant_notes = parse_quantization(
+        config.get("quantization_config") or text.get("quantization_config"), model_id=model_id
+    )
     context = _context(reader, text)
     derived, key = derived_max_model_len(context, model_type, rules="newest")
     vision = _vision(config)
@@ -188,8 +237,13 @@ def parse_config(config: Config, *, model_id: str) -> ModelSpec:
         vocab_size=reader.integer("vocab_size", minimum=1),
         intermediate_size=intermediate,
         mlp_gated=model_type not in _UNGATED_MLP_TYPES,
-        attention_bias=bool(text.get("attention_bias") or text.get("add_qkv_bias") or text.get("qkv_bias")
-                            or text.get("use_bias") or model_type in ("qwen2", "qwen2_moe")),
+        attention_bias=bool(
+            text.get("attention_bias")
+            or text.get("add_qkv_bias")
+            or text.get("qkv_bias")
+            or text.get("use_bias")
+            or model_type in ("qwen2", "qwen2_moe")
+        ),
         tie_word_embeddings=_tied(reader, model_type),
         max_position_embeddings=reader.opt_int("max_position_embeddings"),
         derived_max_model_len=derived,
@@ -233,10 +287,42 @@ def _reject_unservable(config: Config, text: Config, model_id: str, model_type: 
 # transformers classes whose __init__ defaults tie_word_embeddings to False; every other class inherits
 # PretrainedConfig's True (OPT, GPT-2, BLOOM, Phi-3-small...), which a config.json that omits the field gets.
 _UNTIED_BY_DEFAULT = {
-    "llama", "llama4", "llama4_text", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "qwen3_next",
-    "qwen3_5_moe_text", "phi3", "phimoe", "deepseek_v2", "deepseek_v3", "granite", "granitemoe", "jamba", "gpt_neox",
-    "gptj", "olmo", "olmo2", "internlm2", "chatglm", "glm4", "glm4_moe", "kimi_k2", "mllama", "nemotron",
-    "nemotron_h", "exaone", "minimax", "minimax_m2", "ernie4_5_moe", "starcoder", "mimo",
+    "llama",
+    "llama4",
+    "llama4_text",
+    "mistral",
+    "mixtral",
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "qwen3_next",
+    "qwen3_5_moe_text",
+    "phi3",
+    "phimoe",
+    "deepseek_v2",
+    "deepseek_v3",
+    "granite",
+    "granitemoe",
+    "jamba",
+    "gpt_neox",
+    "gptj",
+    "olmo",
+    "olmo2",
+    "internlm2",
+    "chatglm",
+    "glm4",
+    "glm4_moe",
+    "kimi_k2",
+    "mllama",
+    "nemotron",
+    "nemotron_h",
+    "exaone",
+    "minimax",
+    "minimax_m2",
+    "ernie4_5_moe",
+    "starcoder",
+    "mimo",
 }
 
 
@@ -249,8 +335,11 @@ def _tied(reader: _Reader, model_type: str) -> bool:
 
 def _kv_heads(reader: _Reader, heads: int, model_type: str) -> int:
     # Falcon: multi_query without new_decoder_architecture means one KV head (vLLM's Falcon convertor).
-    if model_type == "falcon" and not reader.get("new_decoder_architecture", False) \
-            and reader.get("multi_query", False):
+    if (
+        model_type == "falcon"
+        and not reader.get("new_decoder_architecture", False)
+        and reader.get("multi_query", False)
+    ):
         return 1
     # ChatGLM: multi_query_group_num applies only when multi_query_attention is on.
     if model_type == "chatglm" and not reader.get("multi_query_attention", False):
@@ -352,7 +441,8 @@ def _moe(reader: _Reader, model_type: str, num_layers: int) -> MoeSpec | None:
         )
     moe_inter = reader.get("moe_intermediate_size") or reader.get("intermediate_size")
     if model_type in ("mixtral", "gpt_oss", "jamba", "llama4_text", "llama4") and not reader.get(
-            "moe_intermediate_size"):
+        "moe_intermediate_size"
+    ):
         moe_inter = reader.get("intermediate_size")
     shared = reader.integer("num_shared_experts", 0)
     shared_inter = reader.opt_int("shared_expert_intermediate_size")
@@ -363,8 +453,13 @@ def _moe(reader: _Reader, model_type: str, num_layers: int) -> MoeSpec | None:
     first_dense = reader.integer("first_k_dense_replace", 0)
     freq = reader.get("moe_layer_freq")
     mask = _moe_mask(freq, num_layers, reader)
-    period = reader.get("expert_layer_period") or reader.get("decoder_sparse_step") or reader.get(
-        "interleave_moe_layer_step") or (freq if isinstance(freq, int) else None) or 1
+    period = (
+        reader.get("expert_layer_period")
+        or reader.get("decoder_sparse_step")
+        or reader.get("interleave_moe_layer_step")
+        or (freq if isinstance(freq, int) else None)
+        or 1
+    )
     offset = reader.get("expert_layer_offset") or 0
     if model_type in ("qwen2_moe", "qwen3_moe", "qwen3_next") and int(period) > 1:
         offset = int(period) - 1  # Qwen: layer i is sparse when (i + 1) % decoder_sparse_step == 0
@@ -409,8 +504,14 @@ def _intermediate(reader: _Reader, hidden: int, model_type: str, moe: MoeSpec | 
 
 def _dtype_name(value: Any) -> Literal["float32", "bfloat16", "float16"] | None:
     names: dict[str, Literal["float32", "bfloat16", "float16"]] = {
-        "float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-        "float16": "float16", "fp16": "float16", "half": "float16"}
+        "float32": "float32",
+        "fp32": "float32",
+        "bfloat16": "bfloat16",
+        "bf16": "bfloat16",
+        "float16": "float16",
+        "fp16": "float16",
+        "half": "float16",
+    }
     return names.get(str(value).replace("torch.", "").lower()) if value else None
 
 
@@ -480,8 +581,7 @@ def derived_max_model_len(context: ContextSpec, model_type: str, *, rules: str) 
     if context.rope_type and "gemma3" not in model_type:
         factor = context.rope_factor if context.rope_factor is not None else 1.0
         if rules == "newest":
-            if context.rope_type not in ("su", "longrope", "llama3", "yarn", "deepseek_yarn",
-                                         "deepseek_llama_scaling"):
+            if context.rope_type not in ("su", "longrope", "llama3", "yarn", "deepseek_yarn", "deepseek_llama_scaling"):
                 length *= factor
         elif context.rope_type not in ("su", "longrope", "llama3"):
             if context.rope_type == "yarn" and context.rope_original_max_position is not None:

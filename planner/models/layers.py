@@ -19,10 +19,19 @@ from typing import Any
 from planner.errors import InvalidModelConfigError, UnsupportedArchitectureError
 
 _TYPE_LETTERS = {
-    "full_attention": "F", "attention": "F", "global": "F", "global_attention": "F",
-    "sliding_attention": "S", "sliding_window": "S", "local": "S", "local_attention": "S",
+    "full_attention": "F",
+    "attention": "F",
+    "global": "F",
+    "global_attention": "F",
+    "sliding_attention": "S",
+    "sliding_window": "S",
+    "local": "S",
+    "local_attention": "S",
     "chunked_attention": "C",
-    "linear_attention": "M", "mamba": "M", "mamba2": "M", "ssm": "M",
+    "linear_attention": "M",
+    "mamba": "M",
+    "mamba2": "M",
+    "ssm": "M",
 }
 
 
@@ -32,8 +41,9 @@ def _int_or_none(value: Any) -> int | None:
     return int(value)
 
 
-def layer_pattern(text: Mapping[str, Any], num_layers: int, model_type: str,
-                  model_id: str) -> tuple[str, int | None, int | None]:
+def layer_pattern(
+    text: Mapping[str, Any], num_layers: int, model_type: str, model_id: str
+) -> tuple[str, int | None, int | None]:
     """Return ``(pattern, sliding_window, attention_chunk_size)`` for the text config."""
     window = _int_or_none(text.get("sliding_window"))
     if model_type == "gemma3_text" and window is None:
@@ -74,8 +84,7 @@ def layer_pattern(text: Mapping[str, Any], num_layers: int, model_type: str,
     if pattern_every and pattern_every > 1:
         return "".join("S" if (i + 1) % pattern_every else "F" for i in range(num_layers)), window, None
     max_window_layers = _int_or_none(text.get("max_window_layers"))
-    if model_type in ("qwen2", "qwen2_moe") and max_window_layers is not None \
-            and max_window_layers < num_layers:
+    if model_type in ("qwen2", "qwen2_moe") and max_window_layers is not None and max_window_layers < num_layers:
         # transformers: layers from max_window_layers on use the window; vLLM refuses this layout.
         raise UnsupportedArchitectureError(
             f"{model_id}: sliding window on only some layers (max_window_layers={max_window_layers} < "
@@ -85,8 +94,7 @@ def layer_pattern(text: Mapping[str, Any], num_layers: int, model_type: str,
     return "S" * num_layers, window, None
 
 
-def _from_list(types: Sequence[Any], num_layers: int, model_id: str, window: int | None,
-               chunk: int | None) -> str:
+def _from_list(types: Sequence[Any], num_layers: int, model_id: str, window: int | None, chunk: int | None) -> str:
     if len(types) != num_layers:
         raise InvalidModelConfigError(
             f"{model_id}: layer_types has {len(types)} entries but num_hidden_layers is {num_layers}",

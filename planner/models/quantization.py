@@ -32,8 +32,12 @@ def _group_bits(bits: float, group: Any, *, zeros: bool) -> float:
 
 def _kv_from_modelopt(cfg: Mapping[str, Any]) -> str | None:
     inner = cfg.get("quantization", cfg)
-    algo = (inner.get("kv_cache_scheme") or cfg.get("kv_cache_scheme") or inner.get("kv_cache_quant_algo")
-            or cfg.get("kv_cache_quant_algo"))
+    algo = (
+        inner.get("kv_cache_scheme")
+        or cfg.get("kv_cache_scheme")
+        or inner.get("kv_cache_quant_algo")
+        or cfg.get("kv_cache_quant_algo")
+    )
     if isinstance(algo, Mapping):
         if algo.get("num_bits") == 8 and algo.get("type") == "float":
             return "fp8"

@@ -53,9 +53,7 @@ class ResolvedModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="the name or path as given")
-    spec: ModelSpec = Field(
-        description="checkpoint_bytes/parameters set when the checkpoint was read exactly"
-    )
+    spec: ModelSpec = Field(description="checkpoint_bytes/parameters set when the checkpoint was read exactly")
     checkpoint: CheckpointInfo | None = Field(
         default=None, description="None for catalog entries (their spec carries checkpoint_bytes)"
     )

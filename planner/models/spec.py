@@ -70,7 +70,8 @@ class MoeSpec(_Spec):
     moe_layer_period: int = Field(default=1, ge=1, description="every n-th layer is MoE (Jamba: 2)")
     moe_layer_offset: int = Field(default=0, ge=0)
     layer_mask: str | None = Field(
-        default=None, description="one character per layer, 1 = MoE, 0 = dense (a per-layer list in the config)")
+        default=None, description="one character per layer, 1 = MoE, 0 = dense (a per-layer list in the config)"
+    )
 
     def is_moe_layer(self, index: int) -> bool:
         """Whether decoder layer ``index`` has the MoE block."""
@@ -98,7 +99,8 @@ class MambaSpec(_Spec):
     k_head_dim: int | None = None
     v_head_dim: int | None = None
     ssm_dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
-        default=None, description="SSM state dtype the model asks for (mamba_ssm_dtype); None = model dtype")
+        default=None, description="SSM state dtype the model asks for (mamba_ssm_dtype); None = model dtype"
+    )
 
 
 class QuantSpec(_Spec):
@@ -167,7 +169,8 @@ class ModelSpec(_Spec):
     single_block_layers: bool = Field(
         default=False,
         description="each layer is one block (NemotronH hybrid_override_pattern): M = Mamba only, F = attention "
-                    "only, N = an MLP or MoE layer (MoE where moe.layer_mask says so)")
+        "only, N = an MLP or MoE layer (MoE where moe.layer_mask says so)",
+    )
     rotary_dim: int | None = Field(default=None, description="rotary dims per head (partial rotary)")
     parameters: int | None = Field(default=None, description="exact parameter count when known")
     checkpoint_bytes: int | None = Field(default=None, description="exact bytes of the weight files")
@@ -181,9 +184,7 @@ class ModelSpec(_Spec):
         if not _LAYER_PATTERN.match(self.layer_pattern):
             raise ValueError("layer_pattern must use only the letters F, S, C, M, N")
         if len(self.layer_pattern) != self.num_layers:
-            raise ValueError(
-                f"layer_pattern has {len(self.layer_pattern)} layers, num_layers is {self.num_layers}"
-            )
+            raise ValueError(f"layer_pattern has {len(self.layer_pattern)} layers, num_layers is {self.num_layers}")
         if "S" in self.layer_pattern and self.sliding_window is None:
             raise ValueError("sliding-window layers (S) need sliding_window")
         if "C" in self.layer_pattern and self.attention_chunk_size is None:
@@ -219,6 +220,9 @@ class ModelSpec(_Spec):
             base = "mha"
         else:
             base = "gqa"
-        extras = [name for letter, name in (("S", "sliding"), ("C", "chunked"), ("M", "mamba")) if letter in
-                  self.layer_pattern]
+        extras = [
+            name
+            for letter, name in (("S", "sliding"), ("C", "chunked"), ("M", "mamba"))
+            if letter in self.layer_pattern
+        ]
         return "+".join([base, *extras])

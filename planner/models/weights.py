@@ -35,8 +35,13 @@ class _Tensors:
     replicated_plain: float = 0.0  # norms, routers, biases, state params
 
     def total(self) -> float:
-        return (self.sharded_quantizable + self.sharded_experts + self.sharded_plain
-                + self.replicated_quantizable + self.replicated_plain)
+        return (
+            self.sharded_quantizable
+            + self.sharded_experts
+            + self.sharded_plain
+            + self.replicated_quantizable
+            + self.replicated_plain
+        )
 
 
 @dataclass
@@ -254,7 +259,7 @@ def estimate_weights(
     stage_bytes: list[float] = []
     start = 0
     for stage, count in enumerate(parts):
-        total = sum(layer_bytes[start:start + count])
+        total = sum(layer_bytes[start : start + count])
         start += count
         if stage == 0:
             total += _bytes(embed, spec, dtype_bytes) + _bytes(vision, spec, dtype_bytes)
@@ -296,8 +301,9 @@ def _whole_model_bytes(spec: ModelSpec, full: list[_Tensors], vocab: int, dtype_
     return total
 
 
-def _loaded_bytes_from_checkpoint(spec: ModelSpec, checkpoint_bytes: int, dtype: str,
-                                  full: list[_Tensors], vocab: int) -> float:
+def _loaded_bytes_from_checkpoint(
+    spec: ModelSpec, checkpoint_bytes: int, dtype: str, full: list[_Tensors], vocab: int
+) -> float:
     """The checkpoint's bytes as vLLM will hold them: MTP layers dropped, unquantized weights cast."""
     checkpoint_dtype_bytes = DTYPE_BYTES[spec.dtype]
     loaded = float(checkpoint_bytes)
@@ -308,8 +314,10 @@ def _loaded_bytes_from_checkpoint(spec: ModelSpec, checkpoint_bytes: int, dtype:
         if abs(loaded - head - tied_total) < 0.01 * tied_total:
             loaded -= head
     if spec.mtp_layers:
-        per_layer = _bytes(full[-1], spec, checkpoint_dtype_bytes) + 2 * spec.hidden_size * spec.hidden_size * \
-            checkpoint_dtype_bytes
+        per_layer = (
+            _bytes(full[-1], spec, checkpoint_dtype_bytes)
+            + 2 * spec.hidden_size * spec.hidden_size * checkpoint_dtype_bytes
+        )
         loaded -= spec.mtp_layers * per_layer
     if spec.quantization is None and DTYPE_BYTES[dtype] != checkpoint_dtype_bytes:
         loaded *= DTYPE_BYTES[dtype] / checkpoint_dtype_bytes

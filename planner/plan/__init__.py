@@ -1,8 +1,8 @@
 """Plans: what vLLM will compute at startup for a model on a GPU, and the safe limits.
 
-    from planner.plan import make_plan
-    plan = make_plan(model_spec, gpu_spec, ServingArgs(max_model_len=32768), vllm_version="0.19.0")
-    plan.kv_cache.num_gpu_blocks, plan.fits, plan.recommendation.vllm_args
+from planner.plan import make_plan
+plan = make_plan(model_spec, gpu_spec, ServingArgs(max_model_len=32768), vllm_version="0.19.0")
+plan.kv_cache.num_gpu_blocks, plan.fits, plan.recommendation.vllm_args
 """
 
 from __future__ import annotations
@@ -50,7 +50,12 @@ def make_plan(
 
         raise PlannerInputError(f"headroom must be in [0, 1), got {headroom}")
     plan, prediction = plan_without_recommendation(
-        model, gpu, args, vllm_version=vllm_version, gpu_count=gpu_count, coefficients=coefficients,
+        model,
+        gpu,
+        args,
+        vllm_version=vllm_version,
+        gpu_count=gpu_count,
+        coefficients=coefficients,
         corrections=corrections,
     )
     workload_limit: int | None = None
@@ -59,8 +64,9 @@ def make_plan(
     if workload is not None and plan.fits:
         from planner.workload import risk_bounded_concurrency
 
-        advice = risk_bounded_concurrency(plan.kv_cache, workload, headroom=headroom,
-                                          max_model_len=plan.kv_cache.max_model_len, with_curve=False)
+        advice = risk_bounded_concurrency(
+            plan.kv_cache, workload, headroom=headroom, max_model_len=plan.kv_cache.max_model_len, with_curve=False
+        )
         workload_limit, basis = advice.max_num_seqs, "workload"
         notes = [
             f"risk-bounded: {advice.max_num_seqs} sequences, P(needing more blocks than exist) = "
@@ -70,14 +76,17 @@ def make_plan(
             f"average request ({advice.average_request_tokens:,} tokens): {advice.average_max_num_seqs} sequences, "
             f"P(overflow) = {advice.average_risk:.1%}",
         ]
-    plan.recommendation = recommendation(plan, prediction, args, headroom=headroom,
-                                         workload_limit=workload_limit, workload_basis=basis)
+    plan.recommendation = recommendation(
+        plan, prediction, args, headroom=headroom, workload_limit=workload_limit, workload_basis=basis
+    )
     if plan.recommendation is not None and workload_limit is not None:
         plan.recommendation.notes = notes
     if with_alternatives:
+
         def replan(m: ModelSpec, g: GpuSpec, a: ServingArgs) -> Plan:
-            return plan_without_recommendation(m, g, a, vllm_version=vllm_version, coefficients=coefficients,
-                                               corrections=corrections)[0]
+            return plan_without_recommendation(
+                m, g, a, vllm_version=vllm_version, coefficients=coefficients, corrections=corrections
+            )[0]
 
         options = alternatives(plan, model, gpu, args, replan=replan, bigger_gpus=bigger_gpus)
         plan.alternatives = [alt for alt, _ in options]

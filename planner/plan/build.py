@@ -49,8 +49,10 @@ class Prediction:
 def _unmodelled_warnings(args: ServingArgs, release: Release, kv_name: str) -> list[str]:
     warnings = []
     if args.speculative_config:
-        warnings.append("KVP201 speculative decoding: the draft model's weights and KV blocks are not modelled; "
-                        "real capacity is lower")
+        warnings.append(
+            "KVP201 speculative decoding: the draft model's weights and KV blocks are not modelled; "
+            "real capacity is lower"
+        )
     if args.kv_transfer_config:
         warnings.append("KVP202 KV transfer (disaggregated prefill/decode) is not modelled")
     if args.kv_offloading_size:
@@ -58,12 +60,14 @@ def _unmodelled_warnings(args: ServingArgs, release: Release, kv_name: str) -> l
     if is_approximate(kv_name):
         warnings.append(f"KVP204 --kv-cache-dtype {kv_name}: packed layout approximated by its nominal bits")
     if args.kv_cache_memory_bytes is not None and not release.kv_cache_memory_bytes_flag:
-        raise InvalidArgumentError("unrecognized arguments: --kv-cache-memory-bytes (added in vLLM 0.10.2)",
-                                   flag="--kv-cache-memory-bytes")
+        raise InvalidArgumentError(
+            "unrecognized arguments: --kv-cache-memory-bytes (added in vLLM 0.10.2)", flag="--kv-cache-memory-bytes"
+        )
     if args.swap_space is not None:
         if not release.swap_space_flag:
-            raise InvalidArgumentError("unrecognized arguments: --swap-space (removed in vLLM 0.18.0)",
-                                       flag="--swap-space")
+            raise InvalidArgumentError(
+                "unrecognized arguments: --swap-space (removed in vLLM 0.18.0)", flag="--swap-space"
+            )
         warnings.append("KVP205 --swap-space only matters for the V0 engine; V1 never swaps")
     if args.data_parallel_size > 1:
         warnings.append(f"KVP206 data parallel: {args.data_parallel_size} engines, each with the capacity below")
@@ -87,9 +91,17 @@ def predict(
     check_values(args)
     max_len, auto = resolve_max_model_len(model, args, release, version)
     resolved = resolve_args(args, model, gpu, release, max_len)
-    deltas = corrections.deltas_for(
-        model, gpu, args, max_num_batched_tokens=resolved.max_num_batched_tokens, max_num_seqs=resolved.max_num_seqs,
-    ) if corrections is not None else None
+    deltas = (
+        corrections.deltas_for(
+            model,
+            gpu,
+            args,
+            max_num_batched_tokens=resolved.max_num_batched_tokens,
+            max_num_seqs=resolved.max_num_seqs,
+        )
+        if corrections is not None
+        else None
+    )
     engine = compute_engine(model, gpu, args, release, resolved, coefficients=coefficients, deltas=deltas)
     warnings += engine.warnings + _unmodelled_warnings(args, release, engine.kv_dtype.name)
     if deltas is not None:
@@ -107,9 +119,11 @@ def predict(
     heaviest = max(engine.memory, key=lambda stage: stage.weights_bytes)
     if available_override is None and heaviest.weights_bytes >= heaviest.budget_bytes:
         fits = False
-        fit_error = (f"Model weights ({heaviest.weights_bytes / GiB:.2f} GiB per GPU) do not fit in the memory budget "
-                     f"({heaviest.budget_bytes / GiB:.2f} GiB = {resolved.gpu_memory_utilization:g} x "
-                     f"{gpu.memory_bytes / GiB:.2f} GiB): vLLM fails while loading the model (CUDA out of memory)")
+        fit_error = (
+            f"Model weights ({heaviest.weights_bytes / GiB:.2f} GiB per GPU) do not fit in the memory budget "
+            f"({heaviest.budget_bytes / GiB:.2f} GiB = {resolved.gpu_memory_utilization:g} x "
+            f"{gpu.memory_bytes / GiB:.2f} GiB): vLLM fails while loading the model (CUDA out of memory)"
+        )
     elif min(available) <= 0:
         fits = False
         fit_error = no_memory_text(release.fit_error_style)
@@ -117,8 +131,10 @@ def predict(
         fit = layout.max_len_that_fits(max_len)
         if fit <= 0:
             fits = False
-            fit_error = ("Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single "
-                         "token. Try increasing `gpu_memory_utilization`.")
+            fit_error = (
+                "Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single "
+                "token. Try increasing `gpu_memory_utilization`."
+            )
         else:
             if fit < max_len:
                 warnings.append(f"KVP106 --max-model-len auto: vLLM will reduce the context from {max_len} to {fit}")
@@ -127,8 +143,17 @@ def predict(
         fits = layout.fits(max_len)
         if not fits:
             fit_error = fit_error_text(layout, max_len, release.fit_error_style)
-    return Prediction(version=version, release=release, resolved=resolved, engine=engine, layout=layout,
-                      max_model_len=max_len, fits=fits, fit_error=fit_error, warnings=warnings)
+    return Prediction(
+        version=version,
+        release=release,
+        resolved=resolved,
+        engine=engine,
+        layout=layout,
+        max_model_len=max_len,
+        fits=fits,
+        fit_error=fit_error,
+        warnings=warnings,
+    )
 
 
 def kv_report(model: ModelSpec, prediction: Prediction) -> KvCacheReport:
@@ -214,8 +239,9 @@ def plan_without_recommendation(
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
     corrections: Corrections | None = None,
 ) -> tuple[Plan, Prediction]:
-    prediction = predict(model, gpu, args, vllm_version=vllm_version, coefficients=coefficients,
-                         corrections=corrections)
+    prediction = predict(
+        model, gpu, args, vllm_version=vllm_version, coefficients=coefficients, corrections=corrections
+    )
     warnings = list(prediction.warnings)
     if gpu_count is not None and gpu_count != args.gpus_per_engine * args.data_parallel_size:
         warnings.append(
@@ -224,8 +250,13 @@ def plan_without_recommendation(
         )
     plan = Plan(
         model=model_report(model, prediction),
-        gpu=GpuReport(name=gpu.name, memory_bytes=gpu.memory_bytes, count=args.gpus_per_engine,
-                      bandwidth_bytes_per_s=gpu.bandwidth_bytes_per_s, data_parallel_size=args.data_parallel_size),
+        gpu=GpuReport(
+            name=gpu.name,
+            memory_bytes=gpu.memory_bytes,
+            count=args.gpus_per_engine,
+            bandwidth_bytes_per_s=gpu.bandwidth_bytes_per_s,
+            data_parallel_size=args.data_parallel_size,
+        ),
         vllm_version=str(prediction.version),
         memory=memory_report(gpu, prediction, args.kv_cache_memory_bytes is not None),
         kv_cache=kv_report(model, prediction),

@@ -80,12 +80,16 @@ def hybrid_manager_enabled(model: ModelSpec, args: ServingArgs, release: Release
         env = args.env.get("VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE")
         allowed = release.chunked_local_hybrid_default if env is None else env.lower() in ("1", "true")
         if not allowed:
-            notes.append("KVP110 chunked local attention sized as full attention (vLLM disables the hybrid "
-                         "KV cache manager for it in this release)")
+            notes.append(
+                "KVP110 chunked local attention sized as full attention (vLLM disables the hybrid "
+                "KV cache manager for it in this release)"
+            )
             return False, notes
     if args.kv_transfer_config and ("S" in model.layer_pattern or "C" in model.layer_pattern):
-        notes.append("KVP111 a KV connector turns the hybrid KV cache manager off: sliding-window layers "
-                     "are sized as full attention")
+        notes.append(
+            "KVP111 a KV connector turns the hybrid KV cache manager off: sliding-window layers "
+            "are sized as full attention"
+        )
         return False, notes
     return True, notes
 
@@ -102,8 +106,9 @@ def in_flight_tokens(release: Release, resolved: ResolvedArgs, pp: int) -> int:
 _MAMBA_ALL_MODE = {"jamba", "mamba", "mamba2", "nemotron_h", "zamba2", "granitemoehybrid", "falcon_h1", "bamba"}
 
 
-def mamba_blocks_and_alignment(model: ModelSpec, gpu: GpuSpec, release: Release,
-                               resolved: ResolvedArgs) -> tuple[int | None, int]:
+def mamba_blocks_and_alignment(
+    model: ModelSpec, gpu: GpuSpec, release: Release, resolved: ResolvedArgs
+) -> tuple[int | None, int]:
     """(blocks a Mamba group holds per request — None for one per block of tokens —, block-size alignment)."""
     if "M" not in model.layer_pattern or not resolved.enable_prefix_caching:
         return 1, 16  # "none" mode: one state block per sequence
@@ -116,13 +121,23 @@ def mamba_blocks_and_alignment(model: ModelSpec, gpu: GpuSpec, release: Release,
         return (None, 16) if model.model_type in _MAMBA_ALL_MODE else (2, 16)
     # 0.33 "align": two state blocks; gated-delta-net prefill on Hopper/Blackwell (FlashInfer) also keeps a
     # checkpoint block and aligns blocks to 64 tokens.
-    gdn_checkpoint = model.mamba is not None and model.mamba.kind == "gated_delta_net" \
+    gdn_checkpoint = (
+        model.mamba is not None
+        and model.mamba.kind == "gated_delta_net"
         and gpu.architecture in ("hopper", "blackwell")
+    )
     return (3, 64) if gdn_checkpoint else (2, 16)
 
 
-def build_rank_layout(model: ModelSpec, gpu: GpuSpec, args: ServingArgs, release: Release,
-                      resolved: ResolvedArgs, kv_dtype: KvDtype, hybrid: bool) -> tuple[RankLayout, Grouping]:
+def build_rank_layout(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    args: ServingArgs,
+    release: Release,
+    resolved: ResolvedArgs,
+    kv_dtype: KvDtype,
+    hybrid: bool,
+) -> tuple[RankLayout, Grouping]:
     if not hybrid and "M" in model.layer_pattern and model.num_kv_heads:
         raise InvalidArgumentError(
             "Hybrid KV cache manager is disabled but failed to convert the KV cache specs to one unified "
@@ -132,12 +147,19 @@ def build_rank_layout(model: ModelSpec, gpu: GpuSpec, args: ServingArgs, release
     conv, ssm = mamba_state_dtype_bytes(model, args, resolved.dtype)
     mamba_blocks, alignment = mamba_blocks_and_alignment(model, gpu, release, resolved)
     rank = build_layer_caches(
-        model, kv_dtype, tp=args.tensor_parallel_size, block_size=resolved.block_size,
-        unify_hybrid=not hybrid, mamba_conv_bytes=conv, mamba_ssm_bytes=ssm,
-        mamba_blocks_per_request=mamba_blocks, hybrid_alignment=alignment,
+        model,
+        kv_dtype,
+        tp=args.tensor_parallel_size,
+        block_size=resolved.block_size,
+        unify_hybrid=not hybrid,
+        mamba_conv_bytes=conv,
+        mamba_ssm_bytes=ssm,
+        mamba_blocks_per_request=mamba_blocks,
+        hybrid_alignment=alignment,
     )
-    grouping = group_layers(rank.layers, group_size_threshold=release.group_size_threshold,
-                            strided=release.strided_groups)
+    grouping = group_layers(
+        rank.layers, group_size_threshold=release.group_size_threshold, strided=release.strided_groups
+    )
     return rank, grouping
 
 
@@ -152,8 +174,15 @@ def mamba_state_dtype_bytes(model: ModelSpec, args: ServingArgs, dtype: str) -> 
 
 
 def stage_memory(
-    model: ModelSpec, gpu: GpuSpec, args: ServingArgs, release: Release, resolved: ResolvedArgs,
-    *, partition: list[int], weights_per_stage: list[int], coefficients: MemoryCoefficients,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    args: ServingArgs,
+    release: Release,
+    resolved: ResolvedArgs,
+    *,
+    partition: list[int],
+    weights_per_stage: list[int],
+    coefficients: MemoryCoefficients,
     deltas: TermDeltas | None = None,
 ) -> list[StageMemory]:
     """Each PP stage's budget terms (every TP rank of a stage is alike). ``deltas`` are measured-minus-
@@ -169,28 +198,45 @@ def stage_memory(
     for stage, count in enumerate(partition):
         last = stage == pp - 1
         peak = activation_peak(
-            model, coefficients=coefficients, max_num_batched_tokens=resolved.max_num_batched_tokens,
-            max_num_seqs=resolved.max_num_seqs, tp=tp, dtype_bytes=dtype_bytes, last_stage=last,
+            model,
+            coefficients=coefficients,
+            max_num_batched_tokens=resolved.max_num_batched_tokens,
+            max_num_seqs=resolved.max_num_seqs,
+            tp=tp,
+            dtype_bytes=dtype_bytes,
+            last_stage=last,
             receives_from_previous_stage=stage > 0,
         )
         moe_layers = sum(1 for i in range(start, start + count) if model.is_moe_layer(i))
         graphs = cuda_graph_bytes(
-            layers_on_rank=count, moe_layers_on_rank=moe_layers, max_num_seqs=resolved.max_num_seqs,
-            max_num_batched_tokens=resolved.max_num_batched_tokens, tp=tp, enforce_eager=args.enforce_eager,
-            coefficients=coefficients, rule=release.capture_rule,
+            layers_on_rank=count,
+            moe_layers_on_rank=moe_layers,
+            max_num_seqs=resolved.max_num_seqs,
+            max_num_batched_tokens=resolved.max_num_batched_tokens,
+            tp=tp,
+            enforce_eager=args.enforce_eager,
+            coefficients=coefficients,
+            rule=release.capture_rule,
         )
         counted = release.cuda_graphs_counted and args.env.get(
-            "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "1").lower() not in ("0", "false")
+            "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "1"
+        ).lower() not in ("0", "false")
         weights = weights_per_stage[stage]
         if args.cpu_offload_gb:
             weights = max(0, weights - int(args.cpu_offload_gb * GiB))
-        stages.append(StageMemory(
-            stage=stage, budget_bytes=budget, weights_bytes=max(0, weights + d.weights_bytes),
-            non_torch_bytes=max(0, non_torch_bytes(gpu, tp=tp, pp=pp, coefficients=coefficients)
-                                + d.non_torch_bytes),
-            activation_peak_bytes=max(0, peak.peak_bytes + d.activation_peak_bytes),
-            cuda_graph_bytes=max(0, graphs + d.cuda_graph_bytes), cuda_graph_counted=counted,
-        ))
+        stages.append(
+            StageMemory(
+                stage=stage,
+                budget_bytes=budget,
+                weights_bytes=max(0, weights + d.weights_bytes),
+                non_torch_bytes=max(
+                    0, non_torch_bytes(gpu, tp=tp, pp=pp, coefficients=coefficients) + d.non_torch_bytes
+                ),
+                activation_peak_bytes=max(0, peak.peak_bytes + d.activation_peak_bytes),
+                cuda_graph_bytes=max(0, graphs + d.cuda_graph_bytes),
+                cuda_graph_counted=counted,
+            )
+        )
         start += count
     return stages
 
@@ -220,13 +266,20 @@ def with_online_quantization(model: ModelSpec, args: ServingArgs) -> ModelSpec:
 
 
 def compute_engine(
-    model: ModelSpec, gpu: GpuSpec, args: ServingArgs, release: Release, resolved: ResolvedArgs,
-    *, coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS, deltas: TermDeltas | None = None,
+    model: ModelSpec,
+    gpu: GpuSpec,
+    args: ServingArgs,
+    release: Release,
+    resolved: ResolvedArgs,
+    *,
+    coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+    deltas: TermDeltas | None = None,
 ) -> EngineLayout:
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     model = with_online_quantization(model, args)
-    kv_dtype = resolve_kv_dtype(args.kv_cache_dtype, model, resolved.dtype,
-                                from_checkpoint=release.auto_kv_from_checkpoint)
+    kv_dtype = resolve_kv_dtype(
+        args.kv_cache_dtype, model, resolved.dtype, from_checkpoint=release.auto_kv_from_checkpoint
+    )
     if args.kv_cache_dtype not in release.kv_cache_dtypes and args.kv_cache_dtype != "auto":
         raise InvalidArgumentError(
             f"argument --kv-cache-dtype: invalid choice: {args.kv_cache_dtype!r} (choose from "
@@ -236,52 +289,90 @@ def compute_engine(
     hybrid, notes = hybrid_manager_enabled(model, args, release)
     if resolved.engine == "v0":
         hybrid = False  # V0 has no hybrid KV cache manager: every attention layer keeps every token
-        reason = ("V0 is this release's default engine" if not release.v1_default else
-                  "fp8 KV cache without FlashAttention 3, float32, a pre-Ampere GPU, or VLLM_USE_V1=0")
+        reason = (
+            "V0 is this release's default engine"
+            if not release.v1_default
+            else "fp8 KV cache without FlashAttention 3, float32, a pre-Ampere GPU, or VLLM_USE_V1=0"
+        )
         notes.append(f"KVP112 planned for vLLM's V0 engine ({reason})")
     rank, grouping = build_rank_layout(model, gpu, args, release, resolved, kv_dtype, hybrid)
     partition = pp_partition(model.num_layers, pp, args.env.get("VLLM_PP_LAYER_PARTITION"))
     expert_shards = tp * args.data_parallel_size if args.enable_expert_parallel else tp
     weights = estimate_weights(
-        model, dtype=resolved.dtype, tp=tp, pp=pp, pp_override=args.env.get("VLLM_PP_LAYER_PARTITION"),
-        checkpoint_bytes=model.checkpoint_bytes, expert_shards=expert_shards,
+        model,
+        dtype=resolved.dtype,
+        tp=tp,
+        pp=pp,
+        pp_override=args.env.get("VLLM_PP_LAYER_PARTITION"),
+        checkpoint_bytes=model.checkpoint_bytes,
+        expert_shards=expert_shards,
     )
     estimated = weights.estimated
-    if estimated and model.parameters and model.quantization is None \
-            and abs(weights.parameters - model.parameters) <= 1e-4 * model.parameters:
+    if (
+        estimated
+        and model.parameters
+        and model.quantization is None
+        and abs(weights.parameters - model.parameters) <= 1e-4 * model.parameters
+    ):
         # The architecture reproduces the published exact parameter count: unquantized weights are then
         # exactly parameters x dtype bytes, whatever the files' size.
         estimated = False
     extra = lora_bytes(model, args, DTYPE_BYTES[resolved.dtype])
     per_stage = [b + extra for b in weights.bytes_per_stage]
-    memory = stage_memory(model, gpu, args, release, resolved, partition=partition,
-                          weights_per_stage=per_stage, coefficients=coefficients, deltas=deltas)
+    memory = stage_memory(
+        model,
+        gpu,
+        args,
+        release,
+        resolved,
+        partition=partition,
+        weights_per_stage=per_stage,
+        coefficients=coefficients,
+        deltas=deltas,
+    )
     return EngineLayout(
-        kv_dtype=kv_dtype, rank=rank, grouping=grouping, partition=partition, hybrid_manager=hybrid,
+        kv_dtype=kv_dtype,
+        rank=rank,
+        grouping=grouping,
+        partition=partition,
+        hybrid_manager=hybrid,
         mamba_bytes=mamba_state_dtype_bytes(model, args, resolved.dtype),
-        parameters=weights.parameters, weights_estimated=estimated, memory=memory,
+        parameters=weights.parameters,
+        weights_estimated=estimated,
+        memory=memory,
         warnings=[*notes, *grouping.warnings],
     )
 
 
-def kv_layout(engine: EngineLayout, release: Release, resolved: ResolvedArgs, args: ServingArgs,
-              available_per_stage: list[int]) -> KvLayout:
+def kv_layout(
+    engine: EngineLayout, release: Release, resolved: ResolvedArgs, args: ServingArgs, available_per_stage: list[int]
+) -> KvLayout:
     """Blocks per stage for the given per-stage KV memory."""
     stages = []
     start = 0
     for stage, count in enumerate(engine.partition):
         layers = range(start, start + count)
         slots = stage_group_size(engine.grouping, layers)
-        stages.append(StageKv(
-            stage=stage, first_layer=start, num_layers=count, group_slots=slots,
-            bytes_per_block=slots * engine.grouping.page_bytes, available_bytes=available_per_stage[stage],
-        ))
+        stages.append(
+            StageKv(
+                stage=stage,
+                first_layer=start,
+                num_layers=count,
+                group_slots=slots,
+                bytes_per_block=slots * engine.grouping.page_bytes,
+                available_bytes=available_per_stage[stage],
+            )
+        )
         start += count
     return KvLayout(
-        grouping=engine.grouping, block_size=engine.rank.block_size, stages=stages,
+        grouping=engine.grouping,
+        block_size=engine.rank.block_size,
+        stages=stages,
         in_flight=in_flight_tokens(release, resolved, args.pipeline_parallel_size),
-        fit_check=release.fit_check, raw_layers=engine.rank.raw_layers,
-        dcp=args.decode_context_parallel_size, num_gpu_blocks_override=args.num_gpu_blocks_override,
+        fit_check=release.fit_check,
+        raw_layers=engine.rank.raw_layers,
+        dcp=args.decode_context_parallel_size,
+        num_gpu_blocks_override=args.num_gpu_blocks_override,
         override_in_fit_check=release.tokens_formula == "concurrency_x_len",  # 0.20+
         v0=resolved.engine == "v0",
     )

@@ -33,39 +33,62 @@ def _concurrency(blocks: int, per_request: int) -> float:
     return round(blocks / per_request, 2) if per_request else 0.0
 
 
-def fleet_rows(models: Iterable[ModelSpec], gpu: GpuSpec, args: ServingArgs, *, vllm_version: str | None,
-               coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS) -> list[FleetRow]:
+def fleet_rows(
+    models: Iterable[ModelSpec],
+    gpu: GpuSpec,
+    args: ServingArgs,
+    *,
+    vllm_version: str | None,
+    coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+) -> list[FleetRow]:
     """Plan every model at its full context; concurrency at 4k / 32k / max from the same KV layout."""
     rows = []
     for model in models:
         try:
-            plan, _ = plan_without_recommendation(model, gpu, args, vllm_version=vllm_version,
-                                                  coefficients=coefficients)
+            plan, _ = plan_without_recommendation(
+                model, gpu, args, vllm_version=vllm_version, coefficients=coefficients
+            )
         except KvPlannerError as error:
-            rows.append(FleetRow(id=model.id, fits=False, max_model_len=None, max_concurrency_4096=None,
-                                 max_concurrency_32768=None, max_concurrency_max=None,
-                                 note=str(error).splitlines()[0]))
+            rows.append(
+                FleetRow(
+                    id=model.id,
+                    fits=False,
+                    max_model_len=None,
+                    max_concurrency_4096=None,
+                    max_concurrency_32768=None,
+                    max_concurrency_max=None,
+                    note=str(error).splitlines()[0],
+                )
+            )
             continue
         kv = plan.kv_cache
         usable = kv.num_gpu_blocks > 0 and plan.memory.kv_cache_bytes > 0
         longest = kv.max_model_len if plan.fits else kv.estimated_max_model_len
         derived = plan.model.derived_max_model_len
 
-        def at(length: int, *, usable: bool = usable, longest: int = longest, kv: KvCacheReport = kv,
-               limit: int = max(derived, kv.max_model_len)) -> float | None:
+        def at(
+            length: int,
+            *,
+            usable: bool = usable,
+            longest: int = longest,
+            kv: KvCacheReport = kv,
+            limit: int = max(derived, kv.max_model_len),
+        ) -> float | None:
             if not usable or length > limit or length > longest:
                 return None
             return _concurrency(kv.num_gpu_blocks, kv.blocks_for_sequence(length))
 
-        rows.append(FleetRow(
-            id=model.id,
-            fits=plan.fits,
-            max_model_len=longest if usable and longest else None,
-            max_concurrency_4096=at(4096),
-            max_concurrency_32768=at(32768),
-            max_concurrency_max=at(longest) if usable and longest else None,
-            weights_bytes=plan.memory.weights_bytes,
-            kv_cache_bytes=plan.memory.kv_cache_bytes,
-            note=None if plan.fits else (plan.fit_error or "").split(".")[0],
-        ))
+        rows.append(
+            FleetRow(
+                id=model.id,
+                fits=plan.fits,
+                max_model_len=longest if usable and longest else None,
+                max_concurrency_4096=at(4096),
+                max_concurrency_32768=at(32768),
+                max_concurrency_max=at(longest) if usable and longest else None,
+                weights_bytes=plan.memory.weights_bytes,
+                kv_cache_bytes=plan.memory.kv_cache_bytes,
+                note=None if plan.fits else (plan.fit_error or "").split(".")[0],
+            )
+        )
     return rows

@@ -36,13 +36,20 @@ def worst_case_max_num_seqs(kv: KvCacheReport, headroom: float) -> int:
     return int(usable // max(1, kv.blocks_per_request))
 
 
-def vllm_args_for(args: ServingArgs, max_model_len: int, max_num_seqs: int, utilization: float,
-                  kv_cache_dtype: str) -> list[str]:
+def vllm_args_for(
+    args: ServingArgs, max_model_len: int, max_num_seqs: int, utilization: float, kv_cache_dtype: str
+) -> list[str]:
     """The flags to paste: the recommended limits, plus every sizing flag the plan was computed with
     (pasting the limits without e.g. ``--enforce-eager`` or ``--quantization`` would describe another
     deployment, which may not fit)."""
-    out = ["--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs),
-           "--gpu-memory-utilization", f"{utilization:g}"]
+    out = [
+        "--max-model-len",
+        str(max_model_len),
+        "--max-num-seqs",
+        str(max_num_seqs),
+        "--gpu-memory-utilization",
+        f"{utilization:g}",
+    ]
     if kv_cache_dtype != "auto":
         out += ["--kv-cache-dtype", kv_cache_dtype]
     numbers: list[tuple[str, int | float | None, int | float | None]] = [
@@ -56,14 +63,21 @@ def vllm_args_for(args: ServingArgs, max_model_len: int, max_num_seqs: int, util
         ("--num-gpu-blocks-override", args.num_gpu_blocks_override, None),
         ("--cpu-offload-gb", args.cpu_offload_gb, 0.0),
     ]
-    out += [item for flag, value, default in numbers if value is not None and value != default
-            for item in (flag, f"{value:g}" if isinstance(value, float) else str(value))]
+    out += [
+        item
+        for flag, value, default in numbers
+        if value is not None and value != default
+        for item in (flag, f"{value:g}" if isinstance(value, float) else str(value))
+    ]
     if args.dtype != "auto":
         out += ["--dtype", args.dtype]
     if args.quantization:
         out += ["--quantization", args.quantization]
-    switches = [("--enforce-eager", args.enforce_eager), ("--enable-expert-parallel", args.enable_expert_parallel),
-                ("--disable-hybrid-kv-cache-manager", args.disable_hybrid_kv_cache_manager)]
+    switches = [
+        ("--enforce-eager", args.enforce_eager),
+        ("--enable-expert-parallel", args.enable_expert_parallel),
+        ("--disable-hybrid-kv-cache-manager", args.disable_hybrid_kv_cache_manager),
+    ]
     out += [flag for flag, on in switches if on]
     if args.enable_prefix_caching is not None:
         out.append("--enable-prefix-caching" if args.enable_prefix_caching else "--no-enable-prefix-caching")
@@ -72,8 +86,15 @@ def vllm_args_for(args: ServingArgs, max_model_len: int, max_num_seqs: int, util
     return out
 
 
-def recommendation(plan: Plan, prediction: Prediction, args: ServingArgs, *, headroom: float,
-                   workload_limit: int | None, workload_basis: str | None) -> Recommendation | None:
+def recommendation(
+    plan: Plan,
+    prediction: Prediction,
+    args: ServingArgs,
+    *,
+    headroom: float,
+    workload_limit: int | None,
+    workload_basis: str | None,
+) -> Recommendation | None:
     """Safe limits, or None when not even one token fits (see the alternatives)."""
     kv = plan.kv_cache
     if plan.fits:
@@ -100,8 +121,9 @@ def recommendation(plan: Plan, prediction: Prediction, args: ServingArgs, *, hea
     )
 
 
-def _try(change: str, args: ServingArgs, model: ModelSpec, gpu: GpuSpec,
-         replan: PlanFn) -> tuple[Alternative, Plan] | None:
+def _try(
+    change: str, args: ServingArgs, model: ModelSpec, gpu: GpuSpec, replan: PlanFn
+) -> tuple[Alternative, Plan] | None:
     try:
         plan = replan(model, gpu, args)
     except KvPlannerError:
@@ -146,8 +168,13 @@ def alternatives(
         estimated = alt_plan.kv_cache.estimated_max_model_len
         if not alt.fits and estimated > 0 and alt_plan.kv_cache.num_gpu_blocks > 0:
             shorter = round_context(estimated, alt_plan.kv_cache.block_size)
-            combined = _try(f"{change} and --max-model-len {shorter}",
-                            changed.model_copy(update={"max_model_len": shorter}), model, target, replan)
+            combined = _try(
+                f"{change} and --max-model-len {shorter}",
+                changed.model_copy(update={"max_model_len": shorter}),
+                model,
+                target,
+                replan,
+            )
             if combined is not None and combined[0].fits:
                 out.append(combined)
                 return True
@@ -160,13 +187,17 @@ def alternatives(
     if not kv.kv_cache_dtype.startswith("fp8") and gpu.vendor == "nvidia":
         offer("fp8 KV cache: --kv-cache-dtype fp8", args.model_copy(update={"kv_cache_dtype": "fp8"}))
     if plan.memory.gpu_memory_utilization < 0.95:
-        offer("higher utilization: --gpu-memory-utilization 0.95",
-              args.model_copy(update={"gpu_memory_utilization": 0.95}))
+        offer(
+            "higher utilization: --gpu-memory-utilization 0.95",
+            args.model_copy(update={"gpu_memory_utilization": 0.95}),
+        )
     for tp in (2, 4, 8):
         if tp <= args.tensor_parallel_size or model.num_attention_heads % tp:
             continue
-        if offer(f"more GPUs: --tensor-parallel-size {tp} ({tp * args.pipeline_parallel_size} GPUs)",
-                 args.model_copy(update={"tensor_parallel_size": tp})):
+        if offer(
+            f"more GPUs: --tensor-parallel-size {tp} ({tp * args.pipeline_parallel_size} GPUs)",
+            args.model_copy(update={"tensor_parallel_size": tp}),
+        ):
             break
     for bigger in bigger_gpus:
         if offer(f"bigger GPU: {bigger.name}", args, bigger, quiet=True):

@@ -282,12 +282,18 @@ def _max_num_seqs(
 def _effective_as_given(args: ServingArgs) -> dict[str, Any]:
     """The same keys as :func:`_effective` when no plan exists (vLLM would refuse the settings)."""
     return {
-        "max_model_len": args.max_model_len, "max_num_seqs": args.max_num_seqs,
+        "max_model_len": args.max_model_len,
+        "max_num_seqs": args.max_num_seqs,
         "gpu_memory_utilization": args.gpu_memory_utilization,
-        "tensor_parallel_size": args.tensor_parallel_size, "pipeline_parallel_size": args.pipeline_parallel_size,
-        "data_parallel_size": args.data_parallel_size, "kv_cache_dtype": args.kv_cache_dtype,
-        "max_num_batched_tokens": args.max_num_batched_tokens, "kv_cache_memory_bytes": args.kv_cache_memory_bytes,
-        "block_size": args.block_size, "quantization": args.quantization, "dtype": args.dtype,
+        "tensor_parallel_size": args.tensor_parallel_size,
+        "pipeline_parallel_size": args.pipeline_parallel_size,
+        "data_parallel_size": args.data_parallel_size,
+        "kv_cache_dtype": args.kv_cache_dtype,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "kv_cache_memory_bytes": args.kv_cache_memory_bytes,
+        "block_size": args.block_size,
+        "quantization": args.quantization,
+        "dtype": args.dtype,
     }
 
 

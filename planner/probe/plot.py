@@ -53,11 +53,21 @@ def plot_report(report: ProbeReport, path: str | Path) -> Path:
 
     for axis in (ax_kv, ax_pre, ax_lat):
         if report.safe_concurrency is not None:
-            axis.axvline(report.safe_concurrency, color="tab:green", linestyle="-", alpha=0.6,
-                         label=f"probe: safe {report.safe_concurrency}")
+            axis.axvline(
+                report.safe_concurrency,
+                color="tab:green",
+                linestyle="-",
+                alpha=0.6,
+                label=f"probe: safe {report.safe_concurrency}",
+            )
         if report.planner is not None:
-            axis.axvline(report.planner.max_num_seqs, color="tab:purple", linestyle="--", alpha=0.6,
-                         label=f"planner: {report.planner.max_num_seqs}")
+            axis.axvline(
+                report.planner.max_num_seqs,
+                color="tab:purple",
+                linestyle="--",
+                alpha=0.6,
+                label=f"planner: {report.planner.max_num_seqs}",
+            )
         axis.grid(alpha=0.3)
     ax_kv.legend(loc="lower right", fontsize="small")
     ax_lat.legend(loc="upper left", fontsize="small")

@@ -7,13 +7,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 StopReason = Literal[
-    "limit-crossed",        # a step crossed the preemption or latency limits
-    "max-concurrency",      # the staircase reached --max-concurrency without crossing a limit
-    "max-requests",         # hard limit on requests sent
-    "max-tokens",           # hard limit on tokens sent + asked for
-    "max-duration",         # hard limit on wall time
-    "interrupted",          # Ctrl-C
-    "errors",               # requests failed (the report says why)
+    "limit-crossed",  # a step crossed the preemption or latency limits
+    "max-concurrency",  # the staircase reached --max-concurrency without crossing a limit
+    "max-requests",  # hard limit on requests sent
+    "max-tokens",  # hard limit on tokens sent + asked for
+    "max-duration",  # hard limit on wall time
+    "interrupted",  # Ctrl-C
+    "errors",  # requests failed (the report says why)
 ]
 
 
@@ -95,26 +95,42 @@ def _fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
 
 def report_table(report: ProbeReport) -> list[list[str]]:
     """Rows for the CLI table (header first)."""
-    rows = [["conc", "done", "KV max", "KV mean", "preempt", "waiting", "TTFT p50", "TTFT p95",
-             "ITL p50", "ITL p95", "tok/s", "verdict"]]
+    rows = [
+        [
+            "conc",
+            "done",
+            "KV max",
+            "KV mean",
+            "preempt",
+            "waiting",
+            "TTFT p50",
+            "TTFT p95",
+            "ITL p50",
+            "ITL p95",
+            "tok/s",
+            "verdict",
+        ]
+    ]
     for step in sorted(report.steps, key=lambda s: s.concurrency):
         verdict = "ok" if step.passed else "FAIL: " + "; ".join(step.reasons)
         if step.partial:
             verdict += " (partial)"
-        rows.append([
-            str(step.concurrency),
-            str(step.requests_completed),
-            _fmt(step.kv_cache_usage_max, ".0%"),
-            _fmt(step.kv_cache_usage_mean, ".0%"),
-            _fmt(step.preemptions, ".0f"),
-            _fmt(step.requests_waiting_max, ".0f"),
-            _fmt(step.ttft_p50_s, ".0f", 1000) + " ms" if step.ttft_p50_s is not None else "-",
-            _fmt(step.ttft_p95_s, ".0f", 1000) + " ms" if step.ttft_p95_s is not None else "-",
-            _fmt(step.itl_p50_s, ".1f", 1000) + " ms" if step.itl_p50_s is not None else "-",
-            _fmt(step.itl_p95_s, ".1f", 1000) + " ms" if step.itl_p95_s is not None else "-",
-            f"{step.output_tokens_per_s:.0f}",
-            verdict,
-        ])
+        rows.append(
+            [
+                str(step.concurrency),
+                str(step.requests_completed),
+                _fmt(step.kv_cache_usage_max, ".0%"),
+                _fmt(step.kv_cache_usage_mean, ".0%"),
+                _fmt(step.preemptions, ".0f"),
+                _fmt(step.requests_waiting_max, ".0f"),
+                _fmt(step.ttft_p50_s, ".0f", 1000) + " ms" if step.ttft_p50_s is not None else "-",
+                _fmt(step.ttft_p95_s, ".0f", 1000) + " ms" if step.ttft_p95_s is not None else "-",
+                _fmt(step.itl_p50_s, ".1f", 1000) + " ms" if step.itl_p50_s is not None else "-",
+                _fmt(step.itl_p95_s, ".1f", 1000) + " ms" if step.itl_p95_s is not None else "-",
+                f"{step.output_tokens_per_s:.0f}",
+                verdict,
+            ]
+        )
     return rows
 
 
@@ -131,8 +147,6 @@ def summary_lines(report: ProbeReport) -> list[str]:
             f"(overflow risk {p.risk:.3%} <= {p.target_risk:.0%}, headroom {p.headroom:.0%}); "
             f"worst case {p.worst_case_max_num_seqs}, average-based {p.average_max_num_seqs}."
         )
-    lines.append(
-        f"Sent {report.requests_sent} requests, {report.tokens_sent} tokens, in {report.duration_s:.1f} s."
-    )
+    lines.append(f"Sent {report.requests_sent} requests, {report.tokens_sent} tokens, in {report.duration_s:.1f} s.")
     lines.extend(f"warning: {w}" for w in report.warnings)
     return lines

@@ -165,9 +165,18 @@ def _increase(first: float | None, last: float | None) -> float | None:
 
 
 class _Run:
-    def __init__(self, config: ProbeConfig, client: httpx.AsyncClient, *, base: str, model: str,
-                 lengths: _Lengths, sampler: _Sampler, stop: asyncio.Event,
-                 progress: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        config: ProbeConfig,
+        client: httpx.AsyncClient,
+        *,
+        base: str,
+        model: str,
+        lengths: _Lengths,
+        sampler: _Sampler,
+        stop: asyncio.Event,
+        progress: Callable[[str], None],
+    ) -> None:
         self.config, self.client, self.base, self.model = config, client, base, model
         self.lengths, self.sampler, self.stop, self.progress = lengths, sampler, stop, progress
         self.in_flight: set[asyncio.Task[RequestResult]] = set()
@@ -203,8 +212,9 @@ class _Run:
             return []
         stopper = asyncio.ensure_future(self.stop.wait())
         try:
-            done, _ = await asyncio.wait({*self.in_flight, stopper}, timeout=remaining,
-                                         return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(
+                {*self.in_flight, stopper}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             stopper.cancel()
         if self.stop.is_set():
@@ -268,8 +278,7 @@ class _Run:
         partial = len(window) < wanted
         return self._summarise(c, window, window_start, window_end, partial)
 
-    def _summarise(self, c: int, window: list[RequestResult], start: float, end: float,
-                   partial: bool) -> ProbeStep:
+    def _summarise(self, c: int, window: list[RequestResult], start: float, end: float, partial: bool) -> ProbeStep:
         ok = [r for r in window if r.ok]
         failed = [r for r in window if not r.ok]
         snaps = self.sampler.window(start, end)
@@ -375,8 +384,7 @@ async def run_probe(
             warnings.append(f"no metrics ({sampler.last_error}): steps are judged on latency only")
         elif first.preemptions_total is None:
             warnings.append("the metrics page has no vllm:num_preemptions_total: preemptions not judged")
-        run = _Run(config, client, base=base, model=model, lengths=lengths, sampler=sampler, stop=stop,
-                   progress=say)
+        run = _Run(config, client, base=base, model=model, lengths=lengths, sampler=sampler, stop=stop, progress=say)
         sampling = asyncio.create_task(sampler.loop())
         stairs = _Staircase(config)
         steps: list[ProbeStep] = []
@@ -434,8 +442,9 @@ def _safe_below(stairs: _Staircase) -> int | None:
     return stairs.passed if stairs.passed < stairs.failed else None
 
 
-def _planner(first: MetricsSnapshot, max_len: int, lengths: _Lengths, headroom: float,
-             warnings: list[str]) -> PlannerComparison | None:
+def _planner(
+    first: MetricsSnapshot, max_len: int, lengths: _Lengths, headroom: float, warnings: list[str]
+) -> PlannerComparison | None:
     assert first.num_gpu_blocks is not None and first.block_size is not None
     try:
         kv = kv_report_for_blocks(first.num_gpu_blocks, first.block_size, max_len)

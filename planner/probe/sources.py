@@ -33,8 +33,9 @@ _WINDOW = re.compile(r"^\d+[smhdwy]$")
 _LABEL_VALUE = re.compile(r'^[^"\\]*$')
 
 
-def _from_snapshot(snapshot: MetricsSnapshot, source: str, *, observed_prefix_credit: bool,
-                   fields: dict[str, Any]) -> WorkloadProfile:
+def _from_snapshot(
+    snapshot: MetricsSnapshot, source: str, *, observed_prefix_credit: bool, fields: dict[str, Any]
+) -> WorkloadProfile:
     if not snapshot.prompt_buckets or not snapshot.generation_buckets:
         raise WorkloadProfileError(
             f"{source}: no vllm:request_prompt_tokens / vllm:request_generation_tokens histograms on the page"
@@ -89,12 +90,12 @@ def load_workload_source(
     if spec.startswith(("http://", "https://")):
         if spec.rstrip("/").endswith("/metrics"):
             snapshot = scrape_sync(spec, timeout=timeout, model_name=model_name)
-            return _from_snapshot(snapshot, spec, observed_prefix_credit=observed_prefix_credit,
-                                  fields=fields)
+            return _from_snapshot(snapshot, spec, observed_prefix_credit=observed_prefix_credit, fields=fields)
         if not _WINDOW.match(window):
             raise WorkloadProfileError(f"window {window!r} must be a Prometheus duration such as 6h or 7d")
         sel = _selector(model_name, namespace)
         with httpx.Client(timeout=timeout) as client:
+
             def increase(name: str) -> str:
                 return f"increase({name}{sel}[{window}])"
 
@@ -113,8 +114,7 @@ def load_workload_source(
         text = path.read_text(encoding="utf-8", errors="replace")
         if "vllm:request_prompt_tokens_bucket" in text:
             snapshot = parse_metrics(text, model_name=model_name, source=spec)
-            return _from_snapshot(snapshot, spec, observed_prefix_credit=observed_prefix_credit,
-                                  fields=fields)
+            return _from_snapshot(snapshot, spec, observed_prefix_credit=observed_prefix_credit, fields=fields)
     return load_workload_file(path, **fields)
 
 

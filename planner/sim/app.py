@@ -81,9 +81,7 @@ def create_app(settings: SimulatorSettings) -> FastAPI:
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, error: RequestValidationError) -> JSONResponse:
         # vLLM answers malformed bodies with 400 (not FastAPI's 422).
-        details = "; ".join(
-            f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in error.errors()[:5]
-        )
+        details = "; ".join(f"{'.'.join(str(p) for p in e.get('loc', ()))}: {e.get('msg')}" for e in error.errors()[:5])
         return _error(400, f"invalid request: {details}", "BadRequestError")
 
     @app.exception_handler(StarletteHTTPException)
@@ -108,7 +106,10 @@ def create_app(settings: SimulatorSettings) -> FastAPI:
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
         card = ModelCard(
-            id=settings.name, created=int(runtime().started_at), owned_by=OWNED_BY, root=settings.model,
+            id=settings.name,
+            created=int(runtime().started_at),
+            owned_by=OWNED_BY,
+            root=settings.model,
             max_model_len=settings.effective_max_model_len,
         )
         return ModelList(data=[card]).model_dump()
@@ -117,15 +118,18 @@ def create_app(settings: SimulatorSettings) -> FastAPI:
     async def completions(body: CompletionRequest) -> Response:
         _check_model(body.model)
         prompt = _completion_prompt(body.prompt)
-        request = _engine_request(runtime(), "cmpl", prompt, body.max_tokens, body.min_tokens,
-                                  body.ignore_eos, body.n, default_max=False)
+        request = _engine_request(
+            runtime(), "cmpl", prompt, body.max_tokens, body.min_tokens, body.ignore_eos, body.n, default_max=False
+        )
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         if body.stream:
             return _sse(_stream_completion(runtime(), request, include_usage))
         events = [event async for event in runtime().generate(request)]
         text = "".join(tok.decode_token(e.token_id) for e in events if e.token_id is not None)
         result = CompletionResponse(
-            id=request.request_id, created=int(time.time()), model=settings.name,
+            id=request.request_id,
+            created=int(time.time()),
+            model=settings.name,
             choices=[CompletionChoice(text=text, finish_reason=events[-1].finish_reason)],
             usage=_usage(request),
         )
@@ -141,15 +145,18 @@ def create_app(settings: SimulatorSettings) -> FastAPI:
             messages.append((message.role, text))
         prompt = tok.chat_prompt(messages)
         max_tokens = body.max_completion_tokens or body.max_tokens
-        request = _engine_request(runtime(), "chatcmpl", prompt, max_tokens, body.min_tokens,
-                                  body.ignore_eos, body.n, default_max=True)
+        request = _engine_request(
+            runtime(), "chatcmpl", prompt, max_tokens, body.min_tokens, body.ignore_eos, body.n, default_max=True
+        )
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         if body.stream:
             return _sse(_stream_chat(runtime(), request, include_usage))
         events = [event async for event in runtime().generate(request)]
         text = "".join(tok.decode_token(e.token_id) for e in events if e.token_id is not None)
         result = ChatCompletionResponse(
-            id=request.request_id, created=int(time.time()), model=settings.name,
+            id=request.request_id,
+            created=int(time.time()),
+            model=settings.name,
             choices=[ChatChoice(message=AssistantMessage(content=text), finish_reason=events[-1].finish_reason)],
             usage=_usage(request),
         )
@@ -172,11 +179,21 @@ def create_app(settings: SimulatorSettings) -> FastAPI:
             return _completion_prompt(prompt[0])  # type: ignore[arg-type]
         if not prompt:
             raise ApiError(400, "prompt cannot be empty", param="prompt")
-        raise ApiError(400, "the simulator serves one prompt per request; send a batch as separate requests",
-                       param="prompt")
+        raise ApiError(
+            400, "the simulator serves one prompt per request; send a batch as separate requests", param="prompt"
+        )
 
-    def _engine_request(rt: SimulatorRuntime, prefix: str, prompt: list[int], max_tokens: int | None,
-                        min_tokens: int, ignore_eos: bool, n: int, *, default_max: bool) -> EngineRequest:
+    def _engine_request(
+        rt: SimulatorRuntime,
+        prefix: str,
+        prompt: list[int],
+        max_tokens: int | None,
+        min_tokens: int,
+        ignore_eos: bool,
+        n: int,
+        *,
+        default_max: bool,
+    ) -> EngineRequest:
         limit = settings.effective_max_model_len
         if not prompt:
             raise ApiError(400, "The prompt is empty; send at least one token.", param="prompt")
@@ -200,8 +217,13 @@ def create_app(settings: SimulatorSettings) -> FastAPI:
                 param="max_tokens",
             )
         return EngineRequest(
-            request_id=rt.next_request_id(prefix), prompt_token_ids=prompt, max_tokens=max_tokens,
-            min_tokens=min(min_tokens, max_tokens), ignore_eos=ignore_eos, max_tokens_param=max_tokens, n=n,
+            request_id=rt.next_request_id(prefix),
+            prompt_token_ids=prompt,
+            max_tokens=max_tokens,
+            min_tokens=min(min_tokens, max_tokens),
+            ignore_eos=ignore_eos,
+            max_tokens_param=max_tokens,
+            n=n,
         )
 
     return app
@@ -209,8 +231,11 @@ def create_app(settings: SimulatorSettings) -> FastAPI:
 
 def _usage(request: EngineRequest) -> Usage:
     completion = len(request.output_token_ids)
-    return Usage(prompt_tokens=request.num_prompt_tokens, completion_tokens=completion,
-                 total_tokens=request.num_prompt_tokens + completion)
+    return Usage(
+        prompt_tokens=request.num_prompt_tokens,
+        completion_tokens=completion,
+        total_tokens=request.num_prompt_tokens + completion,
+    )
 
 
 def _sse(chunks: AsyncIterator[str]) -> StreamingResponse:
@@ -227,38 +252,50 @@ def _data(payload: dict[str, Any]) -> str:
     return f"data: {json.dumps(payload, separators=(',', ':'))}\n\n"
 
 
-async def _stream_completion(runtime: SimulatorRuntime, request: EngineRequest,
-                             include_usage: bool) -> AsyncIterator[str]:
+async def _stream_completion(
+    runtime: SimulatorRuntime, request: EngineRequest, include_usage: bool
+) -> AsyncIterator[str]:
     created = int(time.time())
     name = runtime.settings.name
     async for event in runtime.generate(request):
         text = tok.decode_token(event.token_id) if event.token_id is not None else ""
-        chunk = CompletionResponse(id=request.request_id, created=created, model=name,
-                                   choices=[CompletionChoice(text=text, finish_reason=event.finish_reason)])
+        chunk = CompletionResponse(
+            id=request.request_id,
+            created=created,
+            model=name,
+            choices=[CompletionChoice(text=text, finish_reason=event.finish_reason)],
+        )
         yield _data(chunk.model_dump())
     if include_usage:
-        usage = CompletionResponse(id=request.request_id, created=created, model=name, choices=[],
-                                   usage=_usage(request))
+        usage = CompletionResponse(
+            id=request.request_id, created=created, model=name, choices=[], usage=_usage(request)
+        )
         yield _data(usage.model_dump())
     yield "data: [DONE]\n\n"
 
 
-async def _stream_chat(runtime: SimulatorRuntime, request: EngineRequest,
-                       include_usage: bool) -> AsyncIterator[str]:
+async def _stream_chat(runtime: SimulatorRuntime, request: EngineRequest, include_usage: bool) -> AsyncIterator[str]:
     created = int(time.time())
     name = runtime.settings.name
-    first = ChatCompletionChunk(id=request.request_id, created=created, model=name,
-                                choices=[ChatChunkChoice(delta=Delta(role="assistant", content=""))])
+    first = ChatCompletionChunk(
+        id=request.request_id,
+        created=created,
+        model=name,
+        choices=[ChatChunkChoice(delta=Delta(role="assistant", content=""))],
+    )
     yield _data(first.model_dump())
     async for event in runtime.generate(request):
         text = tok.decode_token(event.token_id) if event.token_id is not None else ""
         chunk = ChatCompletionChunk(
-            id=request.request_id, created=created, model=name,
+            id=request.request_id,
+            created=created,
+            model=name,
             choices=[ChatChunkChoice(delta=Delta(content=text), finish_reason=event.finish_reason)],
         )
         yield _data(chunk.model_dump())
     if include_usage:
-        usage = ChatCompletionChunk(id=request.request_id, created=created, model=name, choices=[],
-                                    usage=_usage(request))
+        usage = ChatCompletionChunk(
+            id=request.request_id, created=created, model=name, choices=[], usage=_usage(request)
+        )
         yield _data(usage.model_dump())
     yield "data: [DONE]\n\n"

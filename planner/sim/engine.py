@@ -122,7 +122,9 @@ class Engine:
         self.config = config
         self.engine_index = engine_index
         self.kv = KVCacheManager(
-            config.num_gpu_blocks, config.block_size, config.max_model_len,
+            config.num_gpu_blocks,
+            config.block_size,
+            config.max_model_len,
             enable_caching=config.enable_prefix_caching,
         )
         self.scheduler = Scheduler(

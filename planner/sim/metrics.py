@@ -43,8 +43,9 @@ class MetricsRecorder:
         for family in self.families.values():
             self._register(family, engine_indexes, max_model_len)
         self._cache_config_info(engine_indexes, cache)
-        info_gauge = Gauge(SIMULATOR_INFO, "kv-planner's vLLM simulator: what it models.",
-                           list(info), registry=self.registry)
+        info_gauge = Gauge(
+            SIMULATOR_INFO, "kv-planner's vLLM simulator: what it models.", list(info), registry=self.registry
+        )
         info_gauge.labels(**info).set(1)
 
     # --- registration -------------------------------------------------------------------------
@@ -100,8 +101,9 @@ class MetricsRecorder:
         # V1 adds the engine label from 0.10.1 (0.8.5 and the V0 engine emit the config alone).
         per_engine = self.engine_kind == "v1" and self.version >= parse_version("0.10.1")
         names = [*labels, "engine"] if per_engine else list(labels)
-        gauge = Gauge(catalog.CACHE_CONFIG_INFO, "Information of the engine's CacheConfig.", names,
-                      registry=self.registry)
+        gauge = Gauge(
+            catalog.CACHE_CONFIG_INFO, "Information of the engine's CacheConfig.", names, registry=self.registry
+        )
         if per_engine:
             for index in engine_indexes:
                 gauge.labels(**labels, engine=str(index)).set(1)
@@ -161,13 +163,17 @@ class MetricsRecorder:
             self._observe("request_prefill_time", engine, [done.prefill_time])
             self._observe("request_inference_time", engine, [done.inference_time])
             self._observe("request_decode_time", engine, [done.decode_time])
-            self._observe("request_prefill_kv_computed_tokens", engine,
-                          [done.num_prompt_tokens - done.num_cached_tokens])
+            self._observe(
+                "request_prefill_kv_computed_tokens", engine, [done.num_prompt_tokens - done.num_cached_tokens]
+            )
             self._observe("request_prompt_tokens", engine, [done.num_prompt_tokens])
             self._observe("request_generation_tokens", engine, [done.num_generation_tokens])
             generated_after_first = done.num_generation_tokens - 1
-            self._observe("request_time_per_output_token", engine,
-                          [done.decode_time / generated_after_first if generated_after_first > 0 else 0.0])
+            self._observe(
+                "request_time_per_output_token",
+                engine,
+                [done.decode_time / generated_after_first if generated_after_first > 0 else 0.0],
+            )
             if done.max_tokens_param:
                 self._observe("request_params_max_tokens", engine, [done.max_tokens_param])
             self._observe("request_num_preemptions", engine, [done.num_preemptions])

@@ -34,8 +34,9 @@ class OfflineResult(BaseModel):
     virtual_seconds: float
 
 
-def run_offline(settings: SimulatorSettings, requests: Sequence[OfflineRequest], *,
-                stop_after_steps: int | None = None) -> OfflineResult:
+def run_offline(
+    settings: SimulatorSettings, requests: Sequence[OfflineRequest], *, stop_after_steps: int | None = None
+) -> OfflineResult:
     """Serve ``requests`` (round-robin over data-parallel engines) until all finish, or for
     ``stop_after_steps`` steps (a page taken mid-run); return the page."""
     from planner.sim.runtime import SimulatorRuntime
@@ -51,8 +52,15 @@ def run_offline(settings: SimulatorSettings, requests: Sequence[OfflineRequest],
             index, spec = pending.pop(0)
             prompt = [rng.randrange(1, 30000) for _ in range(spec.prompt_tokens)]
             engine = engines[index % len(engines)]
-            engine.add_request(Request(f"offline-{index}", prompt, max_tokens=spec.max_tokens,
-                                       ignore_eos=True, max_tokens_param=spec.max_tokens))
+            engine.add_request(
+                Request(
+                    f"offline-{index}",
+                    prompt,
+                    max_tokens=spec.max_tokens,
+                    ignore_eos=True,
+                    max_tokens_param=spec.max_tokens,
+                )
+            )
         busy = [engine for engine in engines if engine.has_work]
         if not busy and not pending:
             break

@@ -184,9 +184,7 @@ class Scheduler:
             if not limits.enable_chunked_prefill and wanted > budget:
                 break
             count = self._new_token_count(wanted, budget)
-            if limits.reserve_full_prompt and not self.kv.can_fit(
-                request.request_id, request.num_tokens, hits
-            ):
+            if limits.reserve_full_prompt and not self.kv.can_fit(request.request_id, request.num_tokens, hits):
                 break
             if self.kv.allocate_slots(request.seq, hit_tokens, count, hits) is None:
                 break
@@ -200,8 +198,7 @@ class Scheduler:
             out.scheduled.append((request, count))
             budget -= count
 
-    def _record_prefix_query(self, request: Request, hit_blocks: int, hit_tokens: int,
-                             stats: PrefixCacheStats) -> None:
+    def _record_prefix_query(self, request: Request, hit_blocks: int, hit_tokens: int, stats: PrefixCacheStats) -> None:
         """Prefix-cache counters, counted per scheduling attempt as vLLM's get_computed_blocks does."""
         if not self.kv.enable_caching:
             return

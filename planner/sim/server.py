@@ -121,8 +121,9 @@ class RunningSimulator:
     def __enter__(self) -> RunningSimulator:
         return self if self._server is not None else self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
 

@@ -16,7 +16,22 @@ from planner.sim.engine import VOCAB_SIZE
 
 _PIECE = re.compile(r"\w+|[^\w\s]")
 _SYLLABLES = (
-    "ka", "lo", "mi", "ne", "ru", "ta", "vi", "so", "pe", "da", "ko", "li", "ma", "no", "re", "tu",
+    "ka",
+    "lo",
+    "mi",
+    "ne",
+    "ru",
+    "ta",
+    "vi",
+    "so",
+    "pe",
+    "da",
+    "ko",
+    "li",
+    "ma",
+    "no",
+    "re",
+    "tu",
 )
 
 

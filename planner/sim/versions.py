@@ -41,9 +41,7 @@ def parse_version(text: str) -> Version:
     """``X.Y.Z`` with an optional leading ``v`` and a fourth part (``0.8.5.post1``, ``0.10.1.1``)."""
     match = _VERSION.match(text.strip())
     if not match:
-        raise UnknownVllmVersionError(
-            f"vLLM version {text!r} is not X.Y.Z", hint="Write the release as e.g. 0.19.0."
-        )
+        raise UnknownVllmVersionError(f"vLLM version {text!r} is not X.Y.Z", hint="Write the release as e.g. 0.19.0.")
     major, minor, patch = (int(part) for part in match.groups())
     return major, minor, patch
 

@@ -71,8 +71,7 @@ def derived_length(model: ModelSpec, version: Version) -> int:
     return value
 
 
-def resolve_max_model_len(model: ModelSpec, args: ServingArgs, release: Release,
-                          version: Version) -> tuple[int, bool]:
+def resolve_max_model_len(model: ModelSpec, args: ServingArgs, release: Release, version: Version) -> tuple[int, bool]:
     """(max_model_len to plan with, auto_fit requested). Refuses what vLLM refuses."""
     derived = derived_length(model, version)
     requested = args.max_model_len

@@ -84,8 +84,11 @@ def uses_v0_engine(args: ServingArgs, gpu: GpuSpec, release: Release, dtype: str
     if not release.v1_default:
         return True
     fp8_kv = args.kv_cache_dtype.startswith("fp8")
-    return (fp8_kv and gpu.architecture not in ("hopper", "blackwell")) or dtype == "float32" \
+    return (
+        (fp8_kv and gpu.architecture not in ("hopper", "blackwell"))
+        or dtype == "float32"
         or gpu.architecture in _NO_BF16_ARCHITECTURES
+    )
 
 
 def batch_defaults(gpu: GpuSpec, release: Release) -> tuple[int, int]:
@@ -99,8 +102,9 @@ def batch_defaults(gpu: GpuSpec, release: Release) -> tuple[int, int]:
     return last.max_num_batched_tokens, last.max_num_seqs
 
 
-def resolve_args(args: ServingArgs, model: ModelSpec, gpu: GpuSpec, release: Release,
-                 max_model_len: int) -> ResolvedArgs:
+def resolve_args(
+    args: ServingArgs, model: ModelSpec, gpu: GpuSpec, release: Release, max_model_len: int
+) -> ResolvedArgs:
     util = args.gpu_memory_utilization
     if util is None:
         util = release.default_gpu_memory_utilization

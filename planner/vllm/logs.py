@@ -32,17 +32,26 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
     "version_engine": re.compile(r"Initializing an? (?:V1 )?LLM engine \(v([\w.+\-]+)\)"),
     "weights": re.compile(r"Model loading took " + _NUM + r"\s*GiB"),
     "profile_v1": re.compile(
-        r"torch peak memory increase: " + _NUM + r"\s*GiB; non-torch forward increase memory: " + _NUM
-        + r"\s*GiB; weights memory: " + _NUM + r"\s*GiB"
+        r"torch peak memory increase: "
+        + _NUM
+        + r"\s*GiB; non-torch forward increase memory: "
+        + _NUM
+        + r"\s*GiB; weights memory: "
+        + _NUM
+        + r"\s*GiB"
     ),
     "available": re.compile(r"Available KV cache memory: " + _NUM + r"\s*GiB"),
-    "v0_total": re.compile(
-        r"total_gpu_memory \(" + _NUM + r"\s*GiB\) x gpu_memory_utilization \(" + _NUM + r"\)"
-    ),
+    "v0_total": re.compile(r"total_gpu_memory \(" + _NUM + r"\s*GiB\) x gpu_memory_utilization \(" + _NUM + r"\)"),
     "v0_terms": re.compile(
-        r"model weights take " + _NUM + r"\s*GiB; non_torch_memory takes " + _NUM
-        + r"\s*GiB; PyTorch activation peak memory takes " + _NUM
-        + r"\s*GiB; the rest of the memory reserved for KV Cache is " + _NUM + r"\s*GiB"
+        r"model weights take "
+        + _NUM
+        + r"\s*GiB; non_torch_memory takes "
+        + _NUM
+        + r"\s*GiB; PyTorch activation peak memory takes "
+        + _NUM
+        + r"\s*GiB; the rest of the memory reserved for KV Cache is "
+        + _NUM
+        + r"\s*GiB"
     ),
     "v0_blocks": re.compile(r"# (?:GPU|CUDA|cuda) blocks: " + _NUM),
     "tokens": re.compile(r"KV cache size: " + _NUM + r" tokens"),

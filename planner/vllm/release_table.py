@@ -13,7 +13,7 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("default_gpu_memory_utilization", "default util"),
     ("budget_ceil", "ceil(total×util)"),
     ("cuda_graphs_counted", "CUDA graphs in budget"),
-    ("tokens_formula", "\"KV cache size\" tokens"),
+    ("tokens_formula", '"KV cache size" tokens'),
     ("sliding_in_flight", "window in-flight"),
     ("group_size_threshold", "group-size rule"),
     ("strided_groups", "strided groups"),
@@ -44,17 +44,20 @@ def _cell(release: Release, field: str) -> str:
 
 
 def render() -> str:
-    lines = [BEGIN, "", "| " + " | ".join(title for _, title in _COLUMNS) + " |",
-             "|" + "---|" * len(_COLUMNS)]
+    lines = [BEGIN, "", "| " + " | ".join(title for _, title in _COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
     for release in RELEASES:
         lines.append("| " + " | ".join(_cell(release, field) for field, _ in _COLUMNS) + " |")
     lines += ["", "Batch defaults (`vllm serve`) and source files read, per row:", ""]
     for release in RELEASES:
         classes = "; ".join(
             f"≥{b.min_memory_gib:g} GiB{' (not A100)' if b.excludes_a100 else ''}: "
-            f"{b.max_num_batched_tokens} tokens / {b.max_num_seqs} seqs" for b in release.batch_defaults)
-        lines.append(f"- **{release.since}**: {classes}. KV dtypes: {', '.join(release.kv_cache_dtypes)}. "
-                     f"Read: {release.evidence}.")
+            f"{b.max_num_batched_tokens} tokens / {b.max_num_seqs} seqs"
+            for b in release.batch_defaults
+        )
+        lines.append(
+            f"- **{release.since}**: {classes}. KV dtypes: {', '.join(release.kv_cache_dtypes)}. "
+            f"Read: {release.evidence}."
+        )
     lines += ["", END]
     return "\n".join(lines)
 

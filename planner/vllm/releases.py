@@ -97,8 +97,9 @@ class Release(BaseModel):
     hybrid_prefix_caching_default: bool = Field(description="prefix caching on by default for Mamba hybrids")
     mamba_prefix_mode: MambaPrefixMode = Field(
         description="Mamba blocks per request with prefix caching on: one_block (<= 0.11), per_block "
-                    "(0.12-0.14: one per block of tokens), all_or_align (0.15-0.26: 'all' for models with "
-                    "Mamba prefix caching, else 'align' = 2), align (0.33: 2, +1 GDN checkpoint on SM90+)")
+        "(0.12-0.14: one per block of tokens), all_or_align (0.15-0.26: 'all' for models with "
+        "Mamba prefix caching, else 'align' = 2), align (0.33: 2, +1 GDN checkpoint on SM90+)"
+    )
     auto_kv_from_checkpoint: bool = Field(description="kv_cache_dtype=auto follows the checkpoint's KV scheme")
     swap_space_flag: bool
     kv_cache_memory_bytes_flag: bool
@@ -115,11 +116,18 @@ _D1 = (*_D0, "fp8_inc")
 _D2 = (*_D1, "bfloat16")
 _D3 = (*_D2, "fp8_ds_mla")
 _D4 = (*_D3, "float16")
-_D5 = (*_D4, "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc",
-       "int8_per_token_head", "fp8_per_token_head", "nvfp4")
+_D5 = (
+    *_D4,
+    "turboquant_k8v4",
+    "turboquant_4bit_nc",
+    "turboquant_k3v4_nc",
+    "turboquant_3bit_nc",
+    "int8_per_token_head",
+    "fp8_per_token_head",
+    "nvfp4",
+)
 _D6 = (*_D5, "int4_per_token_head")
-_D7 = (*_D6, "nvfp4_ds_mla", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit",
-       "nvfp4_4over6")
+_D7 = (*_D6, "nvfp4_ds_mla", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit", "nvfp4_4over6")
 
 _BATCH_0_8 = (
     BatchDefaults(min_memory_gib=70, max_num_batched_tokens=8192, max_num_seqs=1024),
@@ -132,26 +140,62 @@ _BATCH_0_10 = (
 _BATCH_0_33 = (BatchDefaults(min_memory_gib=160, max_num_batched_tokens=16384, max_num_seqs=1024), *_BATCH_0_10)
 
 _V0_ONLY = Release(
-    since="0.6.0", v0_available=True, v1_default=False, default_gpu_memory_utilization=0.9, budget_ceil=False,
-    cuda_graphs_counted=False, tokens_formula="blocks_x_block_size", sliding_in_flight="mnbt",
-    async_scheduling_default=False, group_size_threshold=None, strided_groups=False, fit_check="per_layer",
-    fit_error_style="e0", max_model_len_auto=False, chunked_local_hybrid_default=False,
-    mla_block_size_hopper=16, mla_block_size_blackwell=16, batch_defaults=_BATCH_0_8, clamp_batched_tokens=False,
-    capture_rule="v0_8", hybrid_prefix_caching_default=False, mamba_prefix_mode="one_block",
-    auto_kv_from_checkpoint=False, swap_space_flag=True, kv_cache_memory_bytes_flag=False, kv_cache_dtypes=_D0,
+    since="0.6.0",
+    v0_available=True,
+    v1_default=False,
+    default_gpu_memory_utilization=0.9,
+    budget_ceil=False,
+    cuda_graphs_counted=False,
+    tokens_formula="blocks_x_block_size",
+    sliding_in_flight="mnbt",
+    async_scheduling_default=False,
+    group_size_threshold=None,
+    strided_groups=False,
+    fit_check="per_layer",
+    fit_error_style="e0",
+    max_model_len_auto=False,
+    chunked_local_hybrid_default=False,
+    mla_block_size_hopper=16,
+    mla_block_size_blackwell=16,
+    batch_defaults=_BATCH_0_8,
+    clamp_batched_tokens=False,
+    capture_rule="v0_8",
+    hybrid_prefix_caching_default=False,
+    mamba_prefix_mode="one_block",
+    auto_kv_from_checkpoint=False,
+    swap_space_flag=True,
+    kv_cache_memory_bytes_flag=False,
+    kv_cache_dtypes=_D0,
     evidence="0.6.6.post1: worker/worker.py determine_num_available_blocks, config.py SchedulerConfig, "
-             "engine/arg_utils.py",
+    "engine/arg_utils.py",
 )
 
 _BASE = Release(
-    since="0.8.0", v0_available=True, default_gpu_memory_utilization=0.9, budget_ceil=False,
-    cuda_graphs_counted=False, tokens_formula="blocks_x_block_size", sliding_in_flight="mnbt",
-    async_scheduling_default=False, group_size_threshold=None, strided_groups=False, fit_check="per_layer",
-    fit_error_style="e0", max_model_len_auto=False, chunked_local_hybrid_default=False,
-    mla_block_size_hopper=64, mla_block_size_blackwell=128, batch_defaults=_BATCH_0_8, clamp_batched_tokens=False,
-    capture_rule="v0_8", hybrid_prefix_caching_default=False, mamba_prefix_mode="one_block",
+    since="0.8.0",
+    v0_available=True,
+    default_gpu_memory_utilization=0.9,
+    budget_ceil=False,
+    cuda_graphs_counted=False,
+    tokens_formula="blocks_x_block_size",
+    sliding_in_flight="mnbt",
+    async_scheduling_default=False,
+    group_size_threshold=None,
+    strided_groups=False,
+    fit_check="per_layer",
+    fit_error_style="e0",
+    max_model_len_auto=False,
+    chunked_local_hybrid_default=False,
+    mla_block_size_hopper=64,
+    mla_block_size_blackwell=128,
+    batch_defaults=_BATCH_0_8,
+    clamp_batched_tokens=False,
+    capture_rule="v0_8",
+    hybrid_prefix_caching_default=False,
+    mamba_prefix_mode="one_block",
     auto_kv_from_checkpoint=False,
-    swap_space_flag=True, kv_cache_memory_bytes_flag=False, kv_cache_dtypes=_D0,
+    swap_space_flag=True,
+    kv_cache_memory_bytes_flag=False,
+    kv_cache_dtypes=_D0,
     evidence="0.8.5.post1: v1/core/kv_cache_utils.py, v1/worker/gpu_worker.py, config.py, engine/arg_utils.py",
 )
 
@@ -160,49 +204,126 @@ def _row(previous: Release, since: str, evidence: str, **changes: object) -> Rel
     return previous.model_copy(update={"since": since, "evidence": evidence, **changes})
 
 
-_R_0_10 = _row(_BASE, "0.10.0", "0.10.1.1: v1/core/kv_cache_utils.py, config/cache.py, engine/arg_utils.py",
-               tokens_formula="blocks_div_groups", fit_error_style="e1", batch_defaults=_BATCH_0_10,
-               capture_rule="v0_10", kv_cache_dtypes=_D1)
-_R_0_10_2 = _row(_R_0_10, "0.10.2", "0.10.2: v1/worker/gpu_worker.py (kv_cache_memory_bytes)",
-                 kv_cache_memory_bytes_flag=True)
-_R_0_11 = _row(_R_0_10_2, "0.11.0", "0.11.0: v1/core/kv_cache_utils.py (strided groups), envs.py (no V0)",
-               v0_available=False, strided_groups=True, kv_cache_dtypes=_D2)
-_R_0_12 = _row(_R_0_11, "0.12.0", "0.12.0: v1/core/kv_cache_utils.py, config/vllm.py, engine/arg_utils.py",
-               group_size_threshold=1.25, clamp_batched_tokens=True, capture_rule="v0_12", kv_cache_dtypes=_D3,
-               mamba_prefix_mode="per_block")
+_R_0_10 = _row(
+    _BASE,
+    "0.10.0",
+    "0.10.1.1: v1/core/kv_cache_utils.py, config/cache.py, engine/arg_utils.py",
+    tokens_formula="blocks_div_groups",
+    fit_error_style="e1",
+    batch_defaults=_BATCH_0_10,
+    capture_rule="v0_10",
+    kv_cache_dtypes=_D1,
+)
+_R_0_10_2 = _row(
+    _R_0_10, "0.10.2", "0.10.2: v1/worker/gpu_worker.py (kv_cache_memory_bytes)", kv_cache_memory_bytes_flag=True
+)
+_R_0_11 = _row(
+    _R_0_10_2,
+    "0.11.0",
+    "0.11.0: v1/core/kv_cache_utils.py (strided groups), envs.py (no V0)",
+    v0_available=False,
+    strided_groups=True,
+    kv_cache_dtypes=_D2,
+)
+_R_0_12 = _row(
+    _R_0_11,
+    "0.12.0",
+    "0.12.0: v1/core/kv_cache_utils.py, config/vllm.py, engine/arg_utils.py",
+    group_size_threshold=1.25,
+    clamp_batched_tokens=True,
+    capture_rule="v0_12",
+    kv_cache_dtypes=_D3,
+    mamba_prefix_mode="per_block",
+)
 _R_0_13 = _row(_R_0_12, "0.13.0", "0.13.0: v1/core/kv_cache_utils.py (error text)", fit_error_style="e2")
-_R_0_14 = _row(_R_0_13, "0.14.0", "0.14.0: v1/worker/utils.py request_memory, envs.py, v1/core/kv_cache_utils.py",
-               budget_ceil=True, fit_check="first_group_global", fit_error_style="e3", max_model_len_auto=True,
-               chunked_local_hybrid_default=True, async_scheduling_default=True, auto_kv_from_checkpoint=True)
-_R_0_15 = _row(_R_0_14, "0.15.0", "0.15.1: platforms/cuda.py (Blackwell MLA), v1/kv_cache_interface.py",
-               mla_block_size_blackwell=64, mamba_prefix_mode="all_or_align")
-_R_0_17 = _row(_R_0_15, "0.17.0", "0.17.1: v1/core/kv_cache_utils.py (fit check per worker)",
-               fit_check="first_group")
-_R_0_18 = _row(_R_0_17, "0.18.0", "0.18.0: v1/core/kv_cache_utils.py (1.5 rule), platforms/interface.py, "
-                                  "config/cache.py (no swap_space)",
-               group_size_threshold=1.5, mla_block_size_hopper=16, mla_block_size_blackwell=32,
-               swap_space_flag=False, kv_cache_dtypes=_D4)
-_R_0_19 = _row(_R_0_18, "0.19.0", "0.19.0: v1/core/kv_cache_utils.py get_kv_cache_configs (all groups)",
-               fit_check="all_groups")
-_R_0_20 = _row(_R_0_19, "0.20.0", "0.20.2: v1/worker/gpu_worker.py, envs.py, config/cache.py, kv_cache_utils.py",
-               default_gpu_memory_utilization=0.92, cuda_graphs_counted=True, tokens_formula="concurrency_x_len",
-               capture_rule="v0_20", kv_cache_dtypes=_D5)
+_R_0_14 = _row(
+    _R_0_13,
+    "0.14.0",
+    "0.14.0: v1/worker/utils.py request_memory, envs.py, v1/core/kv_cache_utils.py",
+    budget_ceil=True,
+    fit_check="first_group_global",
+    fit_error_style="e3",
+    max_model_len_auto=True,
+    chunked_local_hybrid_default=True,
+    async_scheduling_default=True,
+    auto_kv_from_checkpoint=True,
+)
+_R_0_15 = _row(
+    _R_0_14,
+    "0.15.0",
+    "0.15.1: platforms/cuda.py (Blackwell MLA), v1/kv_cache_interface.py",
+    mla_block_size_blackwell=64,
+    mamba_prefix_mode="all_or_align",
+)
+_R_0_17 = _row(_R_0_15, "0.17.0", "0.17.1: v1/core/kv_cache_utils.py (fit check per worker)", fit_check="first_group")
+_R_0_18 = _row(
+    _R_0_17,
+    "0.18.0",
+    "0.18.0: v1/core/kv_cache_utils.py (1.5 rule), platforms/interface.py, config/cache.py (no swap_space)",
+    group_size_threshold=1.5,
+    mla_block_size_hopper=16,
+    mla_block_size_blackwell=32,
+    swap_space_flag=False,
+    kv_cache_dtypes=_D4,
+)
+_R_0_19 = _row(
+    _R_0_18, "0.19.0", "0.19.0: v1/core/kv_cache_utils.py get_kv_cache_configs (all groups)", fit_check="all_groups"
+)
+_R_0_20 = _row(
+    _R_0_19,
+    "0.20.0",
+    "0.20.2: v1/worker/gpu_worker.py, envs.py, config/cache.py, kv_cache_utils.py",
+    default_gpu_memory_utilization=0.92,
+    cuda_graphs_counted=True,
+    tokens_formula="concurrency_x_len",
+    capture_rule="v0_20",
+    kv_cache_dtypes=_D5,
+)
 _R_0_21 = _row(_R_0_20, "0.21.0", "0.21.0: v1/core/kv_cache_utils.py, v1/kv_cache_interface.py")
-_R_0_26 = _row(_R_0_21, "0.26.0", "0.26.0: config/vllm.py max_in_flight_tokens, v1/kv_cache_interface.py, "
-                                  "v1/core/kv_cache_utils.py (error text)",
-               sliding_in_flight="concurrent_batches", fit_error_style="e4", kv_cache_dtypes=_D6)
-_R_0_33 = _row(_R_0_26, "0.33.0", "0.33.0: v1/core/kv_cache_planning.py, v1/core/kv_cache_utils.py, "
-                                  "engine/arg_utils.py, config/cache.py",
-               fit_check="all_groups_null_block", batch_defaults=_BATCH_0_33, hybrid_prefix_caching_default=True,
-               mamba_prefix_mode="align",
-               kv_cache_dtypes=_D7)
+_R_0_26 = _row(
+    _R_0_21,
+    "0.26.0",
+    "0.26.0: config/vllm.py max_in_flight_tokens, v1/kv_cache_interface.py, v1/core/kv_cache_utils.py (error text)",
+    sliding_in_flight="concurrent_batches",
+    fit_error_style="e4",
+    kv_cache_dtypes=_D6,
+)
+_R_0_33 = _row(
+    _R_0_26,
+    "0.33.0",
+    "0.33.0: v1/core/kv_cache_planning.py, v1/core/kv_cache_utils.py, engine/arg_utils.py, config/cache.py",
+    fit_check="all_groups_null_block",
+    batch_defaults=_BATCH_0_33,
+    hybrid_prefix_caching_default=True,
+    mamba_prefix_mode="align",
+    kv_cache_dtypes=_D7,
+)
 
-_R_0_7 = _row(_V0_ONLY, "0.7.0", "0.7.3: envs.py (VLLM_USE_V1 default 0), attention/backends/flashmla.py",
-              mla_block_size_hopper=64)
+_R_0_7 = _row(
+    _V0_ONLY,
+    "0.7.0",
+    "0.7.3: envs.py (VLLM_USE_V1 default 0), attention/backends/flashmla.py",
+    mla_block_size_hopper=64,
+)
 
 RELEASES: tuple[Release, ...] = (
-    _V0_ONLY, _R_0_7, _BASE, _R_0_10, _R_0_10_2, _R_0_11, _R_0_12, _R_0_13, _R_0_14, _R_0_15, _R_0_17,
-    _R_0_18, _R_0_19, _R_0_20, _R_0_21, _R_0_26, _R_0_33,
+    _V0_ONLY,
+    _R_0_7,
+    _BASE,
+    _R_0_10,
+    _R_0_10_2,
+    _R_0_11,
+    _R_0_12,
+    _R_0_13,
+    _R_0_14,
+    _R_0_15,
+    _R_0_17,
+    _R_0_18,
+    _R_0_19,
+    _R_0_20,
+    _R_0_21,
+    _R_0_26,
+    _R_0_33,
 )
 
 OLDEST = Version.parse(RELEASES[0].since)
@@ -220,9 +341,7 @@ def resolve_release(version: str | None) -> tuple[Version, Release, list[str]]:
     warnings: list[str] = []
     parsed = Version.parse(version or LATEST_KNOWN)
     if parsed < OLDEST:
-        raise UnknownVllmVersionError(
-            f"vLLM {parsed} is older than the oldest release kv-planner models ({OLDEST})"
-        )
+        raise UnknownVllmVersionError(f"vLLM {parsed} is older than the oldest release kv-planner models ({OLDEST})")
     if parsed > _LATEST:
         warnings.append(
             f"KVP104 vLLM {parsed} is newer than the newest release checked ({LATEST_KNOWN}); "

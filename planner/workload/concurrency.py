@@ -178,8 +178,9 @@ def risk_bounded_concurrency(
     average_tokens = min(m, math.ceil(occupancy.mean_prompt_tokens + occupancy.mean_output_tokens))
     average = capacity // max(1, kv.blocks_for_sequence(average_tokens))
 
-    curve_points = _curve_points(n_star, worst=worst, average=average, capacity=capacity,
-                                 mean_blocks=occupancy.mean_blocks, n_max=n_max)
+    curve_points = _curve_points(
+        n_star, worst=worst, average=average, capacity=capacity, mean_blocks=occupancy.mean_blocks, n_max=n_max
+    )
     curve: list[RiskPoint] = []
     if with_curve:
         curve_risks = engine.risks(curve_points)
@@ -213,18 +214,28 @@ def risk_bounded_concurrency(
         method=_method(unit, occupancy),
         block_unit=unit,
         token_resolution=occupancy.token_resolution,
-        explanation=_explain(n_star, risk=risk, target=target, capacity=capacity, usable=usable,
-                             headroom=headroom, per_max=per_max, worst=worst, average=average,
-                             average_tokens=average_tokens, occupancy=occupancy, profile=profile,
-                             engine=engine),
+        explanation=_explain(
+            n_star,
+            risk=risk,
+            target=target,
+            capacity=capacity,
+            usable=usable,
+            headroom=headroom,
+            per_max=per_max,
+            worst=worst,
+            average=average,
+            average_tokens=average_tokens,
+            occupancy=occupancy,
+            profile=profile,
+            engine=engine,
+        ),
     )
     advice._engine = engine
     advice._unit_pmf = unit_pmf
     return advice
 
 
-def _curve_points(n_star: int, *, worst: int, average: int, capacity: int, mean_blocks: float,
-                  n_max: int) -> list[int]:
+def _curve_points(n_star: int, *, worst: int, average: int, capacity: int, mean_blocks: float, n_max: int) -> list[int]:
     mean_based = int(capacity / mean_blocks) if mean_blocks > 0 else 0
     anchor = max(n_star, 1)
     points = {1, worst, average, mean_based, n_max + 1}
@@ -242,9 +253,22 @@ def _method(unit: int, occupancy: Occupancy) -> str:
     return "; ".join(parts)
 
 
-def _explain(n_star: int, *, risk: float, target: float, capacity: int, usable: int, headroom: float,
-             per_max: int, worst: int, average: int, average_tokens: int, occupancy: Occupancy,
-             profile: WorkloadProfile, engine: TruncatedSums) -> list[str]:
+def _explain(
+    n_star: int,
+    *,
+    risk: float,
+    target: float,
+    capacity: int,
+    usable: int,
+    headroom: float,
+    per_max: int,
+    worst: int,
+    average: int,
+    average_tokens: int,
+    occupancy: Occupancy,
+    profile: WorkloadProfile,
+    engine: TruncatedSums,
+) -> list[str]:
     lines = [
         f"A running request holds {occupancy.mean_blocks:.1f} KV blocks on average "
         f"({occupancy.blocks_quantile(0.99)} at p99, {per_max} at max_model_len={occupancy.max_model_len}); "

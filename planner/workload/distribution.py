@@ -184,9 +184,7 @@ def _cached_grid(dist: LengthDistribution, cap: int) -> tuple[FloatArray, FloatA
 class _FixedDistribution(LengthDistribution):
     def __init__(self, tokens: int) -> None:
         if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= MAX_LENGTH:
-            raise WorkloadProfileError(
-                f"a fixed length must be a whole number of tokens >= 1, got {tokens!r}"
-            )
+            raise WorkloadProfileError(f"a fixed length must be a whole number of tokens >= 1, got {tokens!r}")
         self.tokens = tokens
         self.description = f"fixed {tokens}"
 
@@ -221,8 +219,7 @@ class _PercentileDistribution(LengthDistribution):
         self.levels = np.array([u for u, _ in knots])
         self.logs = np.log(np.array([x for _, x in knots]))
         # z of interior knots; +-inf at min/max (those segments use u-space, see _segment_cdf).
-        self.zs = np.array([_normal_ppf(u) if 0.0 < u < 1.0 else math.copysign(math.inf, u - 0.5)
-                            for u, _ in knots])
+        self.zs = np.array([_normal_ppf(u) if 0.0 < u < 1.0 else math.copysign(math.inf, u - 0.5) for u, _ in knots])
         self.description = "percentiles " + ", ".join(f"{k}={v:g}" for k, v in points.items())
 
     def _cdf(self, x: FloatArray, cap: int) -> FloatArray:

@@ -59,9 +59,7 @@ def histogram_csv_buckets(text: str, *, source: str = "histogram") -> dict[str, 
     for number, row in enumerate(reader, start=2):
         kind = (row.get("kind") or "").strip().lower()
         if kind not in buckets:
-            raise WorkloadProfileError(
-                f"{source}: line {number}: kind must be 'prompt' or 'output', got {kind!r}"
-            )
+            raise WorkloadProfileError(f"{source}: line {number}: kind must be 'prompt' or 'output', got {kind!r}")
         le_text = (row.get("le") or "").strip()
         try:
             count = float((row.get("count") or "").strip())
@@ -104,9 +102,7 @@ def _result_vector(result: Any, source: str) -> list[Any]:
     if not isinstance(result, dict):
         raise WorkloadProfileError(f"{source}: expected a Prometheus API response object")
     if result.get("status") not in (None, "success"):
-        raise WorkloadProfileError(
-            f"{source}: Prometheus answered {result.get('status')}: {result.get('error')}"
-        )
+        raise WorkloadProfileError(f"{source}: Prometheus answered {result.get('status')}: {result.get('error')}")
     data = result.get("data", result)
     vector_ok = isinstance(data, dict) and data.get("resultType") == "vector"
     if not (vector_ok and isinstance(data.get("result"), list)):

@@ -80,9 +80,7 @@ def block_lookup(kv: KvCacheReport, tokens: IntArray) -> IntArray:
     unit = max(unit, 1)
     rounded = -(-tokens // unit) * unit
     distinct, inverse = np.unique(rounded, return_inverse=True)
-    values = np.fromiter(
-        (kv.blocks_for_sequence(int(t)) for t in distinct), dtype=np.int64, count=len(distinct)
-    )
+    values = np.fromiter((kv.blocks_for_sequence(int(t)) for t in distinct), dtype=np.int64, count=len(distinct))
     result: IntArray = values[inverse]
     return result
 
@@ -131,9 +129,7 @@ def running_occupancy(kv: KvCacheReport, profile: WorkloadProfile, *, max_model_
     )
 
 
-def _prompt_cells(
-    dist: LengthDistribution, m: int, edges: FloatArray
-) -> tuple[FloatArray, FloatArray, float]:
+def _prompt_cells(dist: LengthDistribution, m: int, edges: FloatArray) -> tuple[FloatArray, FloatArray, float]:
     """Prompt mass per token cell (admitted prompts only, normalised) and each cell's token value."""
     cdf = dist.cdf(edges, cap=m)
     accepted = float(dist.cdf(np.array([m - 1.0]), cap=m)[0])

@@ -129,9 +129,7 @@ def parse_workload(data: Any, *, source: str = "workload") -> WorkloadProfile:
     try:
         return WorkloadProfile.model_validate(data)
     except ValidationError as error:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in error.errors()[:5]
-        )
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in error.errors()[:5])
         raise WorkloadProfileError(
             f"{source}: {problems}",
             hint="see docs/workload.md for the format, e.g. "

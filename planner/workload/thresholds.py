@@ -189,20 +189,24 @@ def hpa(t: Thresholds, opts: ThresholdOptions) -> dict[str, Any]:
     }
 
 
-_ADAPTER_RULES = """\
+_ADAPTER_RULES = (
+    """\
 # prometheus-adapter rules (Helm values `rules.custom`) that serve the two Pods metrics above:
 # - seriesQuery: 'vllm:num_requests_running{namespace!="",pod!=""}'
 #   resources: {overrides: {namespace: {resource: namespace}, pod: {resource: pod}}}
 #   name: {matches: "^vllm:num_requests_running$", as: "vllm_requests_in_flight"}
-#   metricsQuery: '""" + (
-    "sum(vllm:num_requests_running{<<.LabelMatchers>>} + vllm:num_requests_waiting{<<.LabelMatchers>>})"
-    " by (<<.GroupBy>>)'\n"
-) + """\
+#   metricsQuery: '"""
+    + (
+        "sum(vllm:num_requests_running{<<.LabelMatchers>>} + vllm:num_requests_waiting{<<.LabelMatchers>>})"
+        " by (<<.GroupBy>>)'\n"
+    )
+    + """\
 # - seriesQuery: 'vllm:kv_cache_usage_perc{namespace!="",pod!=""}'
 #   resources: {overrides: {namespace: {resource: namespace}, pod: {resource: pod}}}
 #   name: {matches: "^vllm:kv_cache_usage_perc$", as: "vllm_kv_cache_usage_perc"}
 #   metricsQuery: 'avg(<<.Series>>{<<.LabelMatchers>>}) by (<<.GroupBy>>)'
 """
+)
 
 
 def endpoint_picker_config(t: Thresholds, opts: ThresholdOptions) -> dict[str, Any]:
@@ -243,8 +247,7 @@ def _header(target: EmitTarget, t: Thresholds, opts: ThresholdOptions) -> str:
     )
     notes = {
         "keda": "# KEDA ScaledObject: scale out on requests in flight per replica or on mean KV usage.\n",
-        "hpa": "# HorizontalPodAutoscaler (autoscaling/v2) on Pods metrics from prometheus-adapter.\n"
-        + _ADAPTER_RULES,
+        "hpa": "# HorizontalPodAutoscaler (autoscaling/v2) on Pods metrics from prometheus-adapter.\n" + _ADAPTER_RULES,
         "gaie": "# Gateway API Inference Extension / llm-d EPP config: saturated at max_num_seqs requests in"
         " flight per endpoint.\n# Merge `plugins` and `saturationDetector` into your EndpointPickerConfig "
         "(keep your scorers and profiles).\n"
@@ -276,8 +279,7 @@ def render_thresholds(
     unknown = [e for e in emit if e not in EMIT_TARGETS]
     if unknown or not emit:
         raise PlannerInputError(
-            f"unknown --emit target(s) {', '.join(unknown) or '(none)'}; "
-            f"choose from {', '.join(EMIT_TARGETS)}"
+            f"unknown --emit target(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(EMIT_TARGETS)}"
         )
     t = compute_thresholds(advice, opts)
     documents = []

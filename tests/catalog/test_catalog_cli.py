@@ -74,9 +74,7 @@ def test_unknown_gpu_exits_2_with_suggestions(name: str, hint: str) -> None:
 def test_models_json() -> None:
     rows = json.loads(_run("models", "-o", "json").stdout)
     assert len(rows) == len(all_models()) >= 50
-    assert {"id", "architecture", "num_layers", "num_kv_heads", "head_dim", "layer_pattern", "source"} <= set(
-        rows[0]
-    )
+    assert {"id", "architecture", "num_layers", "num_kv_heads", "head_dim", "layer_pattern", "source"} <= set(rows[0])
     one = json.loads(_run("models", "llama-3.1-8b-instruct", "-o", "json").stdout)
     assert one["id"] == "meta-llama/Llama-3.1-8B-Instruct"
     assert one["checkpoint_bytes"] == 16_060_522_496

@@ -65,9 +65,7 @@ def test_catalog_has_every_required_gpu_with_sources() -> None:
     assert set(REQUIRED) <= set(names)
     for gpu in all_gpus():
         assert re.fullmatch(r"[A-Z0-9][A-Za-z0-9-]*", gpu.name), gpu.name
-        assert gpu.memory_source.split(":")[0] in ("torch", "torch (ROCm)", "vLLM", "OOM", "derived"), (
-            gpu.name
-        )
+        assert gpu.memory_source.split(":")[0] in ("torch", "torch (ROCm)", "vLLM", "OOM", "derived"), gpu.name
         assert gpu.bandwidth_bytes_per_s >= 100 * 10**9
         # CUDA's total lies below the marketed size (read as GiB) and above 85% of it (read as GB).
         marketed = re.search(r"(\d+)GB$", gpu.name)
@@ -386,8 +384,7 @@ def test_real_catalog_files_build(tmp_path: Path) -> None:
             "does not validate",
         ),
         (
-            "gpus:"
-            + _CARD.format(name="X1", alias="a").replace('    memory_source: "torch: a test figure"\n', ""),
+            "gpus:" + _CARD.format(name="X1", alias="a").replace('    memory_source: "torch: a test figure"\n', ""),
             "instance_types: {aws: {}}\n",
             "memory_source",
         ),

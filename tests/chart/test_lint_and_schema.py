@@ -49,8 +49,11 @@ REJECTED_CASES: list[tuple[str, tuple[str, ...], list[str]]] = [
     ("headroom-negative", ("json:policy.headroom=-0.1",), ["headroom", "0"]),
     ("negative-lookup-budget", ("json:policy.modelLookup.timeoutSeconds=-1",), ["timeoutSeconds"]),
     ("namespace-override-headroom", ('json:policy.namespaces={"team-a": {"headroom": 1.5}}',), ["headroom"]),
-    ("workload-target-risk", ('json:policy.workload={"prompt_tokens": {"p50": 800}, "target_risk": 2}',),
-     ["target_risk"]),
+    (
+        "workload-target-risk",
+        ('json:policy.workload={"prompt_tokens": {"p50": 800}, "target_risk": 2}',),
+        ["target_risk"],
+    ),
     ("validationAction", ("policy.validationAction=Maybe",), ["validationAction", "Enforce", "Audit"]),
     # YAML 1.1 reads an unquoted `off` as false: the schema says it wants a string.
     ("mutation-unquoted-off", ("policy.mutation=false",), ["mutation"]),
@@ -83,8 +86,9 @@ def test_schema_rejects_bad_values(set_values: tuple[str, ...], fragments: list[
 def test_every_bad_value_is_reported_at_once(binary: str) -> None:
     """Helm 3 (gojsonschema) and Helm 4 (santhosh-tekuri/jsonschema) validate differently; both must
     reject every case above, and list them all in one message."""
-    cases = [(values, fragments) for _, values, fragments in REJECTED_CASES
-             if not any("provided" in item for item in values)]
+    cases = [
+        (values, fragments) for _, values, fragments in REJECTED_CASES if not any("provided" in item for item in values)
+    ]
     message = helm_template_error(*[item for values, _ in cases for item in values], helm=binary)
     for values, fragments in cases:
         for fragment in fragments:
@@ -95,7 +99,10 @@ def test_every_bad_value_is_reported_at_once(binary: str) -> None:
 def test_schema_rejection_also_fails_helm_lint(binary: str) -> None:
     proc = subprocess.run(
         [binary, "lint", str(CHART), "--set", "webhook.timeoutSeconds=30"],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert proc.returncode != 0
     assert "timeoutSeconds" in proc.stdout + proc.stderr
@@ -103,17 +110,27 @@ def test_schema_rejection_also_fails_helm_lint(binary: str) -> None:
 
 # Cross-field rules the JSON schema cannot express are checked by the templates with `fail`.
 TEMPLATE_FAILURES = [
-    pytest.param(("policy.modelLookup.timeoutSeconds=2",), "must be below webhook.timeoutSeconds",
-                 id="model-lookup-slower-than-webhook"),
-    pytest.param(("webhook.mutating.enabled=false", "webhook.validating.enabled=false"),
-                 "set webhook.enabled=false instead", id="no-webhook-entries"),
+    pytest.param(
+        ("policy.modelLookup.timeoutSeconds=2",),
+        "must be below webhook.timeoutSeconds",
+        id="model-lookup-slower-than-webhook",
+    ),
+    pytest.param(
+        ("webhook.mutating.enabled=false", "webhook.validating.enabled=false"),
+        "set webhook.enabled=false instead",
+        id="no-webhook-entries",
+    ),
     pytest.param(("webhook.metricsPort=8443",), "must differ", id="port-clash"),
-    pytest.param(("webhook.tls.mode=provided", "webhook.tls.provided.secretName=s"), "caBundle",
-                 id="provided-without-ca"),
+    pytest.param(
+        ("webhook.tls.mode=provided", "webhook.tls.provided.secretName=s"), "caBundle", id="provided-without-ca"
+    ),
     pytest.param(("exporter.source=targets",), "targets", id="targets-without-urls"),
     pytest.param(("exporter.source=prometheus",), "prometheusUrl", id="prometheus-without-url"),
-    pytest.param(("exporter.rbac.namespaces[0]=team-a",), "cannot be used with exporter.source discover",
-                 id="namespaced-rbac-with-discovery"),
+    pytest.param(
+        ("exporter.rbac.namespaces[0]=team-a",),
+        "cannot be used with exporter.source discover",
+        id="namespaced-rbac-with-discovery",
+    ),
 ]
 
 

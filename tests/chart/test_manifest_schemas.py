@@ -47,9 +47,7 @@ def kube_versions() -> list[str]:
 
 
 def rendered_documents() -> dict[str, list[dict[str, Any]]]:
-    return {
-        f"{name}{'+crds' if apis else ''}": render(files, api_versions=apis) for name, files, apis in RENDERINGS
-    }
+    return {f"{name}{'+crds' if apis else ''}": render(files, api_versions=apis) for name, files, apis in RENDERINGS}
 
 
 def test_lowest_supported_version_has_schemas() -> None:
@@ -64,9 +62,7 @@ def test_builtin_objects_validate_strictly(version: str, monkeypatch: pytest.Mon
     # (multi-megabyte) schema files for every document, here they are read once; and identical
     # documents (most of them, across scenarios) are validated once.
     kubernetes_validate = pytest.importorskip("kubernetes_validate.utils")
-    monkeypatch.setattr(
-        kubernetes_validate, "schema_contents", functools.cache(kubernetes_validate.schema_contents)
-    )
+    monkeypatch.setattr(kubernetes_validate, "schema_contents", functools.cache(kubernetes_validate.schema_contents))
     unique: dict[str, tuple[str, dict[str, Any]]] = {}
     for label, docs in rendered_documents().items():
         for doc in docs:
@@ -107,7 +103,11 @@ def test_custom_resources_match_their_crd_types(tmp_path: Path) -> None:
     script = Path(__file__).with_name("validate_crs.mjs")
     proc = subprocess.run(
         [node, str(script), str(NODE_MODULES)],
-        input=json.dumps(custom), capture_output=True, text=True, timeout=120, check=False,
+        input=json.dumps(custom),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert proc.returncode in (0, 1), proc.stderr
     results = json.loads(proc.stdout)
@@ -130,7 +130,10 @@ def test_crd_validators_catch_a_broken_object() -> None:
     proc = subprocess.run(
         [node, str(script), str(NODE_MODULES)],
         input=json.dumps([{"label": "broken", "object": monitor}, {"label": "broken", "object": cert}]),
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     results = json.loads(proc.stdout)
     assert "interval" in " ".join(results[0]["errors"])

@@ -53,14 +53,22 @@ def owner(api_version: str, kind: str, controller: bool | None = True) -> dict[s
 
 
 ANNOTATIONS: list[dict[str, Any] | None] = [
-    None, {}, {"kv-planner.io/skip": "true"}, {"kv-planner.io/skip": "false"}, {"other": "x"},
+    None,
+    {},
+    {"kv-planner.io/skip": "true"},
+    {"kv-planner.io/skip": "false"},
+    {"other": "x"},
 ]
 OWNERS: list[list[dict[str, Any]] | None] = [
-    None, [],
-    [owner("apps/v1", "ReplicaSet")], [owner("apps/v1", "ReplicaSet", controller=False)],
-    [owner("apps/v1", "ReplicaSet", controller=None)], [owner("batch/v1", "CronJob")],
+    None,
+    [],
+    [owner("apps/v1", "ReplicaSet")],
+    [owner("apps/v1", "ReplicaSet", controller=False)],
+    [owner("apps/v1", "ReplicaSet", controller=None)],
+    [owner("batch/v1", "CronJob")],
     [owner("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")],
-    [owner("serving.kserve.io/v1beta1", "InferenceService")], [owner("example.com/v1", "Deployment")],
+    [owner("serving.kserve.io/v1beta1", "InferenceService")],
+    [owner("example.com/v1", "Deployment")],
 ]
 
 
@@ -95,13 +103,31 @@ def test_conditions_never_error(kserve: bool) -> None:
         ("not-managed-by-reviewed-owner", None, [owner("apps/v1", "ReplicaSet", False)], False, False, True),
         ("not-managed-by-reviewed-owner", None, [owner("batch/v1", "Job")], False, False, False),
         ("not-managed-by-reviewed-owner", None, [owner("batch/v1", "CronJob")], False, False, True),
-        ("not-managed-by-reviewed-owner", None,
-         [owner("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")], False, False, False),
+        (
+            "not-managed-by-reviewed-owner",
+            None,
+            [owner("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")],
+            False,
+            False,
+            False,
+        ),
         # KServe-owned Deployments are reviewed directly unless the InferenceService itself is.
-        ("not-managed-by-reviewed-owner", None,
-         [owner("serving.kserve.io/v1beta1", "InferenceService")], False, False, True),
-        ("not-managed-by-reviewed-owner", None,
-         [owner("serving.kserve.io/v1beta1", "InferenceService")], False, True, False),
+        (
+            "not-managed-by-reviewed-owner",
+            None,
+            [owner("serving.kserve.io/v1beta1", "InferenceService")],
+            False,
+            False,
+            True,
+        ),
+        (
+            "not-managed-by-reviewed-owner",
+            None,
+            [owner("serving.kserve.io/v1beta1", "InferenceService")],
+            False,
+            True,
+            False,
+        ),
         # A CRD that happens to be called Deployment is not apps/v1.
         ("not-managed-by-reviewed-owner", None, [owner("example.com/v1", "Deployment")], False, False, True),
         ("not-terminating", None, None, True, False, False),
@@ -109,7 +135,11 @@ def test_conditions_never_error(kserve: bool) -> None:
     ],
 )
 def test_conditions_decide_as_documented(
-    name: str, annotations: dict[str, Any] | None, owners: list[dict[str, Any]] | None, deleting: bool,
-    kserve: bool, called: bool,
+    name: str,
+    annotations: dict[str, Any] | None,
+    owners: list[dict[str, Any]] | None,
+    deleting: bool,
+    kserve: bool,
+    called: bool,
 ) -> None:
     assert evaluate(conditions(kserve)[name], make(annotations, owners, deleting), "Pod") is called

@@ -39,8 +39,9 @@ def test_promtool_check_rules(values_file: Path | None, tmp_path: Path) -> None:
     groups = rule_groups(*((str(values_file),) if values_file else ()))
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump({"groups": groups}))
-    proc = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True, text=True,
-                          timeout=60, check=False)
+    proc = subprocess.run(
+        [promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=60, check=False
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "SUCCESS" in proc.stdout + proc.stderr
 
@@ -133,8 +134,14 @@ def test_webhook_alerts_fire_on_api_server_series(tmp_path: Path) -> None:
     groups = [g for g in rule_groups() if g["name"] == "kv-planner.webhook.alerts"]
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": groups}))
     (tmp_path / "tests.yaml").write_text(ALERT_TESTS)
-    proc = subprocess.run([promtool(), "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60, check=False)
+    proc = subprocess.run(
+        [promtool(), "test", "rules", "tests.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 

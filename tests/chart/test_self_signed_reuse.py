@@ -29,18 +29,28 @@ NAMESPACE = "kv-upgrade"
 SECRET = f"{RELEASE}-kv-planner-webhook-tls"
 # Kinds the chart renders, as discovery must list them for Helm to map manifests to resources.
 RESOURCES = {
-    "v1": [("configmaps", "ConfigMap"), ("secrets", "Secret"), ("serviceaccounts", "ServiceAccount"),
-           ("services", "Service"), ("pods", "Pod")],
+    "v1": [
+        ("configmaps", "ConfigMap"),
+        ("secrets", "Secret"),
+        ("serviceaccounts", "ServiceAccount"),
+        ("services", "Service"),
+        ("pods", "Pod"),
+    ],
     "apps/v1": [("deployments", "Deployment")],
     "policy/v1": [("poddisruptionbudgets", "PodDisruptionBudget")],
-    "rbac.authorization.k8s.io/v1": [("clusterroles", "ClusterRole"), ("clusterrolebindings", "ClusterRoleBinding"),
-                                     ("roles", "Role"), ("rolebindings", "RoleBinding")],
-    "admissionregistration.k8s.io/v1": [("mutatingwebhookconfigurations", "MutatingWebhookConfiguration"),
-                                        ("validatingwebhookconfigurations", "ValidatingWebhookConfiguration")],
+    "rbac.authorization.k8s.io/v1": [
+        ("clusterroles", "ClusterRole"),
+        ("clusterrolebindings", "ClusterRoleBinding"),
+        ("roles", "Role"),
+        ("rolebindings", "RoleBinding"),
+    ],
+    "admissionregistration.k8s.io/v1": [
+        ("mutatingwebhookconfigurations", "MutatingWebhookConfiguration"),
+        ("validatingwebhookconfigurations", "ValidatingWebhookConfiguration"),
+    ],
     "networking.k8s.io/v1": [("networkpolicies", "NetworkPolicy")],
 }
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
-                  "ValidatingWebhookConfiguration"}
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
 
 
 class FakeApiServer(BaseHTTPRequestHandler):
@@ -54,8 +64,9 @@ class FakeApiServer(BaseHTTPRequestHandler):
         self.requests.append(path)
         body = self.route(path)
         if body is None:
-            self.reply(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
-                             "code": 404})
+            self.reply(
+                404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
+            )
         else:
             self.reply(200, body)
 
@@ -74,9 +85,20 @@ class FakeApiServer(BaseHTTPRequestHandler):
             return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
         gv = path.removeprefix("/api/").removeprefix("/apis/")
         if gv in RESOURCES:
-            return {"kind": "APIResourceList", "groupVersion": gv, "resources": [
-                {"name": name, "singularName": kind.lower(), "kind": kind, "namespaced": kind not in CLUSTER_SCOPED,
-                 "verbs": ["get", "list"]} for name, kind in RESOURCES[gv]]}
+            return {
+                "kind": "APIResourceList",
+                "groupVersion": gv,
+                "resources": [
+                    {
+                        "name": name,
+                        "singularName": kind.lower(),
+                        "kind": kind,
+                        "namespaced": kind not in CLUSTER_SCOPED,
+                        "verbs": ["get", "list"],
+                    }
+                    for name, kind in RESOURCES[gv]
+                ],
+            }
         prefix = f"/api/v1/namespaces/{NAMESPACE}/secrets/"
         if path.startswith(prefix):
             return self.secrets.get(path.removeprefix(prefix))
@@ -100,12 +122,18 @@ def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     path = tmp_path_factory.mktemp("kube") / "config"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": f"http://127.0.0.1:{server.server_address[1]}"}}],
-        "users": [{"name": "fake", "user": {"token": "not-a-secret"}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": NAMESPACE}}],
-    }))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "fake",
+                "clusters": [{"name": "fake", "cluster": {"server": f"http://127.0.0.1:{server.server_address[1]}"}}],
+                "users": [{"name": "fake", "user": {"token": "not-a-secret"}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": NAMESPACE}}],
+            }
+        )
+    )
     yield path
     server.shutdown()
     server.server_close()
@@ -115,9 +143,22 @@ def render_against_cluster(helm: str, kubeconfig: Path, existing: dict[str, Any]
     FakeApiServer.secrets = {SECRET: existing} if existing else {}
     FakeApiServer.requests = []
     proc = subprocess.run(
-        [helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=server",
-         "--disable-openapi-validation", "--kubeconfig", str(kubeconfig)],
-        capture_output=True, text=True, timeout=120, check=False,
+        [
+            helm,
+            "template",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            NAMESPACE,
+            "--dry-run=server",
+            "--disable-openapi-validation",
+            "--kubeconfig",
+            str(kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     assert proc.returncode == 0, proc.stderr
     assert f"/api/v1/namespaces/{NAMESPACE}/secrets/{SECRET}" in FakeApiServer.requests  # lookup happened
@@ -126,8 +167,9 @@ def render_against_cluster(helm: str, kubeconfig: Path, existing: dict[str, Any]
 
 def tls_state(docs: list[dict[str, Any]]) -> tuple[dict[str, str], str, set[str]]:
     secret = next(d for d in docs if d["kind"] == "Secret")
-    bundles = {h["clientConfig"]["caBundle"] for d in docs if d["kind"].endswith("WebhookConfiguration")
-               for h in d["webhooks"]}
+    bundles = {
+        h["clientConfig"]["caBundle"] for d in docs if d["kind"].endswith("WebhookConfiguration") for h in d["webhooks"]
+    }
     return secret["data"], secret["metadata"]["annotations"]["kv-planner.io/tls-not-after"], bundles
 
 

@@ -27,22 +27,64 @@ def test_recommend_without_model_lists_catalog_models_offline() -> None:
     assert data["gpu"]["name"] == "A100-80GB" and data["gpu"]["memory_bytes"] > 0
     assert len(data["models"]) >= 50
     row = next(m for m in data["models"] if m["id"] == "meta-llama/Llama-3.1-8B-Instruct")
-    assert set(row) >= {"id", "fits", "max_model_len", "max_concurrency_4096", "max_concurrency_32768",
-                        "max_concurrency_max"}
+    assert set(row) >= {
+        "id",
+        "fits",
+        "max_model_len",
+        "max_concurrency_4096",
+        "max_concurrency_32768",
+        "max_concurrency_max",
+    }
     assert row["fits"] and row["max_concurrency_4096"] > row["max_concurrency_32768"] > 0
 
 
 def test_recommend_json_contract() -> None:
-    code, out, _ = run("recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct",
-                       "--max-model-len", "32K", "--vllm-version", "0.19.0", "--output", "json")
+    code, out, _ = run(
+        "recommend",
+        "--gpu",
+        "H100-80GB",
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--max-model-len",
+        "32K",
+        "--vllm-version",
+        "0.19.0",
+        "--output",
+        "json",
+    )
     assert code == 0
     plan = json.loads(out)
-    assert set(plan) >= {"model", "gpu", "vllm_version", "memory", "kv_cache", "fits", "recommendation",
-                         "alternatives", "warnings"}
-    assert set(plan["memory"]) >= {"total_bytes", "budget_bytes", "weights_bytes", "weights_estimated",
-                                   "activation_peak_bytes", "non_torch_bytes", "cuda_graph_bytes", "kv_cache_bytes"}
-    assert set(plan["kv_cache"]) >= {"bytes_per_token", "state_bytes_per_sequence", "block_size", "bytes_per_block",
-                                     "num_gpu_blocks", "tokens", "max_concurrency", "max_model_len"}
+    assert set(plan) >= {
+        "model",
+        "gpu",
+        "vllm_version",
+        "memory",
+        "kv_cache",
+        "fits",
+        "recommendation",
+        "alternatives",
+        "warnings",
+    }
+    assert set(plan["memory"]) >= {
+        "total_bytes",
+        "budget_bytes",
+        "weights_bytes",
+        "weights_estimated",
+        "activation_peak_bytes",
+        "non_torch_bytes",
+        "cuda_graph_bytes",
+        "kv_cache_bytes",
+    }
+    assert set(plan["kv_cache"]) >= {
+        "bytes_per_token",
+        "state_bytes_per_sequence",
+        "block_size",
+        "bytes_per_block",
+        "num_gpu_blocks",
+        "tokens",
+        "max_concurrency",
+        "max_model_len",
+    }
     assert plan["kv_cache"]["bytes_per_token"] == 131072
     assert plan["kv_cache"]["max_model_len"] == 32768
     assert plan["vllm_version"] == "0.19.0" and plan["fits"] is True
@@ -52,16 +94,26 @@ def test_recommend_json_contract() -> None:
 
 
 def test_recommend_args_and_yaml_outputs() -> None:
-    code, out, _ = run("recommend", "--gpu", "L4", "--model", "Qwen/Qwen2.5-7B-Instruct", "--max-model-len", "8k",
-                       "--output", "args")
+    code, out, _ = run(
+        "recommend", "--gpu", "L4", "--model", "Qwen/Qwen2.5-7B-Instruct", "--max-model-len", "8k", "--output", "args"
+    )
     assert code == 0 and out.startswith("--max-model-len 8000 --max-num-seqs ")
     code, out, _ = run("recommend", "--gpu", "L4", "--model", "Qwen/Qwen2.5-7B-Instruct", "--output", "yaml")
     assert code == 0 and yaml.safe_load(out)["gpu"]["name"] == "L4"
 
 
 def test_plan_that_does_not_fit_exits_1_and_says_what_would() -> None:
-    code, out, _ = run("recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-70B-Instruct",
-                       "-tp", "2", "--output", "json")
+    code, out, _ = run(
+        "recommend",
+        "--gpu",
+        "H100-80GB",
+        "--model",
+        "meta-llama/Llama-3.1-70B-Instruct",
+        "-tp",
+        "2",
+        "--output",
+        "json",
+    )
     assert code == 1
     plan = json.loads(out)
     assert not plan["fits"] and "estimated maximum model length" in plan["fit_error"]
@@ -74,14 +126,16 @@ def test_plan_that_does_not_fit_exits_1_and_says_what_would() -> None:
     [
         (["--gpu", "A100-80G"], "Did you mean 'A100-80GB'"),
         (["--gpu", "A100-80GB", "--model", "Qwen/Qwen2.5-7B-Instruct", "--max-model-len", "32.5K"], "Decimals"),
-        (["--gpu", "A100-80GB", "--model", "Qwen/Qwen2.5-7B-Instruct", "--gpu-memory-utilization", "1.5"],
-         "(0, 1]"),
-        (["--gpu", "A100-80GB", "--model", "Qwen/Qwen2.5-7B-Instruct", "--max-model-len", "65536"],
-         "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"),
-        (["--gpu", "A100-80GB", "--model", "Qwen/Qwen2.5-7B-Instruct", "-tp", "3"],
-         "must be divisible by tensor parallel size (3)"),
-        (["--gpu", "A100-80GB", "--model", "Qwen/Qwen2.5-7B-Instruct", "--kv-cache-dtype", "fp4"],
-         "invalid choice"),
+        (["--gpu", "A100-80GB", "--model", "Qwen/Qwen2.5-7B-Instruct", "--gpu-memory-utilization", "1.5"], "(0, 1]"),
+        (
+            ["--gpu", "A100-80GB", "--model", "Qwen/Qwen2.5-7B-Instruct", "--max-model-len", "65536"],
+            "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1",
+        ),
+        (
+            ["--gpu", "A100-80GB", "--model", "Qwen/Qwen2.5-7B-Instruct", "-tp", "3"],
+            "must be divisible by tensor parallel size (3)",
+        ),
+        (["--gpu", "A100-80GB", "--model", "Qwen/Qwen2.5-7B-Instruct", "--kv-cache-dtype", "fp4"], "invalid choice"),
         (["--gpu", "A100-80GB", "--model", "Qwen/Qwen2.5-7B-Instruct", "--vllm-version", "latest"], "X.Y.Z"),
     ],
 )
@@ -92,8 +146,9 @@ def test_bad_input_exits_2_with_a_clear_message(args: list[str], message: str) -
 
 
 def test_estimate_from_a_catalog_model() -> None:
-    code, out, _ = run("estimate", "--model", "Qwen/Qwen2.5-7B-Instruct", "--tokens", "1024,8192,32768",
-                       "--output", "json")
+    code, out, _ = run(
+        "estimate", "--model", "Qwen/Qwen2.5-7B-Instruct", "--tokens", "1024,8192,32768", "--output", "json"
+    )
     assert code == 0
     data = json.loads(out)
     assert data["bytes_per_token"] == 57344 and data["total_bytes"] == 2296 << 20
@@ -139,9 +194,23 @@ def test_calibrate_writes_corrections_that_recommend_applies(calibration_file: P
     written = yaml.safe_load(corrections.read_text())
     entry = written["entries"][0]
     assert entry["model"] == "google/gemma-2-9b-it" and entry["measured"]["weights_bytes"] > 0
-    code, out, _ = run("recommend", "--gpu", "H100-80GB", "--model", "google/gemma-2-9b-it", "--vllm-version",
-                       "0.19.0", "--gpu-memory-utilization", "0.95", "--max-model-len", "8192",
-                       "--calibration", str(corrections), "--output", "json")
+    code, out, _ = run(
+        "recommend",
+        "--gpu",
+        "H100-80GB",
+        "--model",
+        "google/gemma-2-9b-it",
+        "--vllm-version",
+        "0.19.0",
+        "--gpu-memory-utilization",
+        "0.95",
+        "--max-model-len",
+        "8192",
+        "--calibration",
+        str(corrections),
+        "--output",
+        "json",
+    )
     assert code == 0
     plan = json.loads(out)
     assert any(w.startswith("KVP108") for w in plan["warnings"])
@@ -159,12 +228,23 @@ def test_calibrate_rejects_a_file_that_is_not_a_vllm_log(tmp_path: Path) -> None
 def test_local_checkpoint_directory_gives_exact_weight_bytes(tmp_path: Path) -> None:
     numpy = pytest.importorskip("numpy")
     safetensors_numpy = pytest.importorskip("safetensors.numpy")
-    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2,
-              "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
-              "vocab_size": 256, "max_position_embeddings": 2048, "torch_dtype": "bfloat16"}
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "num_hidden_layers": 2,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 128,
+        "vocab_size": 256,
+        "max_position_embeddings": 2048,
+        "torch_dtype": "bfloat16",
+    }
     (tmp_path / "config.json").write_text(json.dumps(config))
-    tensors = {"model.embed_tokens.weight": numpy.zeros((256, 64), dtype=numpy.float16),
-               "lm_head.weight": numpy.zeros((256, 64), dtype=numpy.float16)}
+    tensors = {
+        "model.embed_tokens.weight": numpy.zeros((256, 64), dtype=numpy.float16),
+        "lm_head.weight": numpy.zeros((256, 64), dtype=numpy.float16),
+    }
     for layer in range(2):
         tensors[f"model.layers.{layer}.mlp.down_proj.weight"] = numpy.zeros((64, 128), dtype=numpy.float16)
     safetensors_numpy.save_file(tensors, str(tmp_path / "model.safetensors"))
@@ -177,33 +257,64 @@ def test_local_checkpoint_directory_gives_exact_weight_bytes(tmp_path: Path) -> 
 
 
 def test_recommend_with_a_workload_sizes_max_num_seqs_between_worst_case_and_average() -> None:
-    workload = ('{"prompt_tokens": {"p50": 800, "p90": 3000, "p99": 12000}, '
-                '"output_tokens": {"p50": 200, "p90": 800, "p99": 2000}}')
-    code, out, _ = run("recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct",
-                       "--workload", workload, "--output", "json")
+    workload = (
+        '{"prompt_tokens": {"p50": 800, "p90": 3000, "p99": 12000}, '
+        '"output_tokens": {"p50": 200, "p90": 800, "p99": 2000}}'
+    )
+    code, out, _ = run(
+        "recommend",
+        "--gpu",
+        "H100-80GB",
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--workload",
+        workload,
+        "--output",
+        "json",
+    )
     assert code == 0
     rec = json.loads(out)["recommendation"]
     assert rec["basis"] == "workload"
     assert any(note.startswith("worst case") for note in rec["notes"])
-    code, out, _ = run("recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct",
-                       "--output", "json")
+    code, out, _ = run(
+        "recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--output", "json"
+    )
     worst = json.loads(out)["recommendation"]["max_num_seqs"]
     assert worst < rec["max_num_seqs"] <= 1024
 
 
 def test_recommend_with_a_broken_workload_exits_2() -> None:
-    code, _, err = run("recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct",
-                       "--workload", '{"prompt_tokens": {"p50": -3}}')
+    code, _, err = run(
+        "recommend",
+        "--gpu",
+        "H100-80GB",
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--workload",
+        '{"prompt_tokens": {"p50": -3}}',
+    )
     assert code == 2 and "workload" in err.lower()
 
 
 def test_recommend_emits_autoscaler_thresholds_from_the_workload() -> None:
     workload = '{"prompt_tokens": {"p50": 800, "p99": 12000}, "output_tokens": {"p50": 200, "p99": 2000}}'
-    code, out, _ = run("recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct",
-                       "--workload", workload, "--emit", "keda,hpa", "--emit-namespace", "llm")
+    code, out, _ = run(
+        "recommend",
+        "--gpu",
+        "H100-80GB",
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--workload",
+        workload,
+        "--emit",
+        "keda,hpa",
+        "--emit-namespace",
+        "llm",
+    )
     assert code == 0
     documents = [d for d in yaml.safe_load_all(out) if d]
     assert [d["kind"] for d in documents] == ["ScaledObject", "HorizontalPodAutoscaler"]
-    code, _, err = run("recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct",
-                       "--emit", "keda")
+    code, _, err = run(
+        "recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--emit", "keda"
+    )
     assert code == 2 and "--emit needs --workload" in err

@@ -15,9 +15,16 @@ GiB = 1 << 30
 
 
 def make_gpu(name: str, memory_gib: float, architecture: str = "hopper", *, nvls: bool = False) -> GpuSpec:
-    return GpuSpec(name=name, vendor="nvidia", memory_bytes=int(memory_gib * GiB), memory_source="test",
-                   bandwidth_bytes_per_s=2_000_000_000_000, architecture=architecture,
-                   compute_capability="9.0" if architecture == "hopper" else "8.0", nvswitch_multicast=nvls)
+    return GpuSpec(
+        name=name,
+        vendor="nvidia",
+        memory_bytes=int(memory_gib * GiB),
+        memory_source="test",
+        bandwidth_bytes_per_s=2_000_000_000_000,
+        architecture=architecture,
+        compute_capability="9.0" if architecture == "hopper" else "8.0",
+        nvswitch_multicast=nvls,
+    )
 
 
 @pytest.fixture

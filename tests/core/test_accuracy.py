@@ -35,8 +35,10 @@ def test_layout_reproduces_logged_blocks_and_tokens(report: ValidationReport, re
         if result.id in pipeline:
             # The log gives the first stage's KV memory; the last stage decides. Within 0.05%.
             assert result.layout.logged_gpu_blocks is not None
-            assert abs(result.layout.num_gpu_blocks - result.layout.logged_gpu_blocks) \
+            assert (
+                abs(result.layout.num_gpu_blocks - result.layout.logged_gpu_blocks)
                 <= 5e-4 * result.layout.logged_gpu_blocks
+            )
         else:
             assert result.layout.exact, result.id
             if result.layout.logged_max_concurrency is not None:

@@ -27,7 +27,11 @@ from planner.models.config import parse_config
 def test_attention_facts(shared_model, name, layers, kv_heads, head_dim, design) -> None:  # type: ignore[no-untyped-def]
     spec = shared_model(name)
     assert (spec.num_layers, spec.num_kv_heads, spec.head_dim, spec.attention_design) == (
-        layers, kv_heads, head_dim, design)
+        layers,
+        kv_heads,
+        head_dim,
+        design,
+    )
 
 
 def test_mla_latent_is_kv_lora_rank_plus_rope(shared_model) -> None:  # type: ignore[no-untyped-def]
@@ -91,17 +95,36 @@ def test_missing_architectures_names_the_field() -> None:
 
 def test_missing_layer_count_names_the_field() -> None:
     with pytest.raises(InvalidModelConfigError, match="num_hidden_layers") as caught:
-        parse_config({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 8,
-                      "num_attention_heads": 2, "vocab_size": 10}, model_id="x")
+        parse_config(
+            {
+                "architectures": ["Qwen2ForCausalLM"],
+                "model_type": "qwen2",
+                "hidden_size": 8,
+                "num_attention_heads": 2,
+                "vocab_size": 10,
+            },
+            model_id="x",
+        )
     assert caught.value.field == "num_hidden_layers"
 
 
 def test_sparse_text_config_takes_the_class_defaults() -> None:
     # LLaVA-1.5's text_config only says it is Llama with 32064 tokens; LlamaConfig fills in the rest.
-    spec = parse_config({"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava",
-                         "text_config": {"model_type": "llama", "vocab_size": 32064},
-                         "vision_config": {"hidden_size": 1024, "num_hidden_layers": 24, "intermediate_size": 4096,
-                                           "patch_size": 14, "image_size": 336}}, model_id="llava")
+    spec = parse_config(
+        {
+            "architectures": ["LlavaForConditionalGeneration"],
+            "model_type": "llava",
+            "text_config": {"model_type": "llama", "vocab_size": 32064},
+            "vision_config": {
+                "hidden_size": 1024,
+                "num_hidden_layers": 24,
+                "intermediate_size": 4096,
+                "patch_size": 14,
+                "image_size": 336,
+            },
+        },
+        model_id="llava",
+    )
     assert (spec.num_layers, spec.hidden_size, spec.num_kv_heads, spec.vocab_size) == (32, 4096, 32, 32064)
     assert spec.vision is not None
 
@@ -109,50 +132,121 @@ def test_sparse_text_config_takes_the_class_defaults() -> None:
 def test_an_omitted_tie_word_embeddings_follows_the_transformers_class() -> None:
     base = {"n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 100, "n_positions": 128}
     gpt2 = parse_config({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", **base}, model_id="g")
-    llama = parse_config({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2,
-                          "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100}, model_id="l")
+    llama = parse_config(
+        {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "num_hidden_layers": 2,
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "vocab_size": 100,
+        },
+        model_id="l",
+    )
     assert gpt2.tie_word_embeddings is True and llama.tie_word_embeddings is False
 
 
 def test_per_layer_moe_list_and_state_dtype() -> None:
-    spec = parse_config({"architectures": ["X"], "model_type": "x", "num_hidden_layers": 4, "hidden_size": 64,
-                         "num_attention_heads": 4, "vocab_size": 100, "intermediate_size": 128,
-                         "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
-                         "moe_layer_freq": [0, 1, 1, 0]}, model_id="x")
+    spec = parse_config(
+        {
+            "architectures": ["X"],
+            "model_type": "x",
+            "num_hidden_layers": 4,
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "vocab_size": 100,
+            "intermediate_size": 128,
+            "n_routed_experts": 8,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 32,
+            "moe_layer_freq": [0, 1, 1, 0],
+        },
+        model_id="x",
+    )
     assert spec.moe is not None and [spec.moe.is_moe_layer(i) for i in range(4)] == [False, True, True, False]
     with pytest.raises(InvalidModelConfigError, match="moe_layer_freq"):
-        parse_config({"architectures": ["X"], "model_type": "x", "num_hidden_layers": 4, "hidden_size": 64,
-                      "num_attention_heads": 4, "vocab_size": 100, "n_routed_experts": 8,
-                      "num_experts_per_tok": 2, "moe_layer_freq": [0, 1]}, model_id="x")
+        parse_config(
+            {
+                "architectures": ["X"],
+                "model_type": "x",
+                "num_hidden_layers": 4,
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "vocab_size": 100,
+                "n_routed_experts": 8,
+                "num_experts_per_tok": 2,
+                "moe_layer_freq": [0, 1],
+            },
+            model_id="x",
+        )
 
 
 def test_malformed_field_is_named() -> None:
     with pytest.raises(InvalidModelConfigError, match="hidden_size"):
-        parse_config({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2,
-                      "hidden_size": "big", "num_attention_heads": 2, "vocab_size": 10}, model_id="x")
+        parse_config(
+            {
+                "architectures": ["LlamaForCausalLM"],
+                "model_type": "llama",
+                "num_hidden_layers": 2,
+                "hidden_size": "big",
+                "num_attention_heads": 2,
+                "vocab_size": 10,
+            },
+            model_id="x",
+        )
 
 
 def test_encoder_decoder_models_are_refused_with_the_field() -> None:
     with pytest.raises(UnsupportedArchitectureError) as caught:
-        parse_config({"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "num_layers": 6,
-                      "d_model": 512, "num_heads": 8, "vocab_size": 32128, "is_encoder_decoder": True},
-                     model_id="t5-small")
+        parse_config(
+            {
+                "architectures": ["T5ForConditionalGeneration"],
+                "model_type": "t5",
+                "num_layers": 6,
+                "d_model": 512,
+                "num_heads": 8,
+                "vocab_size": 32128,
+                "is_encoder_decoder": True,
+            },
+            model_id="t5-small",
+        )
     assert caught.value.field == "is_encoder_decoder"
 
 
 def test_layer_types_length_mismatch_is_reported() -> None:
     with pytest.raises(InvalidModelConfigError, match="layer_types"):
-        parse_config({"architectures": ["X"], "model_type": "x", "num_hidden_layers": 3, "hidden_size": 64,
-                      "num_attention_heads": 4, "vocab_size": 10, "sliding_window": 16,
-                      "layer_types": ["full_attention", "sliding_attention"]}, model_id="x")
+        parse_config(
+            {
+                "architectures": ["X"],
+                "model_type": "x",
+                "num_hidden_layers": 3,
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "vocab_size": 10,
+                "sliding_window": 16,
+                "layer_types": ["full_attention", "sliding_attention"],
+            },
+            model_id="x",
+        )
 
 
 def test_quantized_checkpoint_declaring_fp8_kv_changes_auto() -> None:
-    spec = parse_config({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 100, "intermediate_size": 128,
-        "quantization_config": {"quant_method": "compressed-tensors",
-                                "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float"}}},
-                                "kv_cache_scheme": {"num_bits": 8, "type": "float"}},
-    }, model_id="x")
+    spec = parse_config(
+        {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "num_hidden_layers": 2,
+            "hidden_size": 64,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "vocab_size": 100,
+            "intermediate_size": 128,
+            "quantization_config": {
+                "quant_method": "compressed-tensors",
+                "config_groups": {"g": {"weights": {"num_bits": 8, "type": "float"}}},
+                "kv_cache_scheme": {"num_bits": 8, "type": "float"},
+            },
+        },
+        model_id="x",
+    )
     assert spec.quantization is not None and spec.quantization.kv_cache_dtype == "fp8"

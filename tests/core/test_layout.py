@@ -15,8 +15,13 @@ GiB = 1 << 30
 
 
 def _layout_for(spec, gpu, kv_gib, version, **args):  # type: ignore[no-untyped-def]
-    prediction = predict(spec, gpu, ServingArgs(**args), vllm_version=version,
-                         available_override=[int(kv_gib * GiB)] * args.get("pipeline_parallel_size", 1))
+    prediction = predict(
+        spec,
+        gpu,
+        ServingArgs(**args),
+        vllm_version=version,
+        available_override=[int(kv_gib * GiB)] * args.get("pipeline_parallel_size", 1),
+    )
     return prediction, kv_report(spec, prediction)
 
 
@@ -31,8 +36,9 @@ def test_llama_8b_uniform_layout_h100_0_19(shared_model, h100) -> None:  # type:
 
 def test_gemma2_sliding_groups_0_19_logged_figures(shared_model, h100) -> None:  # type: ignore[no-untyped-def]
     # vLLM 0.19.0 logged 21,110 blocks, 168,880 tokens, 20.60x for 54.12 GiB.
-    prediction, kv = _layout_for(shared_model("google--gemma-2-9b-it"), h100, 54.12, "0.19.0",
-                                 max_model_len=8192, gpu_memory_utilization=0.95)
+    prediction, kv = _layout_for(
+        shared_model("google--gemma-2-9b-it"), h100, 54.12, "0.19.0", max_model_len=8192, gpu_memory_utilization=0.95
+    )
     assert [g.kind for g in kv.groups] == ["sliding_window", "full"]
     assert kv.bytes_per_block == 21 * 16 * 8 * 512 * 2
     layout = prediction.layout
@@ -75,8 +81,14 @@ def test_llama4_chunked_groups_depend_on_release(shared_model, h100) -> None:  #
 
 
 def test_qwen3_next_block_size_aligned_to_the_mamba_state(shared_model, h100) -> None:  # type: ignore[no-untyped-def]
-    _, kv = _layout_for(shared_model("Qwen--Qwen3-Next-80B-A3B-Instruct"), h100, 20.0, "0.33.0",
-                        max_model_len=32768, enable_prefix_caching=False)
+    _, kv = _layout_for(
+        shared_model("Qwen--Qwen3-Next-80B-A3B-Instruct"),
+        h100,
+        20.0,
+        "0.33.0",
+        max_model_len=32768,
+        enable_prefix_caching=False,
+    )
     # attention page per token 2 heads x 2 x 256 x 2 B = 2 KiB; GDN state ~1.05 MiB -> 544 tokens
     assert kv.block_size == 544
     assert sorted(g.kind for g in kv.groups) == ["full"] + ["mamba"] * 3
@@ -100,19 +112,27 @@ def test_kv_heads_replicate_beyond_tp_and_mla_never_splits(shared_model, h100) -
 
 
 def test_pipeline_stage_with_least_memory_decides(shared_model, h100) -> None:  # type: ignore[no-untyped-def]
-    plan = make_plan(shared_model("meta-llama--Llama-3.1-8B"), h100,
-                     ServingArgs(pipeline_parallel_size=2, max_model_len=8192, gpu_memory_utilization=0.95),
-                     vllm_version="0.19.0")
+    plan = make_plan(
+        shared_model("meta-llama--Llama-3.1-8B"),
+        h100,
+        ServingArgs(pipeline_parallel_size=2, max_model_len=8192, gpu_memory_utilization=0.95),
+        vllm_version="0.19.0",
+    )
     assert plan.memory.limiting_rank == "tp0/pp1"  # the last stage holds the sampler
     assert plan.kv_cache.bytes_per_block == 16 * 16 * 4096
 
 
 def test_fit_error_is_vllms_text_with_its_estimate(shared_model, h100) -> None:  # type: ignore[no-untyped-def]
-    plan = make_plan(shared_model("meta-llama--Llama-3.1-70B"), h100,
-                     ServingArgs(tensor_parallel_size=2, gpu_memory_utilization=0.9), vllm_version="0.19.0")
+    plan = make_plan(
+        shared_model("meta-llama--Llama-3.1-70B"),
+        h100,
+        ServingArgs(tensor_parallel_size=2, gpu_memory_utilization=0.9),
+        vllm_version="0.19.0",
+    )
     assert not plan.fits
     assert plan.fit_error is not None and plan.fit_error.startswith(
-        "To serve at least one request with the models's max seq len (131072)")
+        "To serve at least one request with the models's max seq len (131072)"
+    )
     assert f"the estimated maximum model length is {plan.kv_cache.estimated_max_model_len}." in plan.fit_error
     assert plan.recommendation is not None
     assert plan.recommendation.max_model_len <= plan.kv_cache.estimated_max_model_len
@@ -123,19 +143,28 @@ def test_fit_error_is_vllms_text_with_its_estimate(shared_model, h100) -> None: 
 
 
 def test_newer_fit_text_and_null_block(shared_model, h100) -> None:  # type: ignore[no-untyped-def]
-    plan = make_plan(shared_model("meta-llama--Llama-3.1-70B"), h100, ServingArgs(tensor_parallel_size=2),
-                     vllm_version="0.33.0")
+    plan = make_plan(
+        shared_model("meta-llama--Llama-3.1-70B"), h100, ServingArgs(tensor_parallel_size=2), vllm_version="0.33.0"
+    )
     assert plan.fit_error is not None and "the model's max seq len" in plan.fit_error
 
 
 def test_auto_max_model_len_fits_the_context(shared_model, h100) -> None:  # type: ignore[no-untyped-def]
-    plan = make_plan(shared_model("meta-llama--Llama-3.1-70B"), h100,
-                     ServingArgs(tensor_parallel_size=2, max_model_len=-1), vllm_version="0.33.0")
+    plan = make_plan(
+        shared_model("meta-llama--Llama-3.1-70B"),
+        h100,
+        ServingArgs(tensor_parallel_size=2, max_model_len=-1),
+        vllm_version="0.33.0",
+    )
     assert plan.fits and plan.kv_cache.max_model_len < 131072
     assert plan.kv_cache.blocks_per_request <= plan.kv_cache.num_gpu_blocks - 1
     with pytest.raises(InvalidArgumentError, match="auto"):
-        make_plan(shared_model("meta-llama--Llama-3.1-70B"), h100,
-                  ServingArgs(tensor_parallel_size=2, max_model_len=-1), vllm_version="0.12.0")
+        make_plan(
+            shared_model("meta-llama--Llama-3.1-70B"),
+            h100,
+            ServingArgs(tensor_parallel_size=2, max_model_len=-1),
+            vllm_version="0.12.0",
+        )
 
 
 def test_context_beyond_the_model_needs_vllms_override(shared_model, h100) -> None:  # type: ignore[no-untyped-def]
@@ -152,8 +181,11 @@ def test_utilization_outside_range_is_refused(shared_model, h100) -> None:  # ty
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
-@given(kv_gib=st.floats(min_value=0.05, max_value=40), length=st.integers(min_value=1, max_value=131072),
-       version=st.sampled_from(["0.10.2", "0.19.0", "0.33.0"]))
+@given(
+    kv_gib=st.floats(min_value=0.05, max_value=40),
+    length=st.integers(min_value=1, max_value=131072),
+    version=st.sampled_from(["0.10.2", "0.19.0", "0.33.0"]),
+)
 def test_estimated_max_len_is_the_largest_that_fits(kv_gib: float, length: int, version: str) -> None:
     from planner.models.config import parse_config
     from tests.conftest import load_shared_config
@@ -161,8 +193,9 @@ def test_estimated_max_len_is_the_largest_that_fits(kv_gib: float, length: int, 
 
     spec = parse_config(load_shared_config("google--gemma-2-9b-it"), model_id="g")
     gpu = make_gpu("H100-80GB", 79.19)
-    prediction = predict(spec, gpu, ServingArgs(max_model_len=8192), vllm_version=version,
-                         available_override=[int(kv_gib * GiB)])
+    prediction = predict(
+        spec, gpu, ServingArgs(max_model_len=8192), vllm_version=version, available_override=[int(kv_gib * GiB)]
+    )
     layout = prediction.layout
     best = layout.max_len_that_fits(length)
     if best:

@@ -10,9 +10,16 @@ from planner.vllm.releases import Version, resolve_release
 from tests.conftest import REPO_ROOT
 
 
-@pytest.mark.parametrize(("text", "expected"), [("0.19.0", "0.19.0"), ("v0.10.1.1", "0.10.1"),
-                                                ("0.8.5.post1", "0.8.5"), ("0.33", "0.33.0"),
-                                                ("0.20.2+cu129", "0.20.2")])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0.19.0", "0.19.0"),
+        ("v0.10.1.1", "0.10.1"),
+        ("0.8.5.post1", "0.8.5"),
+        ("0.33", "0.33.0"),
+        ("0.20.2+cu129", "0.20.2"),
+    ],
+)
 def test_version_syntax(text: str, expected: str) -> None:
     assert str(Version.parse(text)) == expected
 

@@ -27,8 +27,12 @@ def test_parameter_count_is_exact(shared_model, name, parameters) -> None:  # ty
 
 @pytest.mark.parametrize(
     ("name", "parameters"),
-    [("Qwen--Qwen3-8B", 8_190_735_360), ("google--gemma-2-9b-it", 9_241_705_984),
-     ("openai--gpt-oss-120b", 116_829_156_672), ("deepseek-ai--DeepSeek-V3", 671_026_419_200)],
+    [
+        ("Qwen--Qwen3-8B", 8_190_735_360),
+        ("google--gemma-2-9b-it", 9_241_705_984),
+        ("openai--gpt-oss-120b", 116_829_156_672),
+        ("deepseek-ai--DeepSeek-V3", 671_026_419_200),
+    ],
 )
 def test_parameter_count_within_a_thousandth(shared_model, name, parameters) -> None:  # type: ignore[no-untyped-def]
     estimated = estimate_weights(shared_model(name), dtype="bfloat16").parameters
@@ -55,8 +59,13 @@ def test_checkpoint_bytes_set_the_total_and_casting_scales_it(shared_model) -> N
 
 @pytest.mark.parametrize(
     ("layers", "pp", "expected"),
-    [(32, 2, [16, 16]), (80, 3, [27, 27, 26]), (61, 4, [15, 15, 16, 15]), (126, 4, [31, 32, 32, 31]),
-     (10, 4, [2, 3, 3, 2])],
+    [
+        (32, 2, [16, 16]),
+        (80, 3, [27, 27, 26]),
+        (61, 4, [15, 15, 16, 15]),
+        (126, 4, [31, 32, 32, 31]),
+        (10, 4, [2, 3, 3, 2]),
+    ],
 )
 def test_pipeline_partition_matches_vllm_get_pp_indices(layers, pp, expected) -> None:  # type: ignore[no-untyped-def]
     assert pp_partition(layers, pp) == expected

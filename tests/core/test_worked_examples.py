@@ -14,9 +14,20 @@ KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 
 
 def _plain(layers: int, kv_heads: int, head_dim: int) -> ModelSpec:
-    return ModelSpec(id="x", architecture="x", model_type="llama", num_layers=layers, hidden_size=4096,
-                     num_attention_heads=32, num_kv_heads=kv_heads, head_dim=head_dim, vocab_size=32000,
-                     intermediate_size=1, derived_max_model_len=131072, layer_pattern="F" * layers)
+    return ModelSpec(
+        id="x",
+        architecture="x",
+        model_type="llama",
+        num_layers=layers,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        vocab_size=32000,
+        intermediate_size=1,
+        derived_max_model_len=131072,
+        layer_pattern="F" * layers,
+    )
 
 
 def test_32_layers_8_heads_128_dim_costs_128_kib_per_token() -> None:
@@ -24,8 +35,24 @@ def test_32_layers_8_heads_128_dim_costs_128_kib_per_token() -> None:
 
 
 def test_estimate_cli_gives_4_gib_per_32k_sequence_and_32_gib_for_eight() -> None:
-    result = CliRunner().invoke(app, ["estimate", "--layers", "32", "--kv-heads", "8", "--head-dim", "128",
-                                      "--tokens", "32768", "--num-seqs", "8", "--output", "json"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "estimate",
+            "--layers",
+            "32",
+            "--kv-heads",
+            "8",
+            "--head-dim",
+            "128",
+            "--tokens",
+            "32768",
+            "--num-seqs",
+            "8",
+            "--output",
+            "json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert data["bytes_per_token"] == 131_072
@@ -40,8 +67,22 @@ def test_qwen25_7b_instruct_costs_56_kib_per_token(shared_model) -> None:  # typ
 
 
 def test_qwen25_7b_sequences_are_56_448_1792_mib_together_2296() -> None:
-    result = CliRunner().invoke(app, ["estimate", "--layers", "28", "--kv-heads", "4", "--head-dim", "128",
-                                      "--tokens", "1024,8192,32768", "--output", "json"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "estimate",
+            "--layers",
+            "28",
+            "--kv-heads",
+            "4",
+            "--head-dim",
+            "128",
+            "--tokens",
+            "1024,8192,32768",
+            "--output",
+            "json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
     assert [s["bytes"] for s in data["sequences"]] == [56 * MiB, 448 * MiB, 1792 * MiB]

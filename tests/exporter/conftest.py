@@ -31,8 +31,16 @@ def load_page(path: Path) -> Page:
     expect = re.search(r"^# expect: (.*)$", text, re.MULTILINE)
     assert match and expect, path
     facts = dict(part.split("=", 1) for part in expect.group(1).split())
-    return Page(path, match["release"], match["engine"], text, int(facts["num_gpu_blocks"]),
-                int(facts["block_size"]), int(facts["preemptions"]), tuple(facts["engines"].split(",")))
+    return Page(
+        path,
+        match["release"],
+        match["engine"],
+        text,
+        int(facts["num_gpu_blocks"]),
+        int(facts["block_size"]),
+        int(facts["preemptions"]),
+        tuple(facts["engines"].split(",")),
+    )
 
 
 PAGES = [load_page(p) for p in sorted(FIXTURES.glob("vllm-*.metrics"))]
@@ -48,5 +56,6 @@ def promtool_check(text: str) -> subprocess.CompletedProcess[str]:
     executable = shutil.which("promtool")
     if executable is None:
         pytest.fail("promtool is missing: run scripts/install-test-tools (Debian package prometheus)")
-    return subprocess.run([executable, "check", "metrics"], input=text, capture_output=True, text=True,
-                          timeout=60, check=False)
+    return subprocess.run(
+        [executable, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60, check=False
+    )

@@ -42,21 +42,32 @@ def fixture_name(release: str, engine: str, dp: int) -> str:
 
 def workload(seed: int) -> list[OfflineRequest]:
     rng = random.Random(seed)
-    return [OfflineRequest(prompt_tokens=rng.randrange(300, 1500), max_tokens=rng.randrange(100, 900),
-                           arrival_step=i // 8) for i in range(96)]
+    return [
+        OfflineRequest(prompt_tokens=rng.randrange(300, 1500), max_tokens=rng.randrange(100, 900), arrival_step=i // 8)
+        for i in range(96)
+    ]
 
 
 def render(release: str, engine: str, dp: int, blocks: int) -> str:
     settings = SimulatorSettings(
-        model="meta-llama/Llama-3.1-8B-Instruct", num_gpu_blocks=blocks, block_size=16, max_model_len=8192,
-        max_num_seqs=32, max_num_batched_tokens=2048, vllm_version=release, engine_kind=engine,  # type: ignore[arg-type]
-        data_parallel_size=dp, seed=11, time_scale=0.0,
+        model="meta-llama/Llama-3.1-8B-Instruct",
+        num_gpu_blocks=blocks,
+        block_size=16,
+        max_model_len=8192,
+        max_num_seqs=32,
+        max_num_batched_tokens=2048,
+        vllm_version=release,
+        engine_kind=engine,  # type: ignore[arg-type]
+        data_parallel_size=dp,
+        seed=11,
+        time_scale=0.0,
     )
     # Taken mid-run (900 steps): requests running and queued, some finished, preemptions so far.
     result = run_offline(settings, workload(5), stop_after_steps=900)
     lines = [line for line in result.page.splitlines() if "kv_planner_simulator_info" not in line]
-    source = SOURCES[engine] + ("; vllm/v1/metrics/perf.py (PerfMetricsProm)"
-                               if parse_version(release) >= (0, 17, 1) else "")
+    source = SOURCES[engine] + (
+        "; vllm/v1/metrics/perf.py (PerfMetricsProm)" if parse_version(release) >= (0, 17, 1) else ""
+    )
     config = "vllm/config.py" if release == "0.8.5" else "vllm/config/cache.py"
     header = [
         f"# kv-planner exporter fixture: vLLM {release} /metrics, {engine.upper()} engine, data parallel {dp}.",

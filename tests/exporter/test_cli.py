@@ -44,11 +44,21 @@ def test_exporter_process_reads_flags_from_the_environment() -> None:
     settings = SimulatorSettings(num_gpu_blocks=90, max_model_len=512, time_scale=0.0)
     with start_simulator(settings) as sim:
         port = _free_port()
-        env = dict(os.environ, KV_PLANNER_TARGETS=f"{sim.metrics_url}#namespace=ml&workload=sim",
-                   KV_PLANNER_PORT=str(port), KV_PLANNER_HOST="127.0.0.1", KV_PLANNER_RETUNE="off",
-                   KV_PLANNER_LOG_LEVEL="warning")
-        process = subprocess.Popen([sys.executable, "-m", "admission", "exporter"], env=env,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        env = dict(
+            os.environ,
+            KV_PLANNER_TARGETS=f"{sim.metrics_url}#namespace=ml&workload=sim",
+            KV_PLANNER_PORT=str(port),
+            KV_PLANNER_HOST="127.0.0.1",
+            KV_PLANNER_RETUNE="off",
+            KV_PLANNER_LOG_LEVEL="warning",
+        )
+        process = subprocess.Popen(
+            [sys.executable, "-m", "admission", "exporter"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         try:
             page = ""
             for _ in range(300):  # bounded: ~30 s

@@ -14,22 +14,43 @@ from admission.exporter.discovery import KubeDiscovery
 from admission.exporter.pods import pod_target
 
 
-def make_pod(name: str, namespace: str = "llm", *, args: list[str] | None = None, phase: str = "Running",
-             annotations: dict[str, str] | None = None, image: str = "vllm/vllm-openai:v0.19.0",
-             owner: tuple[str, str] | None = ("ReplicaSet", "qwen-7b-6d4f8c9b7"),
-             template_hash: str = "6d4f8c9b7", ip: str = "10.1.2.3") -> client.V1Pod:
-    owners = [client.V1OwnerReference(api_version="apps/v1", kind=owner[0], name=owner[1], uid="u1",
-                                      controller=True)] if owner else None
+def make_pod(
+    name: str,
+    namespace: str = "llm",
+    *,
+    args: list[str] | None = None,
+    phase: str = "Running",
+    annotations: dict[str, str] | None = None,
+    image: str = "vllm/vllm-openai:v0.19.0",
+    owner: tuple[str, str] | None = ("ReplicaSet", "qwen-7b-6d4f8c9b7"),
+    template_hash: str = "6d4f8c9b7",
+    ip: str = "10.1.2.3",
+) -> client.V1Pod:
+    owners = (
+        [client.V1OwnerReference(api_version="apps/v1", kind=owner[0], name=owner[1], uid="u1", controller=True)]
+        if owner
+        else None
+    )
     return client.V1Pod(
-        metadata=client.V1ObjectMeta(name=name, namespace=namespace, annotations=annotations,
-                                     labels={"pod-template-hash": template_hash}, owner_references=owners,
-                                     resource_version="7"),
-        spec=client.V1PodSpec(containers=[
-            client.V1Container(name="sidecar", image="envoy:1"),
-            client.V1Container(name="vllm", image=image,
-                               args=args if args is not None else ["--model", "Qwen/Qwen2.5-7B-Instruct"],
-                               ports=[client.V1ContainerPort(container_port=8000, name="http")]),
-        ]),
+        metadata=client.V1ObjectMeta(
+            name=name,
+            namespace=namespace,
+            annotations=annotations,
+            labels={"pod-template-hash": template_hash},
+            owner_references=owners,
+            resource_version="7",
+        ),
+        spec=client.V1PodSpec(
+            containers=[
+                client.V1Container(name="sidecar", image="envoy:1"),
+                client.V1Container(
+                    name="vllm",
+                    image=image,
+                    args=args if args is not None else ["--model", "Qwen/Qwen2.5-7B-Instruct"],
+                    ports=[client.V1ContainerPort(container_port=8000, name="http")],
+                ),
+            ]
+        ),
         status=client.V1PodStatus(phase=phase, pod_ip=ip),
     )
 
@@ -48,8 +69,11 @@ class FakeCore:
         if self.fail_next:
             raise self.fail_next.pop(0)
         key, _, value = kwargs["label_selector"].partition("=")
-        items = [client.V1Namespace(metadata=client.V1ObjectMeta(name=n, labels=labels))
-                 for n, labels in self.namespaces.items() if labels.get(key) == value]
+        items = [
+            client.V1Namespace(metadata=client.V1ObjectMeta(name=n, labels=labels))
+            for n, labels in self.namespaces.items()
+            if labels.get(key) == value
+        ]
         return client.V1NamespaceList(items=items)
 
     def list_pod_for_all_namespaces(self, **kwargs: Any) -> client.V1PodList:
@@ -80,12 +104,20 @@ OPTED_IN = {"llm": {"kv-planner.io/enabled": "true"}, "other": {}, "batch": {"kv
 
 
 def test_pod_to_target_reads_flags_owner_and_annotations() -> None:
-    plan = {"v": 1, "numGpuBlocks": 4000, "maxNumSeqs": 128, "maxModelLen": 16384, "gpu": "H100-80GB",
-            "gpuCount": 2, "vllmVersion": "0.19.0"}
-    pod = make_pod("qwen-7b-6d4f8c9b7-x2x8k", args=["--model", "Qwen/Qwen2.5-7B-Instruct", "--port", "8080",
-                                                    "--max-num-seqs=64", "--max-model-len", "32k"],
-                   annotations={"kv-planner.io/plan": json.dumps(plan),
-                                "kv-planner.io/planned-num-gpu-blocks": "4096"})
+    plan = {
+        "v": 1,
+        "numGpuBlocks": 4000,
+        "maxNumSeqs": 128,
+        "maxModelLen": 16384,
+        "gpu": "H100-80GB",
+        "gpuCount": 2,
+        "vllmVersion": "0.19.0",
+    }
+    pod = make_pod(
+        "qwen-7b-6d4f8c9b7-x2x8k",
+        args=["--model", "Qwen/Qwen2.5-7B-Instruct", "--port", "8080", "--max-num-seqs=64", "--max-model-len", "32k"],
+        annotations={"kv-planner.io/plan": json.dumps(plan), "kv-planner.io/planned-num-gpu-blocks": "4096"},
+    )
     target = pod_target(client.ApiClient().sanitize_for_serialization(pod))
     assert target is not None
     assert target.url == "http://10.1.2.3:8080/metrics"
@@ -99,11 +131,16 @@ def test_pod_to_target_reads_flags_owner_and_annotations() -> None:
 def test_plan_annotation_fills_in_defaults_and_non_vllm_pods_are_skipped() -> None:
     plan = {"v": 1, "numGpuBlocks": 4000, "maxNumSeqs": 256, "maxModelLen": 32768}
     pod = client.ApiClient().sanitize_for_serialization(
-        make_pod("a", annotations={"kv-planner.io/plan": json.dumps(plan)}, owner=("StatefulSet", "qwen")))
+        make_pod("a", annotations={"kv-planner.io/plan": json.dumps(plan)}, owner=("StatefulSet", "qwen"))
+    )
     target = pod_target(pod)
     assert target is not None
     assert (target.planned_num_gpu_blocks, target.max_num_seqs, target.max_model_len) == (4000, 256, 32768)
-    assert (target.workload_kind, target.workload, target.url) == ("StatefulSet", "qwen", "http://10.1.2.3:8000/metrics")
+    assert (target.workload_kind, target.workload, target.url) == (
+        "StatefulSet",
+        "qwen",
+        "http://10.1.2.3:8000/metrics",
+    )
     plain = client.ApiClient().sanitize_for_serialization(make_pod("web", image="nginx:1", args=["-g", "daemon off;"]))
     assert pod_target(plain) is None
     pending = client.ApiClient().sanitize_for_serialization(make_pod("p", phase="Pending"))
@@ -124,9 +161,11 @@ def test_watch_events_410_and_api_errors() -> None:
     sleeps: list[float] = []
     scripts: list[list[Any]] = [
         # 1st watch: a pod appears, another stops running, then the server ends the stream.
-        [{"type": "ADDED", "object": make_pod("a-2")},
-         {"type": "MODIFIED", "object": make_pod("a-1", phase="Succeeded")},
-         {"type": "ADDED", "object": make_pod("x-1", namespace="other")}],
+        [
+            {"type": "ADDED", "object": make_pod("a-2")},
+            {"type": "MODIFIED", "object": make_pod("a-1", phase="Succeeded")},
+            {"type": "ADDED", "object": make_pod("x-1", namespace="other")},
+        ],
         # 2nd watch: our resourceVersion expired.
         [{"type": "DELETED", "object": make_pod("a-2")}, ApiException(status=410, reason="Gone")],
         # 3rd watch: the API server fails.
@@ -154,8 +193,11 @@ def test_api_errors_keep_the_last_known_targets() -> None:
     sleeps: list[float] = []
     discovery = KubeDiscovery(core, watch_factory=lambda: FakeWatch([[]], []), sleep=sleeps.append)
     discovery.run(max_cycles=1)
-    core.fail_next = [ApiException(status=403, reason="Forbidden"), ConnectionError("refused"),
-                      ConnectionError("refused")]
+    core.fail_next = [
+        ApiException(status=403, reason="Forbidden"),
+        ConnectionError("refused"),
+        ConnectionError("refused"),
+    ]
     discovery.run(max_cycles=3)
     assert [t.pod for t in discovery.targets()] == ["a-1"]
     assert discovery.errors == {"api_error": 1, "connection": 2}
@@ -170,8 +212,9 @@ def test_api_errors_keep_the_last_known_targets() -> None:
 def test_pod_selector_is_passed_to_list_and_watch(selector: str | None) -> None:
     core = FakeCore(OPTED_IN, [])
     seen: list[dict[str, Any]] = []
-    discovery = KubeDiscovery(core, pod_selector=selector, watch_factory=lambda: FakeWatch([[]], seen),
-                              sleep=lambda _: None)
+    discovery = KubeDiscovery(
+        core, pod_selector=selector, watch_factory=lambda: FakeWatch([[]], seen), sleep=lambda _: None
+    )
     discovery.run(max_cycles=1)
     pod_calls = [kwargs for name, kwargs in core.calls if name == "list_pods"]
     assert pod_calls[0].get("label_selector") == selector

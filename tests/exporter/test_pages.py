@@ -16,8 +16,11 @@ from tests.sim.test_catalog_source import V0_NOT_MODELLED
 
 def _families(text: str) -> set[str]:
     # prometheus_client's text format shows counters'/histograms' `_created` samples as gauge families.
-    return {f.name for f in text_string_to_metric_families(text)
-            if f.name.startswith("vllm:") and not f.name.endswith("_created")}
+    return {
+        f.name
+        for f in text_string_to_metric_families(text)
+        if f.name.startswith("vllm:") and not f.name.endswith("_created")
+    }
 
 
 def test_fixtures_cover_the_renames() -> None:
@@ -58,8 +61,11 @@ def test_pages_normalize_to_the_same_signals(page: Page) -> None:
 
 def test_old_and_new_usage_names_agree_where_both_are_shown() -> None:
     both = next(p for p in PAGES if p.release == "0.10.2")
-    samples = {f.name: f.samples[0].value for f in text_string_to_metric_families(both.text)
-               if f.name in (USAGE_NEW, USAGE_OLD)}
+    samples = {
+        f.name: f.samples[0].value
+        for f in text_string_to_metric_families(both.text)
+        if f.name in (USAGE_NEW, USAGE_OLD)
+    }
     assert samples[USAGE_NEW] == samples[USAGE_OLD]
     without_new = "\n".join(line for line in both.text.splitlines() if USAGE_NEW not in line)
     engines, _ = parse_page(without_new)
@@ -68,8 +74,9 @@ def test_old_and_new_usage_names_agree_where_both_are_shown() -> None:
 
 def test_missing_signals_are_reported_not_zeroed() -> None:
     page = next(p for p in PAGES if p.release == "0.33.0")
-    kept = [line for line in page.text.splitlines()
-            if "cache_config_info" not in line and "num_preemptions" not in line]
+    kept = [
+        line for line in page.text.splitlines() if "cache_config_info" not in line and "num_preemptions" not in line
+    ]
     engines, missing = parse_page("\n".join(kept))
     assert set(missing) == {"cache_config", "preemptions"}
     assert engines[0].num_gpu_blocks is None and engines[0].preemptions_total is None

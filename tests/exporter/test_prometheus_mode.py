@@ -37,26 +37,40 @@ def stack(tmp_path: Path) -> Iterator[tuple[str, list[RunningSimulator]]]:
     if binary is None:
         pytest.fail("prometheus is missing: run scripts/install-test-tools (Debian package prometheus)")
     sims = [
-        start_simulator(SimulatorSettings(num_gpu_blocks=150, max_model_len=1024, vllm_version="0.19.0",
-                                          data_parallel_size=2, time_scale=0.0)),
-        start_simulator(SimulatorSettings(num_gpu_blocks=120, max_model_len=1024, vllm_version="0.8.5",
-                                          time_scale=0.0)),
+        start_simulator(
+            SimulatorSettings(
+                num_gpu_blocks=150, max_model_len=1024, vllm_version="0.19.0", data_parallel_size=2, time_scale=0.0
+            )
+        ),
+        start_simulator(
+            SimulatorSettings(num_gpu_blocks=120, max_model_len=1024, vllm_version="0.8.5", time_scale=0.0)
+        ),
     ]
     pods = ["qwen-7b-6d4f8c9b7-x2x8k", "llama-8b-0"]
     config = {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
-        "scrape_configs": [{
-            "job_name": "vllm",
-            "static_configs": [{"targets": [f"127.0.0.1:{sim.port}"], "labels": {"namespace": "ml", "pod": pod}}
-                               for sim, pod in zip(sims, pods, strict=True)],
-        }],
+        "scrape_configs": [
+            {
+                "job_name": "vllm",
+                "static_configs": [
+                    {"targets": [f"127.0.0.1:{sim.port}"], "labels": {"namespace": "ml", "pod": pod}}
+                    for sim, pod in zip(sims, pods, strict=True)
+                ],
+            }
+        ],
     }
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = _free_port()
     process = subprocess.Popen(
-        [binary, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            binary,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -96,11 +110,23 @@ def _wait_for_series(url: str, expression: str, count: int) -> None:
 def test_prometheus_mode_reads_the_same_signals(stack: tuple[str, list[RunningSimulator]]) -> None:
     url, sims = stack
     _wait_for_series(url, "vllm:request_prompt_tokens_count", 3)
-    metadata = [Target(url="", namespace="ml", pod="llama-8b-0", workload="llama-8b", planned_num_gpu_blocks=100,
-                       source="kubernetes")]
-    exporter = Exporter(ScrapeSettings(), targets=lambda: metadata,
-                        prometheus=PrometheusSource(url, selector='job="vllm"'), source="prometheus",
-                        include_process_metrics=False)
+    metadata = [
+        Target(
+            url="",
+            namespace="ml",
+            pod="llama-8b-0",
+            workload="llama-8b",
+            planned_num_gpu_blocks=100,
+            source="kubernetes",
+        )
+    ]
+    exporter = Exporter(
+        ScrapeSettings(),
+        targets=lambda: metadata,
+        prometheus=PrometheusSource(url, selector='job="vllm"'),
+        source="prometheus",
+        include_process_metrics=False,
+    )
     snapshot = _snapshot(exporter, 5.0)
     by_pod = {o.target.pod: o for o in snapshot.targets}
     qwen, llama = by_pod["qwen-7b-6d4f8c9b7-x2x8k"], by_pod["llama-8b-0"]
@@ -116,8 +142,9 @@ def test_prometheus_mode_reads_the_same_signals(stack: tuple[str, list[RunningSi
 
     sims[1].stop()  # the pod dies: Prometheus reports up == 0, its vLLM series go stale
     _wait_for_series(url, 'up{job="vllm"} == 0', 1)
-    exporter = Exporter(ScrapeSettings(), prometheus=PrometheusSource(url, selector='job="vllm"'),
-                        include_process_metrics=False)
+    exporter = Exporter(
+        ScrapeSettings(), prometheus=PrometheusSource(url, selector='job="vllm"'), include_process_metrics=False
+    )
     snapshot = _snapshot(exporter, 5.0)
     down = {o.target.pod: (o.up, o.engines) for o in snapshot.targets}
     assert down["llama-8b-0"] == (False, [])
@@ -125,14 +152,19 @@ def test_prometheus_mode_reads_the_same_signals(stack: tuple[str, list[RunningSi
 
 def test_an_unreachable_prometheus_marks_known_targets_down() -> None:
     target = Target(url="", namespace="ml", pod="a", workload="a", source="kubernetes")
-    exporter = Exporter(ScrapeSettings(), targets=lambda: [target],
-                        prometheus=PrometheusSource(f"http://127.0.0.1:{_free_port()}"),
-                        include_process_metrics=False)
+    exporter = Exporter(
+        ScrapeSettings(),
+        targets=lambda: [target],
+        prometheus=PrometheusSource(f"http://127.0.0.1:{_free_port()}"),
+        include_process_metrics=False,
+    )
     snapshot = _snapshot(exporter, 1.0)
     assert [(o.target.pod, o.up, o.error) for o in snapshot.targets] == [("a", False, "connect")]
 
 
-@pytest.mark.parametrize(("pod", "workload"), [("qwen-7b-6d4f8c9b7-x2x8k", "qwen-7b"), ("llama-0", "llama-0"),
-                                              ("web-abcde", "web"), ("vllm", "vllm")])
+@pytest.mark.parametrize(
+    ("pod", "workload"),
+    [("qwen-7b-6d4f8c9b7-x2x8k", "qwen-7b"), ("llama-0", "llama-0"), ("web-abcde", "web"), ("vllm", "vllm")],
+)
 def test_workload_from_pod_name(pod: str, workload: str) -> None:
     assert workload_from_pod_name(pod) == workload

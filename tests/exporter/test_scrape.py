@@ -19,8 +19,12 @@ OLD = next(p for p in PAGES if p.release == "0.8.5" and p.engine_kind == "v1").t
 
 
 def _exporter(targets: list[Target], handler: Callable[[httpx.Request], object], **settings: object) -> Exporter:
-    return Exporter(ScrapeSettings(**settings), targets=lambda: targets,  # type: ignore[arg-type]
-                    include_process_metrics=False, transport=httpx.MockTransport(handler))  # type: ignore[arg-type]
+    return Exporter(
+        ScrapeSettings(**settings),
+        targets=lambda: targets,  # type: ignore[arg-type]
+        include_process_metrics=False,
+        transport=httpx.MockTransport(handler),
+    )  # type: ignore[arg-type]
 
 
 async def _handler(request: httpx.Request) -> httpx.Response:
@@ -56,14 +60,22 @@ def _samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
 
 def test_each_failure_is_its_own_down_target_and_the_rest_are_read() -> None:
     names = ["good", "old", "hang", "error", "garbage", "html", "huge", "refused"]
-    exporter = _exporter([_target(n, planned_num_gpu_blocks=1000) for n in names], _handler,
-                         scrape_timeout_s=0.5, max_body_bytes=1_000_000)
+    exporter = _exporter(
+        [_target(n, planned_num_gpu_blocks=1000) for n in names],
+        _handler,
+        scrape_timeout_s=0.5,
+        max_body_bytes=1_000_000,
+    )
     snapshot = asyncio.run(exporter.snapshot(budget_s=2.0))
     by_pod = {o.target.pod: o for o in snapshot.targets}
     assert by_pod["good"].up and by_pod["old"].up
     assert {pod: by_pod[pod].error for pod in names[2:]} == {
-        "hang": "timeout", "error": "http_status", "garbage": "parse", "html": "not_vllm",
-        "huge": "too_large", "refused": "connect",
+        "hang": "timeout",
+        "error": "http_status",
+        "garbage": "parse",
+        "html": "not_vllm",
+        "huge": "too_large",
+        "refused": "connect",
     }
     body, _ = asyncio.run(exporter.render(2.0))
     samples = _samples(body.decode())
@@ -116,7 +128,8 @@ def test_vanished_targets_leave_no_series() -> None:
 def test_a_counter_reset_passes_through_unchanged() -> None:
     restarted = "\n".join(
         line.rsplit(" ", 1)[0] + " 1.0" if line.startswith("vllm:num_preemptions_total") else line
-        for line in GOOD.splitlines())
+        for line in GOOD.splitlines()
+    )
     calls = iter([GOOD, restarted])
 
     def handler(_: httpx.Request) -> httpx.Response:
@@ -143,8 +156,14 @@ def test_cardinality_is_bounded_by_max_targets() -> None:
 
 
 def test_exporter_output_passes_promtool(tmp_path: object) -> None:
-    exporter = _exporter([_target(n, planned_num_gpu_blocks=1000, max_num_seqs=64, max_model_len=8192)
-                          for n in ("good", "old", "error", "hang")], _handler, scrape_timeout_s=0.3)
+    exporter = _exporter(
+        [
+            _target(n, planned_num_gpu_blocks=1000, max_num_seqs=64, max_model_len=8192)
+            for n in ("good", "old", "error", "hang")
+        ],
+        _handler,
+        scrape_timeout_s=0.3,
+    )
     exporter.include_process_metrics = True
     # The retuner's and discovery's families are part of the same page.
     from admission.exporter.discovery import KubeDiscovery
@@ -166,9 +185,14 @@ def test_exporter_output_passes_promtool(tmp_path: object) -> None:
 
 @pytest.mark.parametrize(
     ("text", "fragment"),
-    [("", "empty"), ("ftp://x/metrics", "expected http"), ("http://h:port", "not a number"),
-     ("h:1#max-num-seqs=abc", "must be an integer"), ("h:1#color=red", "unknown option"),
-     ("h:1#planned-num-gpu-blocks=0", "positive")],
+    [
+        ("", "empty"),
+        ("ftp://x/metrics", "expected http"),
+        ("http://h:port", "not a number"),
+        ("h:1#max-num-seqs=abc", "must be an integer"),
+        ("h:1#color=red", "unknown option"),
+        ("h:1#planned-num-gpu-blocks=0", "positive"),
+    ],
 )
 def test_bad_static_targets_are_rejected(text: str, fragment: str) -> None:
     with pytest.raises(PlannerInputError, match=fragment):
@@ -176,10 +200,16 @@ def test_bad_static_targets_are_rejected(text: str, fragment: str) -> None:
 
 
 def test_static_target_syntax() -> None:
-    target = parse_static_target("10.0.0.7:8000#namespace=ml&pod=qwen-0&workload=qwen&kind=StatefulSet"
-                                 "&planned-num-gpu-blocks=4096&max_num_seqs=64&max-model-len=32768")
+    target = parse_static_target(
+        "10.0.0.7:8000#namespace=ml&pod=qwen-0&workload=qwen&kind=StatefulSet"
+        "&planned-num-gpu-blocks=4096&max_num_seqs=64&max-model-len=32768"
+    )
     assert target.url == "http://10.0.0.7:8000/metrics"
-    assert (target.namespace, target.pod, target.workload, target.workload_kind) == ("ml", "qwen-0", "qwen",
-                                                                                     "StatefulSet")
+    assert (target.namespace, target.pod, target.workload, target.workload_kind) == (
+        "ml",
+        "qwen-0",
+        "qwen",
+        "StatefulSet",
+    )
     assert (target.planned_num_gpu_blocks, target.max_num_seqs, target.max_model_len) == (4096, 64, 32768)
     assert parse_static_target("https://vllm.example:443/custom/metrics").pod == "vllm.example:443"

@@ -26,12 +26,18 @@ def _samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
 def test_exporter_serves_a_mixed_fleet_within_the_announced_budget() -> None:
     new = SimulatorSettings(num_gpu_blocks=300, max_model_len=2048, vllm_version="0.19.0", time_scale=0.0)
     old = SimulatorSettings(num_gpu_blocks=200, max_model_len=2048, vllm_version="0.8.5", time_scale=0.0)
-    with start_simulator(new) as sim_new, start_simulator(old) as sim_old, hanging_server() as hang, \
-            error_server() as broken:
+    with (
+        start_simulator(new) as sim_new,
+        start_simulator(old) as sim_old,
+        hanging_server() as hang,
+        error_server() as broken,
+    ):
         for sim in (sim_new, sim_old):
             httpx.post(f"{sim.url}/v1/completions", json={"prompt": [5] * 64, "max_tokens": 8}).raise_for_status()
         targets = [
-            parse_static_target(f"{sim_new.metrics_url}#namespace=ml&pod=new-0&workload=new&planned-num-gpu-blocks=250"),
+            parse_static_target(
+                f"{sim_new.metrics_url}#namespace=ml&pod=new-0&workload=new&planned-num-gpu-blocks=250"
+            ),
             parse_static_target(f"{sim_old.metrics_url}#namespace=ml&pod=old-0&workload=old"),
             parse_static_target(f"{hang.url}#namespace=ml&pod=hang-0&workload=hang"),
             parse_static_target(f"{broken.url}#namespace=ml&pod=broken-0&workload=broken"),
@@ -40,8 +46,9 @@ def test_exporter_serves_a_mixed_fleet_within_the_announced_budget() -> None:
         with start_exporter(config) as exporter:
             assert httpx.get(f"{exporter.url}/healthz").text == "ok\n"
             assert httpx.get(f"{exporter.url}/readyz").status_code == 200
-            response = httpx.get(f"{exporter.url}/metrics", timeout=10,
-                                 headers={"X-Prometheus-Scrape-Timeout-Seconds": "2"})
+            response = httpx.get(
+                f"{exporter.url}/metrics", timeout=10, headers={"X-Prometheus-Scrape-Timeout-Seconds": "2"}
+            )
     assert response.status_code == 200
     samples = _samples(response.text)
     up = {labels["pod"]: value for labels, value in samples["kv_planner_target_up"]}
@@ -62,10 +69,15 @@ def test_discovery_mode_scrapes_the_pods_the_api_lists() -> None:
 
     settings = SimulatorSettings(num_gpu_blocks=77, max_model_len=512, time_scale=0.0)
     with start_simulator(settings) as sim:
-        pod = make_pod("qwen-7b-6d4f8c9b7-x2x8k", ip="127.0.0.1",
-                       args=["--model", "m", "--port", str(sim.port), "--max-num-seqs", "12"],
-                       annotations={"kv-planner.io/planned-num-gpu-blocks": "70",
-                                    "kv-planner.io/plan": '{"v":1,"gpu":"L4","gpuCount":1,"vllmVersion":"0.19.0"}'})
+        pod = make_pod(
+            "qwen-7b-6d4f8c9b7-x2x8k",
+            ip="127.0.0.1",
+            args=["--model", "m", "--port", str(sim.port), "--max-num-seqs", "12"],
+            annotations={
+                "kv-planner.io/planned-num-gpu-blocks": "70",
+                "kv-planner.io/plan": '{"v":1,"gpu":"L4","gpuCount":1,"vllmVersion":"0.19.0"}',
+            },
+        )
         core = FakeCore(OPTED_IN, [pod])
         config = ExporterConfig(host="127.0.0.1", port=0, discover=True, retuner=RetunerSettings(mode="off"))
         from admission.exporter.server import RunningExporter, build
@@ -78,8 +90,10 @@ def test_discovery_mode_scrapes_the_pods_the_api_lists() -> None:
             assert parts.discovery.synced.wait(10)
             assert httpx.get(f"{exporter.url}/readyz").status_code == 200
             samples = _samples(httpx.get(f"{exporter.url}/metrics", timeout=10).text)
-    up = [(labels["namespace"], labels["pod"], labels["workload"], value)
-          for labels, value in samples["kv_planner_target_up"]]
+    up = [
+        (labels["namespace"], labels["pod"], labels["workload"], value)
+        for labels, value in samples["kv_planner_target_up"]
+    ]
     assert up == [("llm", "qwen-7b-6d4f8c9b7-x2x8k", "qwen-7b", 1.0)]
     assert samples["kv_planner_max_num_seqs_configured"][0][1] == 12
     assert samples["kv_planner_kv_blocks_plan_ratio"][0][1] == 1.1

@@ -44,9 +44,7 @@ class Blob:
 
     @classmethod
     def of(cls, data: bytes, *, size: int | None = None, lfs: bool | None = None) -> Blob:
-        return cls(
-            data, size if size is not None else len(data), lfs if lfs is not None else size is not None
-        )
+        return cls(data, size if size is not None else len(data), lfs if lfs is not None else size is not None)
 
     @property
     def etag(self) -> str:
@@ -110,9 +108,7 @@ class FakeHub:
 
     def count(self, method: str | None = None, contains: str = "") -> int:
         with self._lock:
-            return sum(
-                1 for r in self.requests if (method is None or r.method == method) and contains in r.path
-            )
+            return sum(1 for r in self.requests if (method is None or r.method == method) and contains in r.path)
 
     def reset_log(self) -> None:
         with self._lock:
@@ -240,9 +236,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(self, *, head: bool) -> None:
         path = urlsplit(self.path).path
-        self.fake._log(
-            Request(self.command, path, self.headers.get("range"), self.headers.get("authorization"))
-        )
+        self.fake._log(Request(self.command, path, self.headers.get("range"), self.headers.get("authorization")))
         raw_parts = path.strip("/").split("/")
         if raw_parts[:2] == ["api", "models"]:
             self._model_info(raw_parts[2:], head=head)

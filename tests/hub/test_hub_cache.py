@@ -68,9 +68,7 @@ def test_offline_cache_hit_makes_no_request(hub: FakeHub, monkeypatch: pytest.Mo
     assert resolve_model(REPO, offline=True).source == "hub-cache" and hub.count() == 0
 
 
-def test_offline_cache_miss_is_a_clear_error(
-    hub: FakeHub, hf_home: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_offline_cache_miss_is_a_clear_error(hub: FakeHub, hf_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     publish(hub)
     go_offline(monkeypatch, hub)
     with pytest.raises(HubUnavailableError) as caught:
@@ -141,11 +139,7 @@ def test_hub_down_uses_the_cache_with_a_warning(hub: FakeHub) -> None:
     clear_resolution_cache()
     hub.stop()
     resolved = resolve_model(REPO)
-    assert (
-        resolved.source == "hub-cache"
-        and resolved.revision == sha
-        and resolved.spec.checkpoint_bytes == exact
-    )
+    assert resolved.source == "hub-cache" and resolved.revision == sha and resolved.spec.checkpoint_bytes == exact
     assert any("could not be reached" in w for w in resolved.warnings)
     with pytest.raises(HubUnavailableError, match="Cannot reach the Hub"):
         resolve_model("acme/never-fetched")
@@ -183,9 +177,7 @@ def test_corrupted_cached_config_is_downloaded_again(hub: FakeHub, hf_home: Path
     json.loads(cached.read_text())
 
 
-def test_corrupted_cache_offline_is_a_clear_error(
-    hub: FakeHub, hf_home: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_corrupted_cache_offline_is_a_clear_error(hub: FakeHub, hf_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sha, _ = publish(hub)
     resolve_model(REPO)
     cached = repo_cache(hf_home) / "snapshots" / sha / "config.json"

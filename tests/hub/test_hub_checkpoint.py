@@ -63,18 +63,10 @@ def test_dtype_table_matches_the_library_for_sub_byte_and_fp8_types(tmp_path: Pa
     raw16 = np.zeros((4, 8), np.uint16)
     raw8 = np.zeros((4, 8), np.uint8)
     specs = {
-        "bf16": safetensors.TensorSpec(
-            dtype="bfloat16", shape=[4, 8], data_ptr=raw16.ctypes.data, data_len=64
-        ),
-        "f8": safetensors.TensorSpec(
-            dtype="float8_e4m3fn", shape=[4, 8], data_ptr=raw8.ctypes.data, data_len=32
-        ),
-        "e8": safetensors.TensorSpec(
-            dtype="float8_e8m0fnu", shape=[4, 8], data_ptr=raw8.ctypes.data, data_len=32
-        ),
-        "f4": safetensors.TensorSpec(
-            dtype="float4_e2m1fn_x2", shape=[4, 8], data_ptr=raw8.ctypes.data, data_len=32
-        ),
+        "bf16": safetensors.TensorSpec(dtype="bfloat16", shape=[4, 8], data_ptr=raw16.ctypes.data, data_len=64),
+        "f8": safetensors.TensorSpec(dtype="float8_e4m3fn", shape=[4, 8], data_ptr=raw8.ctypes.data, data_len=32),
+        "e8": safetensors.TensorSpec(dtype="float8_e8m0fnu", shape=[4, 8], data_ptr=raw8.ctypes.data, data_len=32),
+        "f4": safetensors.TensorSpec(dtype="float4_e2m1fn_x2", shape=[4, 8], data_ptr=raw8.ctypes.data, data_len=32),
     }
     safetensors.serialize_file(specs, tmp_path / "model.safetensors")
     info = summarize_checkpoint([read_safetensors_header(tmp_path / "model.safetensors")])

@@ -27,9 +27,7 @@ from planner.models.resolve import clear_resolution_cache, resolve_model
 LLAMA_31_8B = {"layers": 32, "hidden": 4096, "inter": 14336, "vocab": 128256, "heads": 32, "kv": 8}
 
 
-def publish_tiny(
-    hub: FakeHub, repo_id: str = "acme/tiny-llama", **overrides: object
-) -> tuple[Repo, str, int]:
+def publish_tiny(hub: FakeHub, repo_id: str = "acme/tiny-llama", **overrides: object) -> tuple[Repo, str, int]:
     config = llama_config(**overrides)
     tensors = llama_tensors(config)
     repo = hub.repos.get(repo_id) or hub.add(Repo(repo_id))
@@ -115,9 +113,7 @@ def test_gated_model_with_a_token_that_has_no_access(hub: FakeHub) -> None:
     assert any(r.authorization == "Bearer hf_other" for r in hub.requests)
 
 
-def test_gated_model_with_an_accepted_token_from_flag_or_env(
-    hub: FakeHub, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_gated_model_with_an_accepted_token_from_flag_or_env(hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
     repo, sha, exact = publish_tiny(hub, "meta-x/Gated-8B")
     repo.gated, repo.accepted_tokens = True, {"hf_good"}
     assert resolve_model("meta-x/Gated-8B", token="hf_good").spec.checkpoint_bytes == exact
@@ -213,9 +209,7 @@ def test_sharded_checkpoint_headers_over_range_requests(hub: FakeHub) -> None:
     assert resolved.checkpoint.total_bytes == total == 16_060_522_496  # Llama-3.1-8B in BF16
     assert resolved.spec.parameters == 8_030_261_248
     assert resolved.checkpoint.dtypes["BF16"].bytes == total
-    assert [f.name for f in resolved.checkpoint.files] == [
-        f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)
-    ]
+    assert [f.name for f in resolved.checkpoint.files] == [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
     assert hub.count("GET", "model-old.safetensors") == 0
     assert ("files", 3) in recorder.events and recorder.events.count(("advance", None)) == 3
 

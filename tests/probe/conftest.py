@@ -28,8 +28,12 @@ def fake_server() -> Iterator[Callable[..., FakeServer]]:
 
 def probe(server: FakeServer, **fields: object) -> ProbeReport:
     """Run the probe against ``server`` with small, fast defaults."""
-    settings: dict[str, object] = {"endpoint": server.url, "output_tokens": 8, "sample_interval_s": 0.02,
-                                   "max_duration_s": 60.0}
+    settings: dict[str, object] = {
+        "endpoint": server.url,
+        "output_tokens": 8,
+        "sample_interval_s": 0.02,
+        "max_duration_s": 60.0,
+    }
     settings.update(fields)
     return asyncio.run(run_probe(ProbeConfig(**settings)))  # type: ignore[arg-type]
 

@@ -51,8 +51,10 @@ def create_app(state: FakeState) -> FastAPI:
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:
-        return {"object": "list", "data": [{"id": "fake-model", "object": "model", "owned_by": "test",
-                                            "max_model_len": state.max_model_len}]}
+        return {
+            "object": "list",
+            "data": [{"id": "fake-model", "object": "model", "owned_by": "test", "max_model_len": state.max_model_len}],
+        }
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
@@ -62,8 +64,10 @@ def create_app(state: FakeState) -> FastAPI:
         usage = min(1.0, state.active / (state.capacity + 1))
         labels = 'engine="0",model_name="fake-model"'
         page = [
-            f"# TYPE {usage_name} gauge", f"{usage_name}{{{labels}}} {usage}",
-            "# TYPE vllm:num_preemptions_total counter", f"vllm:num_preemptions_total{{{labels}}} {state.preemptions}",
+            f"# TYPE {usage_name} gauge",
+            f"{usage_name}{{{labels}}} {usage}",
+            "# TYPE vllm:num_preemptions_total counter",
+            f"vllm:num_preemptions_total{{{labels}}} {state.preemptions}",
             "# TYPE vllm:num_requests_running gauge",
             f"vllm:num_requests_running{{{labels}}} {min(state.active, state.capacity)}",
             "# TYPE vllm:num_requests_waiting gauge",
@@ -78,16 +82,26 @@ def create_app(state: FakeState) -> FastAPI:
     async def completions(request: Request) -> Any:
         body = await request.json()
         if state.fail_status is not None:
-            return JSONResponse({"error": {"message": "simulated failure", "type": "BadRequestError",
-                                           "param": None, "code": state.fail_status}},
-                                status_code=state.fail_status)
+            return JSONResponse(
+                {
+                    "error": {
+                        "message": "simulated failure",
+                        "type": "BadRequestError",
+                        "param": None,
+                        "code": state.fail_status,
+                    }
+                },
+                status_code=state.fail_status,
+            )
         prompt = body["prompt"]
         assert isinstance(prompt, list) and all(isinstance(t, int) for t in prompt)
         assert body["stream"] is True and body["ignore_eos"] is True
         max_tokens = int(body["max_tokens"])
         if len(prompt) + max_tokens > state.max_model_len:
-            return JSONResponse({"error": {"message": "too long", "type": "BadRequestError", "param": "max_tokens",
-                                           "code": 400}}, status_code=400)
+            return JSONResponse(
+                {"error": {"message": "too long", "type": "BadRequestError", "param": "max_tokens", "code": 400}},
+                status_code=400,
+            )
         state.prompts.append(len(prompt))
         state.active += 1
         state.started += 1
@@ -109,16 +123,23 @@ def create_app(state: FakeState) -> FastAPI:
                 for i in range(max_tokens):
                     check()
                     await asyncio.sleep(state.token_delay_s)
-                    chunk = {"id": "x", "object": "text_completion", "created": int(time.time()),
-                             "model": "fake-model", "choices": [{"index": 0, "text": f" t{i}",
-                                                                  "finish_reason": None}]}
+                    chunk = {
+                        "id": "x",
+                        "object": "text_completion",
+                        "created": int(time.time()),
+                        "model": "fake-model",
+                        "choices": [{"index": 0, "text": f" t{i}", "finish_reason": None}],
+                    }
                     yield f"data: {json.dumps(chunk)}\n\n"
                 # Leave the batch before the client can see the end (it may start the next one at once).
                 state.active -= 1
                 state.finished += 1
                 in_flight = False
-                usage = {"prompt_tokens": len(prompt), "completion_tokens": max_tokens,
-                         "total_tokens": len(prompt) + max_tokens}
+                usage = {
+                    "prompt_tokens": len(prompt),
+                    "completion_tokens": max_tokens,
+                    "total_tokens": len(prompt) + max_tokens,
+                }
                 yield f"data: {json.dumps({'id': 'x', 'choices': [], 'usage': usage})}\n\n"
                 yield "data: [DONE]\n\n"
             finally:

@@ -106,8 +106,11 @@ def test_live_metrics_page_of_the_simulator() -> None:
         with pytest.raises(WorkloadProfileError, match="not finished any request"):
             load_workload_source(sim.metrics_url)
         for prompt, output in ((100, 10), (300, 30), (700, 5)):
-            response = httpx.post(f"{sim.url}/v1/completions", timeout=30,
-                                  json={"prompt": list(range(1, prompt + 1)), "max_tokens": output})
+            response = httpx.post(
+                f"{sim.url}/v1/completions",
+                timeout=30,
+                json={"prompt": list(range(1, prompt + 1)), "max_tokens": output},
+            )
             assert response.status_code == 200
         profile = load_workload_source(sim.metrics_url)
     # vLLM's buckets are 1-2-5 series: 100 -> (50, 100], 300 -> (200, 500], 700 -> (500, 1000].
@@ -126,19 +129,34 @@ def prometheus_and_simulator(tmp_path: Path) -> Iterator[tuple[str, str]]:
     binary = "prometheus"
     if subprocess.run(["which", binary], capture_output=True, check=False).returncode != 0:
         pytest.skip("prometheus is not installed (scripts/install-test-tools)")
-    with start_simulator(SimulatorSettings(num_gpu_blocks=400, max_model_len=1024, time_scale=0.0,
-                                           served_model_name="sim-model")) as sim:
+    with start_simulator(
+        SimulatorSettings(num_gpu_blocks=400, max_model_len=1024, time_scale=0.0, served_model_name="sim-model")
+    ) as sim:
         port = _free_port()
         config = tmp_path / "prometheus.yml"
-        config.write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
-            "scrape_configs": [{"job_name": "vllm", "static_configs": [
-                {"targets": [f"127.0.0.1:{sim.port}"], "labels": {"namespace": "ml"}}]}],
-        }))
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
+                    "scrape_configs": [
+                        {
+                            "job_name": "vllm",
+                            "static_configs": [{"targets": [f"127.0.0.1:{sim.port}"], "labels": {"namespace": "ml"}}],
+                        }
+                    ],
+                }
+            )
+        )
         process = subprocess.Popen(
-            [binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         try:
             yield sim.url, f"http://127.0.0.1:{port}"
@@ -169,8 +187,9 @@ def test_workload_from_a_real_prometheus(prometheus_and_simulator: tuple[str, st
         pytest.fail("prometheus never scraped the simulator")
     time.sleep(1.5)  # one more scrape at zero so increase() sees the whole load
     for prompt in (40, 40, 40, 400):
-        httpx.post(f"{sim_url}/v1/completions", timeout=30,
-                   json={"prompt": list(range(1, prompt + 1)), "max_tokens": 8}).raise_for_status()
+        httpx.post(
+            f"{sim_url}/v1/completions", timeout=30, json={"prompt": list(range(1, prompt + 1)), "max_tokens": 8}
+        ).raise_for_status()
     for _ in range(300):  # until the scrapes show all four requests
         samples = _samples(prometheus, count)
         if samples and float(samples[0]["value"][1]) >= 4:  # type: ignore[index]

@@ -22,9 +22,24 @@ runner = CliRunner()
 def test_json_report_and_png_plot(fake_server, tmp_path: Path) -> None:
     server = fake_server(capacity=3, max_model_len=256)
     plot = tmp_path / "probe.png"
-    result = runner.invoke(app, ["probe", "--endpoint", f"{server.url}/v1", "--output", "json",
-                                 "--output-tokens", "8", "--max-concurrency", "4", "--sample-interval", "20ms",
-                                 "--plot", str(plot)])
+    result = runner.invoke(
+        app,
+        [
+            "probe",
+            "--endpoint",
+            f"{server.url}/v1",
+            "--output",
+            "json",
+            "--output-tokens",
+            "8",
+            "--max-concurrency",
+            "4",
+            "--sample-interval",
+            "20ms",
+            "--plot",
+            str(plot),
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["safe_concurrency"] == 3
@@ -38,8 +53,22 @@ def test_table_report_and_svg_plot(fake_server, tmp_path: Path) -> None:
     plot = tmp_path / "probe.svg"
     workload = tmp_path / "lengths.yaml"
     workload.write_text("prompt_tokens: {p50: 40, p90: 80}\noutput_tokens: 6\n")
-    result = runner.invoke(app, ["probe", "--endpoint", server.url, "--workload", str(workload),
-                                 "--levels", "1,2,3", "--sample-interval", "20ms", "--plot", str(plot)])
+    result = runner.invoke(
+        app,
+        [
+            "probe",
+            "--endpoint",
+            server.url,
+            "--workload",
+            str(workload),
+            "--levels",
+            "1,2,3",
+            "--sample-interval",
+            "20ms",
+            "--plot",
+            str(plot),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "Highest safe concurrency: 2" in result.stdout
     assert "FAIL: " in result.stdout and "preemptions > 0" in result.stdout
@@ -71,9 +100,26 @@ def test_unreachable_endpoint_exits_3() -> None:
 
 def test_ctrl_c_cancels_requests_and_prints_the_partial_report(fake_server) -> None:
     server = fake_server(capacity=100, max_model_len=256, token_delay_s=0.005)
-    command = [sys.executable, "-c", "from planner.cli import main; main()", "probe", "--endpoint", server.url,
-               "--output", "json", "--output-tokens", "100", "--sample-interval", "50ms", "--max-duration", "2m",
-               "--warmup-requests", "0", "--requests-per-step", "2"]
+    command = [
+        sys.executable,
+        "-c",
+        "from planner.cli import main; main()",
+        "probe",
+        "--endpoint",
+        server.url,
+        "--output",
+        "json",
+        "--output-tokens",
+        "100",
+        "--sample-interval",
+        "50ms",
+        "--max-duration",
+        "2m",
+        "--warmup-requests",
+        "0",
+        "--requests-per-step",
+        "2",
+    ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:

@@ -125,8 +125,9 @@ def test_failing_requests_stop_the_probe(fake_server) -> None:
 
 def test_workload_lengths_are_drawn_from_the_profile(fake_server) -> None:
     server = fake_server(capacity=100, max_model_len=512)
-    profile = parse_workload({"prompt_tokens": {"p10": 50, "p50": 100, "p90": 200},
-                              "output_tokens": {"p50": 6, "max": 10}})
+    profile = parse_workload(
+        {"prompt_tokens": {"p10": 50, "p50": 100, "p90": 200}, "output_tokens": {"p50": 6, "max": 10}}
+    )
     report = probe(server, workload=profile, max_concurrency=4)
     prompts = server.state.prompts
     assert len(prompts) == report.requests_sent

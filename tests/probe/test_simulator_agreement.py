@@ -23,23 +23,36 @@ pytestmark = pytest.mark.slow
 NUM_GPU_BLOCKS = 186
 BLOCK_SIZE = 4
 MAX_MODEL_LEN = 512
-WORKLOAD = parse_workload({
-    "prompt_tokens": {"p10": 56, "p50": 64, "p90": 72},
-    "output_tokens": {"p10": 36, "p50": 40, "p90": 44},
-    "target_risk": 0.01,
-})
+WORKLOAD = parse_workload(
+    {
+        "prompt_tokens": {"p10": 56, "p50": 64, "p90": 72},
+        "output_tokens": {"p10": 36, "p50": 40, "p90": 44},
+        "target_risk": 0.01,
+    }
+)
 
 
 def _simulator() -> object:
-    return start_simulator(SimulatorSettings(
-        num_gpu_blocks=NUM_GPU_BLOCKS, block_size=BLOCK_SIZE, max_model_len=MAX_MODEL_LEN,
-        enable_prefix_caching=False, time_scale=0.3, seed=7,
-    ))
+    return start_simulator(
+        SimulatorSettings(
+            num_gpu_blocks=NUM_GPU_BLOCKS,
+            block_size=BLOCK_SIZE,
+            max_model_len=MAX_MODEL_LEN,
+            enable_prefix_caching=False,
+            time_scale=0.3,
+            seed=7,
+        )
+    )
 
 
 def _probe(url: str, **fields: object) -> ProbeReport:
-    settings: dict[str, object] = {"endpoint": url, "workload": WORKLOAD, "sample_interval_s": 0.05,
-                                   "max_duration_s": 120.0, "seed": 3}
+    settings: dict[str, object] = {
+        "endpoint": url,
+        "workload": WORKLOAD,
+        "sample_interval_s": 0.05,
+        "max_duration_s": 120.0,
+        "seed": 3,
+    }
     settings.update(fields)
     return asyncio.run(run_probe(ProbeConfig(**settings)))  # type: ignore[arg-type]
 
@@ -49,8 +62,9 @@ def _preemptions(sim: object) -> int:
 
 
 def test_planner_answer_for_these_numbers() -> None:
-    advice = risk_bounded_concurrency(kv_report_for_blocks(NUM_GPU_BLOCKS, BLOCK_SIZE, MAX_MODEL_LEN), WORKLOAD,
-                                      headroom=0.0)
+    advice = risk_bounded_concurrency(
+        kv_report_for_blocks(NUM_GPU_BLOCKS, BLOCK_SIZE, MAX_MODEL_LEN), WORKLOAD, headroom=0.0
+    )
     assert advice.max_num_seqs == 7
     assert advice.risk < 1e-3 and advice.risk_at(8) > 0.05 and advice.risk_at(9) > 0.5
 
@@ -65,8 +79,7 @@ def test_probe_safe_concurrency_agrees_with_the_planner() -> None:
     assert report.planner is not None and report.planner.max_num_seqs == planned
     # Agreement: at 7 the risk is 5e-5, at 8 it is 11% (a short window may or may not catch one), at 9
     # it is 84%.
-    assert report.safe_concurrency in (planned, planned + 1), [(s.concurrency, s.preemptions)
-                                                                for s in report.steps]
+    assert report.safe_concurrency in (planned, planned + 1), [(s.concurrency, s.preemptions) for s in report.steps]
     assert report.stop_reason == "limit-crossed"
     failed = [s for s in report.steps if not s.passed]
     assert failed and all(s.preemptions and s.preemptions > 0 for s in failed)

@@ -29,14 +29,19 @@ def pressure(**kw: object) -> WorkloadSignals:
 
 
 def slack(**kw: object) -> WorkloadSignals:
-    base: dict[str, object] = dict(preemptions=0, usage=0.3, waiting=12, configured=64, risk_limit=100,
-                                   requests=500)
+    base: dict[str, object] = dict(preemptions=0, usage=0.3, waiting=12, configured=64, risk_limit=100, requests=500)
     base.update(kw)
     return WorkloadSignals(**base)  # type: ignore[arg-type]
 
 
-def run(signals: list[WorkloadSignals], settings: RetunerSettings = SETTINGS, *, start: float = 0.0,
-        every: float = 60.0, state: WorkloadState | None = None) -> list[Decision]:
+def run(
+    signals: list[WorkloadSignals],
+    settings: RetunerSettings = SETTINGS,
+    *,
+    start: float = 0.0,
+    every: float = 60.0,
+    state: WorkloadState | None = None,
+) -> list[Decision]:
     state = state or WorkloadState()
     return [decide(state, s, settings, start + i * every) for i, s in enumerate(signals)]
 

@@ -34,19 +34,30 @@ BLOCKS, BLOCK_SIZE, PROMPT, OUTPUT = 65, 16, 128, 256
 
 
 def _sim(max_num_seqs: int, seed: int) -> RunningSimulator:
-    return start_simulator(SimulatorSettings(
-        model="org/chat-model", num_gpu_blocks=BLOCKS, block_size=BLOCK_SIZE, max_model_len=1024,
-        max_num_seqs=max_num_seqs, max_num_batched_tokens=2048, vllm_version="0.19.0", time_scale=0.01,
-        seed=seed, check_invariants=True,
-    ))
+    return start_simulator(
+        SimulatorSettings(
+            model="org/chat-model",
+            num_gpu_blocks=BLOCKS,
+            block_size=BLOCK_SIZE,
+            max_model_len=1024,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=2048,
+            vllm_version="0.19.0",
+            time_scale=0.01,
+            seed=seed,
+            check_invariants=True,
+        )
+    )
 
 
 async def _load(url: str, concurrent: int, rng: random.Random) -> None:
     async with httpx.AsyncClient(timeout=120) as client:
+
         async def one() -> None:
             prompt = [rng.randrange(1, 30000) for _ in range(PROMPT)]  # distinct: no prefix-cache help
-            response = await client.post(f"{url}/v1/completions", json={
-                "prompt": prompt, "max_tokens": OUTPUT, "ignore_eos": True})
+            response = await client.post(
+                f"{url}/v1/completions", json={"prompt": prompt, "max_tokens": OUTPUT, "ignore_eos": True}
+            )
             response.raise_for_status()
             assert response.json()["usage"]["completion_tokens"] == OUTPUT
 
@@ -54,8 +65,12 @@ async def _load(url: str, concurrent: int, rng: random.Random) -> None:
 
 
 def _preemptions(text: str, pod: str) -> float:
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-               if s.name == "kv_planner_preemptions_total" and s.labels.get("pod") == pod)
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "kv_planner_preemptions_total" and s.labels.get("pod") == pod
+    )
 
 
 class FakeCore:
@@ -75,8 +90,7 @@ def test_overflow_is_seen_and_the_recommended_limit_removes_preemptions(targets:
     rng = random.Random(42)
     exporter = Exporter(ScrapeSettings(), targets=lambda: targets, include_process_metrics=False)
     core = FakeCore()
-    retuner = Retuner(RetunerSettings(min_requests=5, min_dwell_s=0),
-                      writer=KubeWriter(None, core, RetunerSettings()))
+    retuner = Retuner(RetunerSettings(min_requests=5, min_dwell_s=0), writer=KubeWriter(None, core, RetunerSettings()))
     exporter.state.add_provider(retuner.families)
 
     def observe(now: float) -> None:
@@ -84,8 +98,11 @@ def test_overflow_is_seen_and_the_recommended_limit_removes_preemptions(targets:
         retuner.publish(retuner.observe(snapshot, now=now))
 
     with _sim(max_num_seqs=4, seed=1) as sim, RunningExporter(Parts(exporter=exporter)).start() as server:
-        targets.append(parse_static_target(
-            f"{sim.metrics_url}#namespace=ml&pod=chat-0&workload=chat&max-num-seqs=4&max-model-len=1024"))
+        targets.append(
+            parse_static_target(
+                f"{sim.metrics_url}#namespace=ml&pod=chat-0&workload=chat&max-num-seqs=4&max-model-len=1024"
+            )
+        )
         scrape = lambda: httpx.get(f"{server.url}/metrics", timeout=10).text  # noqa: E731
 
         # 1. Load that fits.

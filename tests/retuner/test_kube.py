@@ -13,15 +13,22 @@ from admission.retuner.settings import RetunerSettings
 
 
 def deployment(args: list[str] | None = None, command: list[str] | None = None) -> client.V1Deployment:
-    container = client.V1Container(name="vllm", image="vllm/vllm-openai:v0.19.0", command=command,
-                                   args=args if args is not None else ["--model", "Qwen/Qwen2.5-7B-Instruct",
-                                                                       "--max-num-seqs", "64", "--port=8000"])
+    container = client.V1Container(
+        name="vllm",
+        image="vllm/vllm-openai:v0.19.0",
+        command=command,
+        args=args
+        if args is not None
+        else ["--model", "Qwen/Qwen2.5-7B-Instruct", "--max-num-seqs", "64", "--port=8000"],
+    )
     return client.V1Deployment(
         metadata=client.V1ObjectMeta(name="qwen", namespace="ml"),
         spec=client.V1DeploymentSpec(
             selector=client.V1LabelSelector(match_labels={"app": "qwen"}),
-            template=client.V1PodTemplateSpec(spec=client.V1PodSpec(containers=[
-                client.V1Container(name="proxy", image="envoy:1"), container]))),
+            template=client.V1PodTemplateSpec(
+                spec=client.V1PodSpec(containers=[client.V1Container(name="proxy", image="envoy:1"), container])
+            ),
+        ),
     )
 
 
@@ -63,12 +70,18 @@ class Clock:
 
 
 REF = WorkloadRef(namespace="ml", kind="Deployment", name="qwen")
-LOWER = Decision(action="lower", reason="PreemptionsPersist", current=64, recommended=32,
-                 message="PreemptionsPersist: lower --max-num-seqs 64 -> 32")
+LOWER = Decision(
+    action="lower",
+    reason="PreemptionsPersist",
+    current=64,
+    recommended=32,
+    message="PreemptionsPersist: lower --max-num-seqs 64 -> 32",
+)
 
 
-def writer(workload: client.V1Deployment | None = None,
-           **settings: Any) -> tuple[KubeWriter, FakeApps, FakeCore, Clock]:
+def writer(
+    workload: client.V1Deployment | None = None, **settings: Any
+) -> tuple[KubeWriter, FakeApps, FakeCore, Clock]:
     apps, core, clock = FakeApps(workload or deployment()), FakeCore(), Clock()
     return KubeWriter(apps, core, RetunerSettings(mode="apply", **settings), clock=clock), apps, core, clock
 
@@ -79,8 +92,7 @@ def test_event_carries_the_stable_reason_on_the_workload() -> None:
     namespace, body = core.events[0]
     assert namespace == "ml"
     assert body["reason"] == "PreemptionsPersist" and body["type"] == "Normal"
-    assert body["involvedObject"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "qwen",
-                                      "namespace": "ml"}
+    assert body["involvedObject"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "qwen", "namespace": "ml"}
     assert body["metadata"]["generateName"] == "qwen."
 
 
@@ -97,17 +109,23 @@ def test_apply_edits_only_the_flag_in_the_users_spelling() -> None:
     kind, _, _, patch = apps.patches[0]
     assert kind == "Deployment"
     assert patch["spec"]["template"]["spec"]["containers"] == [
-        {"name": "vllm", "args": ["--model", "Qwen/Qwen2.5-7B-Instruct", "--max-num-seqs", "32", "--port=8000"]}]
+        {"name": "vllm", "args": ["--model", "Qwen/Qwen2.5-7B-Instruct", "--max-num-seqs", "32", "--port=8000"]}
+    ]
     assert patch["metadata"]["annotations"][ANNOTATION] == "32"
     assert core.events[-1][1]["reason"] == APPLIED
 
 
 def test_apply_adds_the_flag_when_absent_and_handles_vllm_serve_commands() -> None:
-    patch = container_patch(client.ApiClient().sanitize_for_serialization(
-        deployment(args=["serve", "m"], command=None)), 8)
+    patch = container_patch(
+        client.ApiClient().sanitize_for_serialization(deployment(args=["serve", "m"], command=None)), 8
+    )
     assert patch["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == ["--max-num-seqs", "8"]
-    patch = container_patch(client.ApiClient().sanitize_for_serialization(
-        deployment(command=["vllm", "serve", "m", "--max_num_seqs=64"], args=[])), 8)
+    patch = container_patch(
+        client.ApiClient().sanitize_for_serialization(
+            deployment(command=["vllm", "serve", "m", "--max_num_seqs=64"], args=[])
+        ),
+        8,
+    )
     assert patch["spec"]["template"]["spec"]["containers"][0]["command"] == ["vllm", "serve", "m", "--max_num_seqs=8"]
 
 

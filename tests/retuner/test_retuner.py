@@ -17,17 +17,47 @@ PROMPT = [(100.0, 0.0), (200.0, 60.0), (500.0, 100.0), (INF, 100.0)]
 OUTPUT = [(100.0, 20.0), (200.0, 50.0), (500.0, 100.0), (INF, 100.0)]
 
 
-def obs(pod: str, preemptions: float, usage: float = 0.99, *, workload: str = "chat", engines: int = 1,
-        waiting: float = 3, up: bool = True, max_num_seqs: int = 64) -> TargetObservation:
-    target = Target(url=f"http://{pod}/metrics", namespace="ml", pod=pod, workload=workload,
-                    workload_kind="Deployment", max_num_seqs=max_num_seqs, max_model_len=4096)
+def obs(
+    pod: str,
+    preemptions: float,
+    usage: float = 0.99,
+    *,
+    workload: str = "chat",
+    engines: int = 1,
+    waiting: float = 3,
+    up: bool = True,
+    max_num_seqs: int = 64,
+) -> TargetObservation:
+    target = Target(
+        url=f"http://{pod}/metrics",
+        namespace="ml",
+        pod=pod,
+        workload=workload,
+        workload_kind="Deployment",
+        max_num_seqs=max_num_seqs,
+        max_model_len=4096,
+    )
     if not up:
         return TargetObservation(target=target, up=False, error="timeout")
-    return TargetObservation(target=target, up=True, engines=[
-        EngineObservation(engine=str(i), model_name="m", kv_cache_usage=usage, num_gpu_blocks=2000 - i,
-                          block_size=16, preemptions_total=preemptions, running=10, waiting=waiting,
-                          prompt_tokens=PROMPT, generation_tokens=OUTPUT)
-        for i in range(engines)])
+    return TargetObservation(
+        target=target,
+        up=True,
+        engines=[
+            EngineObservation(
+                engine=str(i),
+                model_name="m",
+                kv_cache_usage=usage,
+                num_gpu_blocks=2000 - i,
+                block_size=16,
+                preemptions_total=preemptions,
+                running=10,
+                waiting=waiting,
+                prompt_tokens=PROMPT,
+                generation_tokens=OUTPUT,
+            )
+            for i in range(engines)
+        ],
+    )
 
 
 class Recorder:
@@ -46,11 +76,9 @@ def test_preemption_deltas_survive_counter_resets_and_sum_over_pods() -> None:
     first = retuner.observe(Snapshot(targets=[obs("a", 10, usage=0.6, engines=2), obs("b", 5, usage=0.6)]), now=60)
     assert first[("ml", "chat")].reason == "Steady"  # no new preemptions, usage in the band
     # Pod b restarted: its counter went from 5 to 2 -> 2 new preemptions, not -3.
-    decisions = retuner.observe(Snapshot(targets=[obs("a", 10, usage=0.6, engines=2), obs("b", 2, usage=0.6)]),
-                                now=120)
+    decisions = retuner.observe(Snapshot(targets=[obs("a", 10, usage=0.6, engines=2), obs("b", 2, usage=0.6)]), now=120)
     assert decisions[("ml", "chat")].reason == "NotPersistent"
-    decisions = retuner.observe(Snapshot(targets=[obs("a", 11, usage=0.6, engines=2), obs("b", 2, usage=0.6)]),
-                                now=180)
+    decisions = retuner.observe(Snapshot(targets=[obs("a", 11, usage=0.6, engines=2), obs("b", 2, usage=0.6)]), now=180)
     assert decisions[("ml", "chat")].action == "lower"
     assert decisions[("ml", "chat")].recommended == 32  # bounded: advisor said 10, one step halves 64
     data = advisor.inputs[-1]
@@ -62,22 +90,42 @@ def test_preemption_deltas_survive_counter_resets_and_sum_over_pods() -> None:
 def test_down_targets_and_other_workloads_are_kept_apart() -> None:
     retuner = Retuner(RetunerSettings(persist=1, min_dwell_s=0), advisor=lambda _: 10)
     retuner.observe(Snapshot(targets=[obs("a", 0), obs("x", 0, workload="other", usage=0.2)]), now=0)
-    decisions = retuner.observe(Snapshot(targets=[obs("a", 4), obs("x", 0, workload="other", usage=0.2),
-                                                  obs("dead", 0, up=False)]), now=60)
+    decisions = retuner.observe(
+        Snapshot(targets=[obs("a", 4), obs("x", 0, workload="other", usage=0.2), obs("dead", 0, up=False)]), now=60
+    )
     assert decisions[("ml", "chat")].action == "lower"
     assert decisions[("ml", "other")].action == "hold"
     assert ("ml", "dead") not in decisions
 
 
 def test_the_real_advisor_answers_from_histograms() -> None:
-    limit = risk_bounded_max_num_seqs(AdviceInput(num_gpu_blocks=2000, block_size=16, max_model_len=4096,
-                                                  prompt_buckets=PROMPT, generation_buckets=OUTPUT,
-                                                  headroom=0.1, target_risk=0.01))
+    limit = risk_bounded_max_num_seqs(
+        AdviceInput(
+            num_gpu_blocks=2000,
+            block_size=16,
+            max_model_len=4096,
+            prompt_buckets=PROMPT,
+            generation_buckets=OUTPUT,
+            headroom=0.1,
+            target_risk=0.01,
+        )
+    )
     # Requests of at most 500 + 500 tokens (<= 63 blocks): at least floor(1799 / 63) = 28 always fit.
     assert limit is not None and limit >= 28
-    assert risk_bounded_max_num_seqs(AdviceInput(num_gpu_blocks=2000, block_size=16, max_model_len=4096,
-                                                 prompt_buckets=[(INF, 0.0)], generation_buckets=[(INF, 0.0)],
-                                                 headroom=0.1, target_risk=0.01)) is None
+    assert (
+        risk_bounded_max_num_seqs(
+            AdviceInput(
+                num_gpu_blocks=2000,
+                block_size=16,
+                max_model_len=4096,
+                prompt_buckets=[(INF, 0.0)],
+                generation_buckets=[(INF, 0.0)],
+                headroom=0.1,
+                target_risk=0.01,
+            )
+        )
+        is None
+    )
 
 
 class Writer:
@@ -115,11 +163,15 @@ def test_outputs_by_mode() -> None:
     assert writer.calls == [("apply", 32)]
     families = {f.name: f for f in retuner.families()}
     assert [s.value for s in families["kv_planner_max_num_seqs_recommended"].samples] == [32.0]
-    applies = {s.labels["result"]: s.value for s in families["kv_planner_retune_applies"].samples
-               if s.name.endswith("_total")}
+    applies = {
+        s.labels["result"]: s.value for s in families["kv_planner_retune_applies"].samples if s.name.endswith("_total")
+    }
     assert applies == {"applied": 1.0}
-    changes = {s.labels["direction"]: s.value for s in families["kv_planner_retune_changes"].samples
-               if s.name.endswith("_total")}
+    changes = {
+        s.labels["direction"]: s.value
+        for s in families["kv_planner_retune_changes"].samples
+        if s.name.endswith("_total")
+    }
     assert changes == {"lower": 1.0}
     assert ANNOTATION == "kv-planner.io/recommended-max-num-seqs"
 

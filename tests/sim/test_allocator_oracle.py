@@ -38,10 +38,16 @@ class OracleViolation(AssertionError):
 
 
 def _engine(num_gpu_blocks: int, *, caching: bool = False, seqs: int = REQUESTS) -> Engine:
-    return Engine(EngineConfig(
-        num_gpu_blocks=num_gpu_blocks, block_size=BLOCK, max_model_len=2048, max_num_seqs=seqs,
-        max_num_batched_tokens=4096, enable_prefix_caching=caching,
-    ))
+    return Engine(
+        EngineConfig(
+            num_gpu_blocks=num_gpu_blocks,
+            block_size=BLOCK,
+            max_model_len=2048,
+            max_num_seqs=seqs,
+            max_num_batched_tokens=4096,
+            enable_prefix_caching=caching,
+        )
+    )
 
 
 def _check_step(engine: Engine, requests: list[Request]) -> None:
@@ -121,8 +127,9 @@ def test_random_workloads_keep_block_accounting_exact() -> None:
         shared = [rng.randrange(1, 30000) for _ in range(48)]  # shared prefix: exercises cache hits
         requests = []
         for i in range(14):
-            prompt = (shared if rng.random() < 0.5 else []) + [rng.randrange(1, 30000)
-                                                                for _ in range(rng.randrange(1, 150))]
+            prompt = (shared if rng.random() < 0.5 else []) + [
+                rng.randrange(1, 30000) for _ in range(rng.randrange(1, 150))
+            ]
             requests.append(Request(f"t{trial}-{i}", prompt, max_tokens=rng.randrange(1, 120), ignore_eos=True))
         pending = list(requests)
         for _ in range(20_000):

@@ -23,9 +23,13 @@ pytestmark = pytest.mark.skipif(not src.VLLM_SRC.is_dir(), reason=f"{src.VLLM_SR
 # Registered only with an option the simulator does not model (see planner/sim/catalog.py docstring),
 # or, in the V0 engine, registered without any sample unless LoRA / speculative decoding is configured.
 V0_NOT_MODELLED = {
-    "vllm:lora_requests_info", "vllm:spec_decode_draft_acceptance_rate", "vllm:spec_decode_efficiency",
-    "vllm:spec_decode_num_accepted_tokens", "vllm:spec_decode_num_draft_tokens",
-    "vllm:spec_decode_num_emitted_tokens", "vllm:cache_config_info",
+    "vllm:lora_requests_info",
+    "vllm:spec_decode_draft_acceptance_rate",
+    "vllm:spec_decode_efficiency",
+    "vllm:spec_decode_num_accepted_tokens",
+    "vllm:spec_decode_num_draft_tokens",
+    "vllm:spec_decode_num_emitted_tokens",
+    "vllm:cache_config_info",
 }
 
 

@@ -24,8 +24,7 @@ from planner.cli import app
         (["--num-gpu-blocks", "100", "--vllm-version", "banana"], 2, "not X.Y.Z"),
         (["--num-gpu-blocks", "100", "--vllm-version", "0.7.3"], 2, "older than"),
         (["--num-gpu-blocks", "100", "--max-model-len", "12q"], 2, "invalid integer"),
-        (["--num-gpu-blocks", "100", "--max-num-seqs", "512", "--max-num-batched-tokens", "100"], 2,
-         "max_num_seqs"),
+        (["--num-gpu-blocks", "100", "--max-num-seqs", "512", "--max-num-batched-tokens", "100"], 2, "max_num_seqs"),
         (["--model", "org/x", "--gpu", "NoSuchGPU-1"], 2, "Unknown GPU"),
     ],
 )
@@ -44,9 +43,29 @@ def _free_port() -> int:
 
 def test_serve_runs_a_real_server_process() -> None:
     port = _free_port()
-    command = [sys.executable, "-c", "from planner.cli import main; main()", "simulate", "serve",
-               "--num-gpu-blocks", "64", "--block-size", "32", "--max-model-len", "1K", "--port", str(port),
-               "--time-scale", "0", "--seed", "4", "--vllm-version", "0.11.0", "--output", "json"]
+    command = [
+        sys.executable,
+        "-c",
+        "from planner.cli import main; main()",
+        "simulate",
+        "serve",
+        "--num-gpu-blocks",
+        "64",
+        "--block-size",
+        "32",
+        "--max-model-len",
+        "1K",
+        "--port",
+        str(port),
+        "--time-scale",
+        "0",
+        "--seed",
+        "4",
+        "--vllm-version",
+        "0.11.0",
+        "--output",
+        "json",
+    ]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -91,9 +110,23 @@ def test_model_and_gpu_size_the_cache_with_the_planner(monkeypatch: pytest.Monke
         pytest.skip("Qwen/Qwen2.5-7B-Instruct is not in the catalog")
     served: list[object] = []
     monkeypatch.setattr(server, "serve_forever", lambda settings, **_: served.append(settings))
-    result = CliRunner().invoke(app, ["simulate", "serve", "--model", "Qwen/Qwen2.5-7B-Instruct", "--gpu",
-                                      "A100-80GB", "--max-model-len", "8192", "--vllm-version", "0.19.0",
-                                      "--output", "json"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "simulate",
+            "serve",
+            "--model",
+            "Qwen/Qwen2.5-7B-Instruct",
+            "--gpu",
+            "A100-80GB",
+            "--max-model-len",
+            "8192",
+            "--vllm-version",
+            "0.19.0",
+            "--output",
+            "json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
     plan = make_plan(model, lookup_gpu("A100-80GB"), ServingArgs(max_model_len=8192), vllm_version="0.19.0")
@@ -101,6 +134,7 @@ def test_model_and_gpu_size_the_cache_with_the_planner(monkeypatch: pytest.Monke
     assert summary["block_size"] == plan.kv_cache.block_size and summary["max_model_len"] == 8192
     assert summary["source"] == "plan:Qwen/Qwen2.5-7B-Instruct@A100-80GB"
     # The speed model comes from the GPU: a step reads the weights once.
-    assert summary["speed"]["base_s"] == pytest.approx(plan.memory.weights_bytes / lookup_gpu("A100-80GB")
-                                                       .bandwidth_bytes_per_s)
+    assert summary["speed"]["base_s"] == pytest.approx(
+        plan.memory.weights_bytes / lookup_gpu("A100-80GB").bandwidth_bytes_per_s
+    )
     assert len(served) == 1

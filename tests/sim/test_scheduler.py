@@ -10,8 +10,13 @@ from planner.sim.scheduler import Request, Status
 
 def _config(**overrides: object) -> EngineConfig:
     base: dict[str, object] = dict(
-        num_gpu_blocks=200, block_size=16, max_model_len=4096, max_num_seqs=4, max_num_batched_tokens=256,
-        enable_prefix_caching=False, check_invariants=True,
+        num_gpu_blocks=200,
+        block_size=16,
+        max_model_len=4096,
+        max_num_seqs=4,
+        max_num_batched_tokens=256,
+        enable_prefix_caching=False,
+        check_invariants=True,
     )
     base.update(overrides)
     return EngineConfig(**base)  # type: ignore[arg-type]
@@ -54,8 +59,7 @@ def test_a_long_prompt_is_prefilled_in_chunks() -> None:
 
 
 def test_preemption_takes_the_newest_running_request_and_resets_it() -> None:
-    engine = Engine(_config(num_gpu_blocks=21, max_num_seqs=3, max_num_batched_tokens=512,
-                            reserve_full_prompt=False))
+    engine = Engine(_config(num_gpu_blocks=21, max_num_seqs=3, max_num_batched_tokens=512, reserve_full_prompt=False))
     rng = random.Random(3)
     requests = [Request(f"r{i}", _prompt(rng, 64), max_tokens=200, ignore_eos=True) for i in range(3)]
     for request in requests:

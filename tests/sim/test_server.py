@@ -19,8 +19,14 @@ from planner.sim.server import RunningSimulator
 @pytest.fixture(scope="module")
 def sim() -> Iterator[RunningSimulator]:
     settings = SimulatorSettings(
-        model="org/model-7b", num_gpu_blocks=129, block_size=16, max_model_len=1024, max_num_seqs=8,
-        vllm_version="0.19.0", time_scale=0.0, seed=3,
+        model="org/model-7b",
+        num_gpu_blocks=129,
+        block_size=16,
+        max_model_len=1024,
+        max_num_seqs=8,
+        vllm_version="0.19.0",
+        time_scale=0.0,
+        seed=3,
     )
     with start_simulator(settings) as running:
         yield running
@@ -34,19 +40,28 @@ def _families(text: str) -> dict[str, list[tuple[str, dict[str, str], float]]]:
 
 
 def test_completion_returns_openai_shape(sim: RunningSimulator) -> None:
-    response = httpx.post(f"{sim.url}/v1/completions",
-                          json={"model": "org/model-7b", "prompt": list(range(1, 41)), "max_tokens": 7})
+    response = httpx.post(
+        f"{sim.url}/v1/completions", json={"model": "org/model-7b", "prompt": list(range(1, 41)), "max_tokens": 7}
+    )
     assert response.status_code == 200
     body = response.json()
     assert body["object"] == "text_completion"
     assert body["choices"][0]["finish_reason"] == "length"
-    assert body["usage"] == {"prompt_tokens": 40, "completion_tokens": 7, "total_tokens": 47,
-                             "prompt_tokens_details": None}
+    assert body["usage"] == {
+        "prompt_tokens": 40,
+        "completion_tokens": 7,
+        "total_tokens": 47,
+        "prompt_tokens_details": None,
+    }
 
 
 def test_chat_streaming_sends_sse_chunks_and_usage(sim: RunningSimulator) -> None:
-    payload = {"messages": [{"role": "user", "content": "How big is a KV block?"}], "max_tokens": 5,
-               "stream": True, "stream_options": {"include_usage": True}}
+    payload = {
+        "messages": [{"role": "user", "content": "How big is a KV block?"}],
+        "max_tokens": 5,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     with httpx.stream("POST", f"{sim.url}/v1/chat/completions", json=payload) as response:
         assert response.headers["content-type"].startswith("text/event-stream")
         lines = [line for line in response.iter_lines() if line]
@@ -60,8 +75,9 @@ def test_chat_streaming_sends_sse_chunks_and_usage(sim: RunningSimulator) -> Non
 
 
 def test_chat_without_max_tokens_runs_to_the_context_limit(sim: RunningSimulator) -> None:
-    response = httpx.post(f"{sim.url}/v1/chat/completions",
-                          json={"messages": [{"role": "user", "content": "hi"}]}, timeout=30)
+    response = httpx.post(
+        f"{sim.url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}, timeout=30
+    )
     usage = response.json()["usage"]
     assert usage["total_tokens"] == 1024
 
@@ -87,8 +103,9 @@ def test_models_health_version(sim: RunningSimulator) -> None:
         ("/v1/chat/completions", {"messages": []}, 400, "messages"),
     ],
 )
-def test_bad_requests_get_vllm_style_4xx(sim: RunningSimulator, path: str, body: dict[str, object],
-                                         status: int, fragment: str) -> None:
+def test_bad_requests_get_vllm_style_4xx(
+    sim: RunningSimulator, path: str, body: dict[str, object], status: int, fragment: str
+) -> None:
     response = httpx.post(f"{sim.url}{path}", json=body)
     assert response.status_code == status
     error = response.json()["error"]
@@ -96,8 +113,9 @@ def test_bad_requests_get_vllm_style_4xx(sim: RunningSimulator, path: str, body:
 
 
 def test_garbage_body_is_a_400(sim: RunningSimulator) -> None:
-    response = httpx.post(f"{sim.url}/v1/completions", content=b"{not json",
-                          headers={"content-type": "application/json"})
+    response = httpx.post(
+        f"{sim.url}/v1/completions", content=b"{not json", headers={"content-type": "application/json"}
+    )
     assert response.status_code == 400
 
 
@@ -111,25 +129,32 @@ def test_metrics_page_is_vllm_shaped(sim: RunningSimulator) -> None:
         for sample_name, labels, _ in samples:
             # No extra labels: model_name + engine + the family's own (vLLM's exact label sets).
             assert {"model_name", "engine"} <= set(labels) or name == "vllm:admission_rejections", sample_name
-            assert set(labels) - {"model_name", "engine", "le", "finished_reason", "source", "sleep_state",
-                                  "reason"} == set(), sample_name
+            assert (
+                set(labels) - {"model_name", "engine", "le", "finished_reason", "source", "sleep_state", "reason"}
+                == set()
+            ), sample_name
     info = families["vllm:cache_config_info"][0][1]
     assert info["num_gpu_blocks"] == "129" and info["block_size"] == "16" and info["engine"] == "0"
     simulator = families["kv_planner_simulator_info"][0][1]
     assert simulator["modelled_release"] == "0.19.0"
-    success = {labels["finished_reason"]: value for _, labels, value in families["vllm:request_success"]
-               if _.endswith("_total")}
+    success = {
+        labels["finished_reason"]: value
+        for _, labels, value in families["vllm:request_success"]
+        if _.endswith("_total")
+    }
     assert set(success) == {"stop", "length", "abort", "error", "repetition"}
     assert success["length"] >= 2
 
 
 def test_counters_match_the_requests_served() -> None:
-    settings = SimulatorSettings(num_gpu_blocks=65, max_model_len=512, time_scale=0.0, vllm_version="0.12.0",
-                                 enable_prefix_caching=False)
+    settings = SimulatorSettings(
+        num_gpu_blocks=65, max_model_len=512, time_scale=0.0, vllm_version="0.12.0", enable_prefix_caching=False
+    )
     with start_simulator(settings) as running:
         for i in range(3):
-            httpx.post(f"{running.url}/v1/completions",
-                       json={"prompt": [i + 1] * 30, "max_tokens": 10}).raise_for_status()
+            httpx.post(
+                f"{running.url}/v1/completions", json={"prompt": [i + 1] * 30, "max_tokens": 10}
+            ).raise_for_status()
         families = _families(httpx.get(running.metrics_url).text)
 
     def value(family: str, sample: str) -> float:
@@ -145,17 +170,21 @@ def test_counters_match_the_requests_served() -> None:
 @pytest.mark.parametrize(
     ("version", "engine", "present", "absent"),
     [
-        ("0.8.5", "v1", ["vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_queries"],
-         ["vllm:kv_cache_usage_perc"]),
+        ("0.8.5", "v1", ["vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_queries"], ["vllm:kv_cache_usage_perc"]),
         ("0.10.2", "v1", ["vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc"], []),
-        ("0.33.0", "v1", ["vllm:kv_cache_usage_perc", "vllm:request_num_preemptions"],
-         ["vllm:gpu_cache_usage_perc", "vllm:time_per_output_token_seconds"]),
+        (
+            "0.33.0",
+            "v1",
+            ["vllm:kv_cache_usage_perc", "vllm:request_num_preemptions"],
+            ["vllm:gpu_cache_usage_perc", "vllm:time_per_output_token_seconds"],
+        ),
         ("0.10.2", "v0", ["vllm:gpu_cache_usage_perc"], ["vllm:kv_cache_usage_perc"]),
     ],
 )
 def test_release_selects_the_metric_set(version: str, engine: str, present: list[str], absent: list[str]) -> None:
-    settings = SimulatorSettings(num_gpu_blocks=40, max_model_len=256, vllm_version=version,
-                                 engine_kind=engine, time_scale=0.0)  # type: ignore[arg-type]
+    settings = SimulatorSettings(
+        num_gpu_blocks=40, max_model_len=256, vllm_version=version, engine_kind=engine, time_scale=0.0
+    )  # type: ignore[arg-type]
     with start_simulator(settings) as running:
         families = _families(httpx.get(running.metrics_url).text)
     for name in present:
@@ -170,8 +199,14 @@ def test_data_parallel_engines_get_their_own_label_and_cache() -> None:
     settings = SimulatorSettings(num_gpu_blocks=40, max_model_len=256, data_parallel_size=2, time_scale=0.001)
     with start_simulator(settings) as running:
         with ThreadPoolExecutor(4) as pool:  # concurrent, so the least-loaded routing spreads them
-            list(pool.map(lambda i: httpx.post(f"{running.url}/v1/completions", timeout=30,
-                                               json={"prompt": [i + 1] * 20, "max_tokens": 200}), range(4)))
+            list(
+                pool.map(
+                    lambda i: httpx.post(
+                        f"{running.url}/v1/completions", timeout=30, json={"prompt": [i + 1] * 20, "max_tokens": 200}
+                    ),
+                    range(4),
+                )
+            )
         families = _families(httpx.get(running.metrics_url).text)
         snapshot = running.snapshot()
     infos = [labels for _, labels, _ in families["vllm:cache_config_info"]]
@@ -189,8 +224,12 @@ def test_a_client_that_disconnects_frees_its_blocks() -> None:
 
     settings = SimulatorSettings(num_gpu_blocks=65, max_model_len=1024, time_scale=0.05)
     with start_simulator(settings) as running:
-        with httpx.stream("POST", f"{running.url}/v1/completions", timeout=30,
-                          json={"prompt": [7] * 200, "max_tokens": 500, "stream": True}) as response:
+        with httpx.stream(
+            "POST",
+            f"{running.url}/v1/completions",
+            timeout=30,
+            json={"prompt": [7] * 200, "max_tokens": 500, "stream": True},
+        ) as response:
             lines = response.iter_lines()
             next(line for line in lines if line.startswith("data:"))
             assert running.snapshot()["engines"][0]["free_blocks"] < 64

@@ -29,8 +29,13 @@ class SourceFamily:
     conditions: tuple[str, ...]  # enclosing if-tests inside __init__ (empty = always registered)
 
 
-_NEEDED = ("vllm/v1/metrics/", "vllm/engine/metrics.py", "vllm/config.py", "vllm/config/cache.py",
-           "vllm/v1/engine/__init__.py")
+_NEEDED = (
+    "vllm/v1/metrics/",
+    "vllm/engine/metrics.py",
+    "vllm/config.py",
+    "vllm/config/cache.py",
+    "vllm/v1/engine/__init__.py",
+)
 
 
 @functools.cache
@@ -115,10 +120,15 @@ class _InitVisitor:
         labels = keywords.get("labelnames")
         if self.returned:
             conditions = (*conditions, "after an early return")
-        self.found.append(SourceFamily(
-            exposed, kind, ast.unparse(labels) if labels is not None else "",
-            ast.unparse(buckets) if buckets is not None else None, conditions,
-        ))
+        self.found.append(
+            SourceFamily(
+                exposed,
+                kind,
+                ast.unparse(labels) if labels is not None else "",
+                ast.unparse(buckets) if buckets is not None else None,
+                conditions,
+            )
+        )
 
 
 def _families_in_init(path: Path, class_name: str) -> list[SourceFamily]:
@@ -165,8 +175,10 @@ def cache_config_fields(version: str) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and node.name == "CacheConfig":
             fields = [
-                st.target.id for st in node.body
-                if isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)
+                st.target.id
+                for st in node.body
+                if isinstance(st, ast.AnnAssign)
+                and isinstance(st.target, ast.Name)
                 and "ClassVar" not in ast.unparse(st.annotation)
             ]
             for st in node.body:
@@ -174,8 +186,12 @@ def cache_config_fields(version: str) -> list[str]:
                     for sub in ast.walk(st):
                         if isinstance(sub, ast.Assign):
                             for target in sub.targets:
-                                if (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
-                                        and target.value.id == "self" and target.attr not in fields):
+                                if (
+                                    isinstance(target, ast.Attribute)
+                                    and isinstance(target.value, ast.Name)
+                                    and target.value.id == "self"
+                                    and target.attr not in fields
+                                ):
                                     fields.append(target.attr)
             return fields
     raise AssertionError(f"no CacheConfig in {path}")
@@ -187,8 +203,11 @@ def finish_reason_strings(version: str) -> tuple[str, ...]:
     assert root is not None
     tree = ast.parse((root / "v1" / "engine" / "__init__.py").read_text())
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
-                and node.targets[0].id == "FINISH_REASON_STRINGS"):
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id == "FINISH_REASON_STRINGS"
+        ):
             value = ast.literal_eval(node.value)
             return tuple(value)
     raise AssertionError("FINISH_REASON_STRINGS not found")
@@ -210,8 +229,11 @@ def static_bucket_source(version: str, family: str) -> list[float] | None:
     tree = ast.parse(path.read_text())
     constant = f"{family.upper()}_BUCKETS"
     for node in ast.walk(tree):
-        target = getattr(node, "target", None) if isinstance(node, ast.AnnAssign) else (
-            node.targets[0] if isinstance(node, ast.Assign) else None)
+        target = (
+            getattr(node, "target", None)
+            if isinstance(node, ast.AnnAssign)
+            else (node.targets[0] if isinstance(node, ast.Assign) else None)
+        )
         if isinstance(target, ast.Name) and target.id == constant and node.value is not None:  # type: ignore[union-attr]
             return [float(v) for v in ast.literal_eval(node.value)]  # type: ignore[union-attr]
     return None

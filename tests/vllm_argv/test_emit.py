@@ -122,20 +122,14 @@ def argv_lists(draw: st.DrawFn) -> list[str]:
             words += [option, value]
         if draw(st.booleans()):
             words.append(
-                draw(
-                    st.sampled_from(
-                        ["--enforce-eager", "--enable-prefix-caching", "--no-enable-prefix-caching"]
-                    )
-                )
+                draw(st.sampled_from(["--enforce-eager", "--enable-prefix-caching", "--no-enable-prefix-caching"]))
             )
     return words
 
 
 @given(
     argv_lists(),
-    st.dictionaries(
-        st.sampled_from(["max_num_seqs", "max_model_len", "gpu_memory_utilization"]), _VALUES, min_size=1
-    ),
+    st.dictionaries(st.sampled_from(["max_num_seqs", "max_model_len", "gpu_memory_utilization"]), _VALUES, min_size=1),
 )
 def test_edits_set_exactly_the_wanted_values(argv: list[str], changes: dict[str, str]) -> None:
     before = parse_args(argv, version="0.19.0")

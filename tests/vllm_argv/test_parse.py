@@ -25,9 +25,7 @@ def test_locate_entrypoints(argv: list[str], entrypoint: str, start: int) -> Non
     assert locate(argv) == (entrypoint, start)
 
 
-@pytest.mark.parametrize(
-    "argv", [["vllm"], ["vllm", "chat"], ["python3", "-m", "http.server"], ["sh", "-c", "x"], []]
-)
+@pytest.mark.parametrize("argv", [["vllm"], ["vllm", "chat"], ["python3", "-m", "http.server"], ["sh", "-c", "x"], []])
 def test_locate_rejects_other_commands(argv: list[str]) -> None:
     assert locate(argv) is None
 
@@ -184,9 +182,7 @@ def test_config_yaml_expanded_with_cli_precedence() -> None:
     )
     assert command.config_loaded
     values = command.values
-    assert (
-        values["max_model_len"] == "8K" and values["max_num_seqs"] == "9" and values["enforce_eager"] is True
-    )
+    assert values["max_model_len"] == "8K" and values["max_num_seqs"] == "9" and values["enforce_eager"] is True
     assert values["served_model_name"] == ["a", "b"]
     assert command.serving_args().speculative_config == '{"model": "draft", "num_speculative_tokens": 3}'
     assert [f.source for f in command.flags if f.dest == "max_num_seqs"] == ["config", "argv"]
@@ -206,9 +202,7 @@ def test_config_not_available_is_reported_not_guessed() -> None:
 
 
 def test_config_model_key_used_for_serve() -> None:
-    command = parse_args(
-        ["--config", "c.yaml"], version="0.19.0", read_config={"c.yaml": f"model: {MODEL}"}.get
-    )
+    command = parse_args(["--config", "c.yaml"], version="0.19.0", read_config={"c.yaml": f"model: {MODEL}"}.get)
     assert command.model == MODEL and command.model_source == "config"
 
 

@@ -13,8 +13,9 @@ from planner.plan.models import KvCacheReport, KvGroupReport
 from planner.workload import ConcurrencyAdvice, kv_report_for_blocks, parse_workload, risk_bounded_concurrency
 from planner.workload.occupancy import block_lookup
 
-CHAT = parse_workload({"prompt_tokens": {"p50": 800, "p90": 3000, "p99": 12000},
-                       "output_tokens": {"p50": 200, "p90": 800, "p99": 2000}})
+CHAT = parse_workload(
+    {"prompt_tokens": {"p50": 800, "p90": 3000, "p99": 12000}, "output_tokens": {"p50": 200, "p90": 800, "p99": 2000}}
+)
 KV = kv_report_for_blocks(num_gpu_blocks=30_000, block_size=16, max_model_len=32_768)
 
 
@@ -107,15 +108,25 @@ def test_bad_arguments(headroom: float, target: float | None) -> None:
 
 def test_block_lookup_matches_blocks_for_sequence_on_hybrid_layouts() -> None:
     kv = KvCacheReport(
-        bytes_per_token=0, state_bytes_per_sequence=0, kv_cache_dtype="auto", block_size=32, bytes_per_block=0,
-        num_gpu_blocks=1000, tokens=32_000, max_concurrency=1.0, max_model_len=32_768, blocks_per_request=1024,
+        bytes_per_token=0,
+        state_bytes_per_sequence=0,
+        kv_cache_dtype="auto",
+        block_size=32,
+        bytes_per_block=0,
+        num_gpu_blocks=1000,
+        tokens=32_000,
+        max_concurrency=1.0,
+        max_model_len=32_768,
+        blocks_per_request=1024,
         estimated_max_model_len=32_000,
         groups=[
             KvGroupReport(kind="full", num_layers=8, page_bytes=0, block_size=32),
-            KvGroupReport(kind="sliding_window", num_layers=24, page_bytes=0, block_size=16, window=4096,
-                          tokens_cap=4096 + 2047),
-            KvGroupReport(kind="chunked_local", num_layers=4, page_bytes=0, block_size=64, window=8192,
-                          tokens_cap=8192 + 2047),
+            KvGroupReport(
+                kind="sliding_window", num_layers=24, page_bytes=0, block_size=16, window=4096, tokens_cap=4096 + 2047
+            ),
+            KvGroupReport(
+                kind="chunked_local", num_layers=4, page_bytes=0, block_size=64, window=8192, tokens_cap=8192 + 2047
+            ),
             KvGroupReport(kind="mamba", num_layers=2, page_bytes=0, block_size=16, blocks_per_sequence_const=3),
         ],
     )

@@ -72,8 +72,11 @@ def assert_agrees(exact: float, simulated: tuple[float, float], label: str) -> N
 
 
 CHAT = parse_workload(
-    {"prompt_tokens": {"p50": 600, "p90": 1800, "p99": 4000},
-     "output_tokens": {"p50": 150, "p90": 500, "p99": 1200}, "target_risk": 0.01}
+    {
+        "prompt_tokens": {"p50": 600, "p90": 1800, "p99": 4000},
+        "output_tokens": {"p50": 150, "p90": 500, "p99": 1200},
+        "target_risk": 0.01,
+    }
 )
 
 
@@ -97,20 +100,32 @@ def test_hybrid_groups_prefix_credit_and_histogram_match_monte_carlo() -> None:
     # A Gemma-like layout: full layers, sliding-window layers (window 1024 + in-flight tokens) and a
     # Mamba-like group of constant blocks, sharing one pool.
     kv = KvCacheReport(
-        bytes_per_token=0, state_bytes_per_sequence=0, kv_cache_dtype="auto", block_size=16,
-        bytes_per_block=0, num_gpu_blocks=3000, tokens=48_000, max_concurrency=11.7, max_model_len=4096,
-        blocks_per_request=256, estimated_max_model_len=48_000,
+        bytes_per_token=0,
+        state_bytes_per_sequence=0,
+        kv_cache_dtype="auto",
+        block_size=16,
+        bytes_per_block=0,
+        num_gpu_blocks=3000,
+        tokens=48_000,
+        max_concurrency=11.7,
+        max_model_len=4096,
+        blocks_per_request=256,
+        estimated_max_model_len=48_000,
         groups=[
             KvGroupReport(kind="full", num_layers=4, page_bytes=0, block_size=16),
-            KvGroupReport(kind="sliding_window", num_layers=20, page_bytes=0, block_size=16, window=1024,
-                          tokens_cap=1024 + 511),
+            KvGroupReport(
+                kind="sliding_window", num_layers=20, page_bytes=0, block_size=16, window=1024, tokens_cap=1024 + 511
+            ),
             KvGroupReport(kind="mamba", num_layers=2, page_bytes=0, block_size=16, blocks_per_sequence_const=2),
         ],
     )
     profile = parse_workload(
-        {"prompt_tokens": {"histogram": [[256, 300], [1024, 500], [2048, 150], [4096, 40], ["+Inf", 10]]},
-         "output_tokens": {"p50": 200, "p99": 900, "max": 2000},
-         "prefix_cache_hit_rate": 0.3, "target_risk": 0.02}
+        {
+            "prompt_tokens": {"histogram": [[256, 300], [1024, 500], [2048, 150], [4096, 40], ["+Inf", 10]]},
+            "output_tokens": {"p50": 200, "p99": 900, "max": 2000},
+            "prefix_cache_hit_rate": 0.3,
+            "target_risk": 0.02,
+        }
     )
     advice = risk_bounded_concurrency(kv, profile, headroom=0.05)
     ns = _neighbourhood(advice.max_num_seqs)
@@ -125,14 +140,16 @@ def test_unit_counting_on_large_pools_stays_close_and_conservative() -> None:
     # so the added variance is small; the answer may only err towards safety.
     kv = kv_report_for_blocks(num_gpu_blocks=120_001, block_size=16, max_model_len=65_536)
     profile = parse_workload(
-        {"prompt_tokens": {"p50": 16_000, "p90": 30_000, "p99": 50_000},
-         "output_tokens": {"p50": 800, "p99": 6000}, "target_risk": 0.05}
+        {
+            "prompt_tokens": {"p50": 16_000, "p90": 30_000, "p99": 50_000},
+            "output_tokens": {"p50": 800, "p99": 6000},
+            "target_risk": 0.05,
+        }
     )
     advice = risk_bounded_concurrency(kv, profile, headroom=0.0)
     assert advice.block_unit > 1
     ns = [advice.max_num_seqs - 6, advice.max_num_seqs, advice.max_num_seqs + 6]
-    simulated = monte_carlo_overflow(kv, profile, max_model_len=65_536, capacity=advice.capacity_blocks,
-                                     ns=ns, seed=3)
+    simulated = monte_carlo_overflow(kv, profile, max_model_len=65_536, capacity=advice.capacity_blocks, ns=ns, seed=3)
     for n in ns:
         exact = advice.risk_at(n)
         mean, stderr = simulated[n]

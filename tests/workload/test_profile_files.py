@@ -42,8 +42,9 @@ def test_annotation_json_and_defaults() -> None:
 
 
 def test_inline_histogram() -> None:
-    profile = parse_workload({"prompt_tokens": {"histogram": [[128, 40], [512, 300], ["+Inf", 2]]},
-                              "output_tokens": 64})
+    profile = parse_workload(
+        {"prompt_tokens": {"histogram": [[128, 40], [512, 300], ["+Inf", 2]]}, "output_tokens": 64}
+    )
     assert profile.prompt_distribution.cdf([512], cap=4096)[0] == pytest.approx(340 / 342)
 
 
@@ -106,11 +107,14 @@ def test_missing_file() -> None:
 
 PROMETHEUS_ANSWER = {
     "status": "success",
-    "data": {"resultType": "vector", "result": [
-        {"metric": {"le": "100.0"}, "value": [1700000000, "30"]},
-        {"metric": {"le": "1000.0"}, "value": [1700000000, "90"]},
-        {"metric": {"le": "+Inf"}, "value": [1700000000, "100"]},
-    ]},
+    "data": {
+        "resultType": "vector",
+        "result": [
+            {"metric": {"le": "100.0"}, "value": [1700000000, "30"]},
+            {"metric": {"le": "1000.0"}, "value": [1700000000, "90"]},
+            {"metric": {"le": "+Inf"}, "value": [1700000000, "100"]},
+        ],
+    },
 }
 
 

@@ -17,14 +17,19 @@ from planner.workload import ConcurrencyAdvice, kv_report_for_blocks, parse_work
 from planner.workload.thresholds import ThresholdOptions, compute_thresholds, render_thresholds
 
 NODE_MODULES = Path(__file__).resolve().parents[2] / ".tools" / "node" / "node_modules"
-OPTIONS = ThresholdOptions(name="llama", namespace="ml", model_name="meta-llama/Llama-3.1-8B-Instruct",
-                           target_utilization=0.8, max_replicas=6)
+OPTIONS = ThresholdOptions(
+    name="llama", namespace="ml", model_name="meta-llama/Llama-3.1-8B-Instruct", target_utilization=0.8, max_replicas=6
+)
 
 
 @pytest.fixture(scope="module")
 def advice() -> ConcurrencyAdvice:
-    profile = parse_workload({"prompt_tokens": {"p50": 800, "p90": 3000, "p99": 12000},
-                              "output_tokens": {"p50": 200, "p90": 800, "p99": 2000}})
+    profile = parse_workload(
+        {
+            "prompt_tokens": {"p50": 800, "p90": 3000, "p99": 12000},
+            "output_tokens": {"p50": 200, "p90": 800, "p99": 2000},
+        }
+    )
     return risk_bounded_concurrency(kv_report_for_blocks(30_000, 16, 32_768), profile, headroom=0.1)
 
 
@@ -53,8 +58,10 @@ def test_keda_scaled_object(advice: ConcurrencyAdvice) -> None:
     t = compute_thresholds(advice, OPTIONS)
     assert running["type"] == "prometheus" and running["metricType"] == "AverageValue"
     assert running["metadata"]["threshold"] == str(t.target_concurrency_per_replica)
-    assert 'vllm:num_requests_waiting{namespace="ml",model_name="meta-llama/Llama-3.1-8B-Instruct"}' in (
-        running["metadata"]["query"])
+    assert (
+        'vllm:num_requests_waiting{namespace="ml",model_name="meta-llama/Llama-3.1-8B-Instruct"}'
+        in (running["metadata"]["query"])
+    )
     assert usage["metricType"] == "Value" and float(usage["metadata"]["threshold"]) == t.target_kv_usage
     assert "vllm:gpu_cache_usage_perc" in usage["metadata"]["query"]  # old vLLM name too
 
@@ -67,8 +74,14 @@ def test_keda_scaled_object_matches_the_crd(advice: ConcurrencyAdvice) -> None:
     broken = json.loads(json.dumps(good))
     broken["spec"]["triggers"][0]["metadata"]["threshold"] = 12  # must be a string in the CRD
     script = Path(__file__).with_name("validate_keda.mjs")
-    proc = subprocess.run([node, str(script), str(NODE_MODULES)], input=json.dumps([good, broken]),
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [node, str(script), str(NODE_MODULES)],
+        input=json.dumps([good, broken]),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     results = json.loads(proc.stdout)
     assert results[0] == [], results[0]
     assert results[1] and "threshold" in results[1][0]
@@ -101,15 +114,24 @@ def test_gaie_endpoint_picker_config(advice: ConcurrencyAdvice) -> None:
 
 def test_kubeai_model_patch(advice: ConcurrencyAdvice) -> None:
     (patch,) = documents(advice, "kubeai")
-    assert patch == {"spec": {"targetRequests": compute_thresholds(advice, OPTIONS).target_concurrency_per_replica,
-                              "minReplicas": 1, "maxReplicas": 6}}
+    assert patch == {
+        "spec": {
+            "targetRequests": compute_thresholds(advice, OPTIONS).target_concurrency_per_replica,
+            "minReplicas": 1,
+            "maxReplicas": 6,
+        }
+    }
     assert f"--max-num-seqs={advice.max_num_seqs}" in render_thresholds(advice, ["kubeai"], OPTIONS)
 
 
 def test_all_targets_in_one_stream_and_repeats_dropped(advice: ConcurrencyAdvice) -> None:
     docs = documents(advice, "keda", "hpa", "gaie", "kubeai", "keda")
     assert [d.get("kind", "patch") for d in docs] == [
-        "ScaledObject", "HorizontalPodAutoscaler", "EndpointPickerConfig", "patch"]
+        "ScaledObject",
+        "HorizontalPodAutoscaler",
+        "EndpointPickerConfig",
+        "patch",
+    ]
 
 
 def test_errors(advice: ConcurrencyAdvice) -> None:
@@ -117,7 +139,8 @@ def test_errors(advice: ConcurrencyAdvice) -> None:
         render_thresholds(advice, ["istio"])
     with pytest.raises(PlannerInputError, match="unknown --emit"):
         render_thresholds(advice, [])
-    none_fit = risk_bounded_concurrency(kv_report_for_blocks(200, 16, 8192),
-                                        parse_workload({"prompt_tokens": 4000, "output_tokens": 100}))
+    none_fit = risk_bounded_concurrency(
+        kv_report_for_blocks(200, 16, 8192), parse_workload({"prompt_tokens": 4000, "output_tokens": 100})
+    )
     with pytest.raises(PlannerInputError, match="nothing to emit"):
         render_thresholds(none_fit, ["keda"])
