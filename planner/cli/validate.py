@@ -11,6 +11,7 @@ from rich.table import Table
 from planner.calibration.records import StartupRecord, load_records
 from planner.calibration.validate import ValidationReport, validate_records
 from planner.cli._app import app
+from planner.cli._commands import COMMANDS
 from planner.cli._output import OutputFormat, console, err_console, print_json, print_yaml
 from planner.errors import KvPlannerError, PlannerInputError, UnknownModelError
 from planner.gpus.catalog import lookup_gpu
@@ -72,7 +73,7 @@ def render_report(report: ValidationReport) -> None:
         )
 
 
-@app.command(help="Compare the planner with real vLLM startup reports (JSONL, the calibration schema).")
+@app.command(help=COMMANDS["validate"].help)
 def validate(
     file: Annotated[Path, typer.Argument(help="JSONL of startup records (see docs/accuracy.md).")],
     output: Annotated[OutputFormat, typer.Option("--output", "-o")] = OutputFormat.table,
