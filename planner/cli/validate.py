@@ -14,8 +14,8 @@ from planner.cli._app import app
 from planner.cli._output import OutputFormat, console, err_console, print_json, print_yaml
 from planner.errors import KvPlannerError, PlannerInputError, UnknownModelError
 from planner.gpus.catalog import lookup_gpu
+from planner.hub.resolve import resolve_model
 from planner.models.catalog import lookup_model
-from planner.models.resolve import resolve_model
 from planner.models.spec import ModelSpec
 
 
