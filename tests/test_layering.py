@@ -70,3 +70,21 @@ def test_an_upward_import_in_the_core_breaks_the_layers_contract(tmp_path: Path)
     assert result.returncode != 0
     assert "planner.kv is not allowed to import planner.policy" in result.stdout
     assert "planner.kv._upward -> planner.policy.outcome" in result.stdout
+
+
+def test_admission_layers_contract_rejects_an_upward_import(tmp_path: Path) -> None:
+    """The retuner importing the exporter (the cycle issue 16 found) breaks admission's layers contract."""
+    executable = shutil.which("lint-imports")
+    if executable is None:
+        pytest.fail("lint-imports is missing: install the test extras (pip install -e '.[test]')")
+    shutil.copytree(REPO_ROOT / "admission", tmp_path / "admission", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "admission" / "retuner" / "upward.py").write_text("import admission.exporter.service\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(REPO_ROOT)])}
+    result = subprocess.run(
+        [executable, "--no-cache"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, check=False
+    )
+    assert result.returncode != 0, result.stdout[-3000:]
+    report = result.stdout.split("Contracts:")[-1] if "Contracts:" in result.stdout else result.stdout
+    assert "admission.retuner.upward -> admission.exporter.service" in result.stdout, result.stdout[-3000:]
+    assert "1 broken" in report, report
