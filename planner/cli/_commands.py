@@ -37,7 +37,9 @@ COMMANDS: dict[str, CommandEntry] = {
         "with, exact parameter counts and checkpoint bytes where known, and where each entry comes from.",
     ),
     "validate": CommandEntry(
-        "validate", "Compare the planner with real vLLM startup reports (JSONL, the calibration schema)."
+        "validate",
+        "Compare the planner with real vLLM startup reports (JSONL). Without FILE: the calibration data "
+        "shipped with kv-planner (the figures of docs/accuracy.md).",
     ),
     "calibrate": CommandEntry(
         "calibrate",

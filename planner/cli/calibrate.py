@@ -16,6 +16,7 @@ from planner.calibration.corrections import (
     save_corrections,
 )
 from planner.calibration.fit import fit_report
+from planner.calibration.logs import parse_startup_log
 from planner.calibration.records import StartupRecord, load_records
 from planner.calibration.validate import serving_args
 from planner.cli._app import app
@@ -26,7 +27,6 @@ from planner.gpus.catalog import lookup_gpu
 from planner.models.catalog import lookup_model
 from planner.plan.build import predict
 from planner.units import GiB
-from planner.vllm.logs import parse_startup_log
 
 
 def _bytes(gib: float | None) -> int | None:
