@@ -8,19 +8,17 @@ plan.kv_cache.num_gpu_blocks, plan.fits, plan.recommendation.vllm_args
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+from planner.errors import PlannerInputError
 from planner.gpus.spec import GpuSpec
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.models.spec import ModelSpec
 from planner.plan.build import plan_without_recommendation
+from planner.plan.engine import TermCorrections
 from planner.plan.models import Plan
 from planner.plan.recommend import alternatives, recommendation, recommendation_from_alternative
 from planner.vllm.args import ServingArgs
-
-if TYPE_CHECKING:
-    from planner.calibration.corrections import Corrections
-    from planner.workload import WorkloadProfile
+from planner.workload import WorkloadProfile, risk_bounded_concurrency
 
 __all__ = ["Plan", "make_plan"]
 
@@ -35,7 +33,7 @@ def make_plan(
     workload: WorkloadProfile | None = None,
     gpu_count: int | None = None,
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
-    corrections: Corrections | None = None,
+    corrections: TermCorrections | None = None,
     bigger_gpus: Sequence[GpuSpec] = (),
     with_alternatives: bool = True,
 ) -> Plan:
@@ -46,8 +44,6 @@ def make_plan(
     settings vLLM refuses before sizing anything.
     """
     if not 0 <= headroom < 1:
-        from planner.errors import PlannerInputError
-
         raise PlannerInputError(f"headroom must be in [0, 1), got {headroom}")
     plan, prediction = plan_without_recommendation(
         model,
@@ -62,8 +58,6 @@ def make_plan(
     basis: str | None = None
     notes: list[str] = []
     if workload is not None and plan.fits:
-        from planner.workload import risk_bounded_concurrency
-
         advice = risk_bounded_concurrency(
             plan.kv_cache, workload, headroom=headroom, max_model_len=plan.kv_cache.max_model_len, with_curve=False
         )

@@ -10,7 +10,7 @@ Pure library (numpy only): no web, metrics or cluster imports. docs/workload.md 
 
 from __future__ import annotations
 
-from planner.workload.capacity import kv_report_for_blocks
+from planner.workload.capacity import BlockCapacity, KvCapacity, capacity_for_blocks
 from planner.workload.concurrency import ConcurrencyAdvice, RiskPoint, risk_bounded_concurrency
 from planner.workload.distribution import LengthDistribution
 from planner.workload.files import (
@@ -22,14 +22,16 @@ from planner.workload.files import (
 from planner.workload.profile import HistogramSpec, WorkloadProfile, parse_workload, parse_workload_text
 
 __all__ = [
+    "BlockCapacity",
     "ConcurrencyAdvice",
     "HistogramSpec",
+    "KvCapacity",
     "LengthDistribution",
     "RiskPoint",
     "WorkloadProfile",
     "buckets_from_prometheus_result",
+    "capacity_for_blocks",
     "histogram_csv_buckets",
-    "kv_report_for_blocks",
     "load_workload_file",
     "parse_workload",
     "parse_workload_text",
