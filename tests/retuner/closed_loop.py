@@ -13,8 +13,8 @@ import random
 from functools import lru_cache
 
 from admission.exporter.normalize import parse_page
-from admission.exporter.observation import Snapshot, TargetObservation
-from admission.exporter.targets import Target
+from admission.observations.model import Snapshot, TargetObservation
+from admission.observations.targets import Target
 from planner.sim.plan_bridge import PlannedCache, plan_cache
 from planner.sim.runtime import SimulatorRuntime
 from planner.sim.scheduler import Request

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from admission.exporter.observation import EngineObservation, Snapshot, TargetObservation
-from admission.exporter.targets import Target
+from admission.observations.model import EngineObservation, Snapshot, TargetObservation
+from admission.observations.targets import Target
 from admission.retuner import Retuner, RetunerSettings
 from admission.retuner.advice import AdviceInput, risk_bounded_max_num_seqs
 from admission.retuner.kube import ANNOTATION
