@@ -185,7 +185,7 @@ def exporter(
     """Expose kv_planner_* metrics for vLLM pods; optionally recommend or apply --max-num-seqs."""
     from admission.exporter.server import ExporterConfig, serve
     from admission.exporter.service import ScrapeSettings
-    from admission.exporter.targets import parse_static_target
+    from admission.observations.targets import parse_static_target
     from admission.retuner import RetunerSettings
 
     def fail(message: str) -> typer.Exit:

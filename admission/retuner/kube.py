@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from admission.exporter.kubeapi import to_dict as _to_dict
+from admission.kubeapi import to_dict as _to_dict
 from admission.retuner.decide import Decision
 from admission.retuner.settings import RetunerSettings
 

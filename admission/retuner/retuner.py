@@ -17,18 +17,14 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from admission.exporter.observation import Buckets, Snapshot, TargetObservation
+from admission.observations import Buckets, Snapshot, SnapshotSource, TargetObservation
 from admission.retuner.advice import AdviceInput, Advisor, risk_bounded_max_num_seqs
 from admission.retuner.decide import Decision, WorkloadSignals, WorkloadState, decide
 from admission.retuner.kube import KubeWriter, WorkloadRef
 from admission.retuner.settings import RetunerSettings
-
-if TYPE_CHECKING:
-    from admission.exporter.service import Exporter
 
 logger = logging.getLogger("admission.retuner")
 
@@ -216,10 +212,10 @@ class Retuner:
 
     # --- the loop -----------------------------------------------------------------------------------
 
-    async def run(self, exporter: Exporter, stop: asyncio.Event, *, budget_s: float) -> None:
+    async def run(self, source: SnapshotSource, stop: asyncio.Event, *, budget_s: float) -> None:
         while not stop.is_set():
             try:
-                snapshot = await exporter.snapshot(budget_s, record=False)
+                snapshot = await source.snapshot(budget_s, record=False)
                 decisions = self.observe(snapshot)
                 await asyncio.to_thread(self.publish, decisions)
             except Exception:  # the exporter must keep serving whatever happens here

@@ -19,8 +19,8 @@ from planner.errors import PlannerInputError, UnknownGPUError, UnknownModelError
 from planner.gpus.catalog import all_gpus, gpu_for_memory, gpu_for_mig_profile, lookup_gpu
 from planner.gpus.spec import GpuSpec
 from planner.hub.local import looks_like_path
+from planner.hub.resolve import resolve_model
 from planner.k8s.gpus import GpuCatalog
-from planner.models.resolve import resolve_model
 from planner.models.spec import ModelSpec
 from planner.plan import make_plan
 from planner.plan.models import Plan

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from admission.exporter.server import Parts, RunningExporter
 from admission.exporter.service import Exporter, ScrapeSettings
-from admission.exporter.targets import Target, parse_static_target
+from admission.observations.targets import Target, parse_static_target
 from admission.retuner import Retuner, RetunerSettings
 from admission.retuner.kube import KubeWriter
 from planner.sim import SimulatorSettings, start_simulator

@@ -6,8 +6,8 @@ import asyncio
 import math
 from typing import Any
 
-from admission.exporter.observation import EngineObservation, Snapshot, TargetObservation
-from admission.exporter.targets import Target
+from admission.observations.model import EngineObservation, Snapshot, TargetObservation
+from admission.observations.targets import Target
 from admission.retuner import Retuner, RetunerSettings
 from admission.retuner.advice import AdviceInput, risk_bounded_max_num_seqs
 from admission.retuner.kube import ANNOTATION
