@@ -12,9 +12,10 @@ from planner.kv.specs import attention_bytes_per_token, mamba_state_bytes
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.models.spec import ModelSpec
 from planner.plan.engine import EngineLayout, TermCorrections, compute_engine, kv_layout
-from planner.plan.margin import KvBand, activation_kind, kv_band
+from planner.plan.margin import activation_kind, kv_band
 from planner.plan.models import (
     GpuReport,
+    KvBand,
     KvCacheReport,
     KvGroupReport,
     MemoryReport,
