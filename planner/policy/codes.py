@@ -52,6 +52,15 @@ class Code(str, Enum):
     PATCH_DROPPED = "KVP048"
     INTERNAL_ERROR = "KVP049"
     PLANNER_NOTE = "KVP050"
+    REVIEW_TIMED_OUT = "KVP051"
+    TOO_MANY_CONTAINERS = "KVP060"
+    TOO_MANY_ARGS = "KVP061"
+    VALUE_TOO_LONG = "KVP062"
+    ANNOTATION_TOO_LONG = "KVP063"
+    EXPANSION_TOO_LARGE = "KVP064"
+    MODEL_NAME_TOO_LONG = "KVP065"
+    TOO_DEEP = "KVP066"
+    MODEL_NOT_ALLOWED = "KVP067"
 
 
 SEVERITY: dict[Code, Severity] = {
@@ -82,6 +91,17 @@ SEVERITY: dict[Code, Severity] = {
     Code.PATCH_DROPPED: Severity.warn,
     Code.INTERNAL_ERROR: Severity.warn,
     Code.PLANNER_NOTE: Severity.info,
+    # Enforce: deny (policy onTimeout, default deny); Audit: warn. Set on the webhook's timeout answer.
+    Code.REVIEW_TIMED_OUT: Severity.warn,
+    # Input caps (planner.policy.caps): the manifest's doing, so Enforce denies and Audit warns.
+    Code.TOO_MANY_CONTAINERS: Severity.cannot_start,
+    Code.TOO_MANY_ARGS: Severity.cannot_start,
+    Code.VALUE_TOO_LONG: Severity.cannot_start,
+    Code.ANNOTATION_TOO_LONG: Severity.cannot_start,
+    Code.EXPANSION_TOO_LARGE: Severity.cannot_start,
+    Code.MODEL_NAME_TOO_LONG: Severity.cannot_start,
+    Code.TOO_DEEP: Severity.cannot_start,
+    Code.MODEL_NOT_ALLOWED: Severity.warn,  # kv-planner only declines to look it up: not checked
 }
 
 

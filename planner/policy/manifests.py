@@ -7,14 +7,14 @@ others are still checked. ``kind: List`` documents are expanded into their items
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from typing import Any
 
+import re2
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-_SEPARATOR = re.compile(r"^---(?:[ \t].*)?$|^\.\.\.[ \t]*$")
+_SEPARATOR = re2.compile(r"^---(?:[ \t].*)?$|^\.\.\.[ \t]*$")
 
 
 class Document(BaseModel):

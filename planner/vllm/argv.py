@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+import re2
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -56,7 +57,7 @@ Entrypoint = Literal["serve", "api_server", "image"]
 _API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 _CLI_MODULE = "vllm.entrypoints.cli.main"
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's _negative_number_matcher
-_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+_PYTHON = re2.compile(r"^python(\d+(\.\d+)?)?$")
 
 
 class ParsedFlag(BaseModel):

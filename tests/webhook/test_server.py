@@ -28,7 +28,6 @@ from admission.webhook.server import Webhook, WebhookSettings
 from planner.policy.planning import CoreBackend
 from tests.webhook.golden_cases import GOLDEN
 
-BACKEND = CoreBackend()
 REVIEW = json.loads((GOLDEN / "deployment-image-args.in.json").read_text())["review"]
 
 
@@ -75,7 +74,9 @@ def running(tmp_path: Path) -> Iterator[Running]:
     yield from _start(tmp_path)
 
 
-def _start(tmp_path: Path, backend: Any = BACKEND, policy_text: str = "mutation: fill\n") -> Iterator[Running]:
+def _start(
+    tmp_path: Path, backend: Any = CoreBackend, policy_text: str = "mutation: fill\n", **overrides: Any
+) -> Iterator[Running]:
     ca = trustme.CA()
     cert_file, key_file = _issue(ca, tmp_path)
     shutil.copy(cert_file, tmp_path / "tls.crt")
@@ -94,8 +95,9 @@ def _start(tmp_path: Path, backend: Any = BACKEND, policy_text: str = "mutation:
         cluster=False,
         log_level="warning",
         body_limit=256 * 1024,
+        **overrides,
     )
-    webhook = Webhook(settings, cache=StaticCache(), backend=backend)
+    webhook = Webhook(settings, cache=StaticCache(), backend_factory=backend)
     thread = threading.Thread(target=lambda: asyncio.run(webhook.serve()), daemon=True)
     thread.start()
     handle = Running(webhook, ca, tmp_path)
@@ -182,16 +184,18 @@ class _Slow(CoreBackend):
 
 
 def test_timeout_is_honoured_and_fails_open(tmp_path: Path) -> None:
-    for handle in _start(tmp_path, backend=_Slow()):
+    for handle in _start(tmp_path, backend=_Slow):
         with handle.client() as client:
             started = time.monotonic()
             response = _post(client, REVIEW, "/mutate?timeout=1s")
             elapsed = time.monotonic() - started
         body = response.json()["response"]
         assert response.status_code == 200 and body["allowed"] and "patch" not in body
-        assert body["warnings"][0].startswith("KVP049 review took longer than")
+        assert body["warnings"][0].startswith("KVP051 review took longer than")
         assert elapsed < 3  # answered before the slow plan finished
-        assert 'decision="error"' in httpx.get(handle.metrics_url).text
+        metrics = httpx.get(handle.metrics_url).text
+        assert 'decision="timeout-allow"' in metrics
+        assert 'kv_planner_webhook_worker_restarts_total{reason="overrun"} 1.0' in metrics
 
 
 def test_tls_1_1_is_refused_and_1_2_accepted(running: Running) -> None:
