@@ -72,7 +72,7 @@ def webhook(
     worker_max_memory: Annotated[
         int,
         typer.Option(envvar=_env("worker-max-memory"), min=0, help="Worker RSS bytes that replace it."),
-    ] = 384 * 2**20,
+    ] = 200 * 2**20,
     request_timeout: Annotated[
         float, typer.Option(envvar=_env("request-timeout"), min=0.1, help="Seconds to receive one request.")
     ] = 10.0,

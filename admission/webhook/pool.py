@@ -7,9 +7,11 @@ half-done work goes with it), the review is answered "undecided" (handler.undeci
 default), and a fresh worker is forked from a pre-loaded fork server in the background. No other review is
 affected: it is on another worker, or waiting for one.
 
-Waiting reviews are served round-robin by tenant (namespace), and each tenant may have at most
-``max_waiting`` reviews waiting: a tenant that floods the webhook fills its own queue (and gets its own
-reviews answered "undecided"), not the others'. The event loop only moves bytes: it never plans.
+Waiting reviews are served round-robin by tenant (namespace); one tenant may hold at most ``size - 1``
+workers at a time (1 of 2), so there is always a worker another tenant can get within its budget; and
+each tenant may have at most ``max_waiting`` reviews waiting: a tenant that floods the webhook fills its
+own queue (and gets its own reviews answered "undecided"), not the others'. The event loop only moves
+bytes: it never plans.
 """
 
 from __future__ import annotations
@@ -82,6 +84,8 @@ class DecisionPool:
         self._idle: list[_Worker] = []
         self._waiting: OrderedDict[str, deque[asyncio.Future[_Worker]]] = OrderedDict()
         self._all: set[_Worker] = set()
+        self._active: dict[str, int] = {}  # workers held, by tenant
+        self._per_tenant = max(1, size - 1)
         # Blocking pipe I/O and process starts run here, never on the event loop.
         self._threads = ThreadPoolExecutor(max_workers=2 * size + 1, thread_name_prefix="kv-planner-pool")
         self._closed = False
@@ -129,22 +133,46 @@ class DecisionPool:
 
     # -- fair queue -----------------------------------------------------------------------------------
 
+    def _hold(self, tenant: str) -> None:
+        self._active[tenant] = self._active.get(tenant, 0) + 1
+
+    def _unhold(self, tenant: str) -> None:
+        left = self._active.get(tenant, 0) - 1
+        if left > 0:
+            self._active[tenant] = left
+        else:
+            self._active.pop(tenant, None)
+
     def _release(self, worker: _Worker) -> None:
-        """Hand a free worker to the next waiting tenant (round-robin), else keep it idle."""
-        while self._waiting:
-            tenant, queue = next(iter(self._waiting.items()))
-            future = queue.popleft()
-            if queue:
-                self._waiting.move_to_end(tenant)
-            else:
-                del self._waiting[tenant]
-            if not future.done():
-                future.set_result(worker)
-                return
+        """Hand a free worker to the next waiting tenant (round-robin) under its share, else keep it idle."""
+        for tenant in list(self._waiting):
+            if self._active.get(tenant, 0) >= self._per_tenant:
+                continue
+            queue = self._waiting[tenant]
+            while queue:
+                future = queue.popleft()
+                if not future.done():
+                    if queue:
+                        self._waiting.move_to_end(tenant)
+                    else:
+                        del self._waiting[tenant]
+                    self._hold(tenant)
+                    future.set_result(worker)
+                    return
+            del self._waiting[tenant]
         self._idle.append(worker)
 
+    def _give_back(self, tenant: str, worker: _Worker | None) -> None:
+        """A review of ``tenant`` is done with its worker (None: the worker is being replaced)."""
+        self._unhold(tenant)
+        if worker is not None:
+            self._release(worker)
+        elif self._idle and self._waiting:
+            self._release(self._idle.pop())  # the tenant's share freed up: a waiting review may go now
+
     async def _acquire(self, tenant: str, timeout: float) -> _Worker:
-        if self._idle and not self._waiting:
+        if self._idle and tenant not in self._waiting and self._active.get(tenant, 0) < self._per_tenant:
+            self._hold(tenant)
             return self._idle.pop()
         queue = self._waiting.setdefault(tenant, deque())
         if len(queue) >= self._max_waiting:
@@ -153,9 +181,9 @@ class DecisionPool:
             raise Undecided(f"{len(queue)} reviews of this namespace already waiting", "queue-full")
         future: asyncio.Future[_Worker] = asyncio.get_running_loop().create_future()
         queue.append(future)
-        done, _ = await asyncio.wait({future}, timeout=max(0.0, timeout))
-        if future in done:
-            return future.result()
+        await asyncio.wait({future}, timeout=max(0.0, timeout))
+        if future.done():  # (not "in done": a worker may have been handed over since the wait ended)
+            return future.result()  # (_release counted it for the tenant)
         future.cancel()
         with contextlib.suppress(ValueError):
             queue.remove(future)
@@ -174,16 +202,19 @@ class DecisionPool:
         try:
             reply = await loop.run_in_executor(self._threads, _exchange, worker, job, deadline - time.monotonic())
         except BaseException:
+            self._give_back(tenant, None)
             self._replace(worker, "failed")
             raise
         if reply is None:
+            self._give_back(tenant, None)
             self._replace(worker, "overrun")
             raise Undecided(f"review took longer than {budget:.2f}s", "overrun")
         worker.inventory_version = job.inventory_version
         if reply.recycle:
+            self._give_back(tenant, None)
             self._replace(worker, "memory")
         else:
-            self._release(worker)
+            self._give_back(tenant, worker)
         return reply
 
     def _replace(self, worker: _Worker, reason: str) -> None:

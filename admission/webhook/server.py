@@ -50,7 +50,7 @@ class WebhookSettings(BaseModel):
     workers: int = Field(default=2, ge=1, le=64, description="decision worker processes")
     review_budget: float = Field(default=DEFAULT_REVIEW_BUDGET, gt=0, le=30, description="seconds per review")
     max_waiting: int = Field(default=16, ge=1, description="reviews of one namespace waiting for a worker")
-    worker_max_rss: int = Field(default=384 * 2**20, ge=0, description="bytes; a bigger worker is replaced")
+    worker_max_rss: int = Field(default=200 * 2**20, ge=0, description="bytes; a bigger worker is replaced")
     request_timeout: float = Field(default=10.0, gt=0, description="seconds to receive one request")
     keep_alive: float = Field(default=5.0, gt=0, description="seconds an idle connection is kept")
     handshake_timeout: float = Field(default=5.0, gt=0, description="seconds for the TLS handshake")
