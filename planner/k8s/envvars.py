@@ -16,9 +16,9 @@ from planner.errors import InputCapError
 
 # One container's expanded strings together (env values, command, args) are at most this many characters.
 # Nested references (A=$(B)$(B)..., B=$(C)$(C)...) grow exponentially, so an unbounded expansion lets a
-# 10 KB manifest allocate hundreds of MB. Reason code KVP064 (planner.policy.codes EXPANSION_TOO_LARGE).
+# 10 KB manifest allocate hundreds of MB. Reason code KVP074 (planner.policy.codes EXPANSION_TOO_LARGE).
 MAX_EXPANSION_CHARS = 262_144
-_EXPANSION_CODE = "KVP064"
+_EXPANSION_CODE = "KVP074"
 
 
 class ExpansionBudget:

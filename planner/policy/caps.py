@@ -138,7 +138,7 @@ def _longest_string(value: Any, max_depth: int) -> int:
 
 
 def check_model_name(name: str, caps: InputCaps = DEFAULT_CAPS) -> None:
-    """Raise :class:`InputCapError` (KVP065) for a model name longer than any Hub id or sane path."""
+    """Raise :class:`InputCapError` (KVP075) for a model name longer than any Hub id or sane path."""
     if len(name) > caps.max_model_name_chars:
         raise cap_error(
             Code.MODEL_NAME_TOO_LONG, caps.max_model_name_chars, f"model name of {len(name)} chars: not planned"

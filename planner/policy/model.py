@@ -8,11 +8,12 @@ ConfigMap, ``planner check --policy FILE`` reads the same schema::
     headroom: 0.1                  # 0 <= headroom < 1
     workload: null                 # default request-length profile (planner.workload)
     defaultGpu: null               # GPU when nothing on the workload says which
-    vllmVersion: null              # release assumed when the image tag has none (null = newest known)
+    vllmVersion: null              # release assumed when nothing shows the release (null: plan the range)
     onTimeout: deny                # deny | allow: Enforce's answer when a review cannot be decided in time
     modelLookup: {timeoutSeconds: 0.5, offline: false, allowRepos: null}
     limits: {maxContainers: 64, ...}  # input caps (planner.policy.caps)
-    namespaces: {team-a: {validationAction: Enforce, mutation: clamp, headroom: 0.2, workload: {...}}}
+    namespaces: {team-a: {validationAction: Enforce, mutation: clamp, headroom: 0.2, workload: {...},
+                          vllmVersion: 0.19.0}}
 
 Namespace annotations (or labels) ``kv-planner.io/validation-action``, ``kv-planner.io/mutation``,
 ``kv-planner.io/headroom`` and ``kv-planner.io/workload`` override the file for their namespace; a
@@ -64,7 +65,7 @@ class ModelLookup(_Camel):
     allow_repos: list[str] | None = Field(
         default=None,
         description="Hub repo id patterns the webhook may look up ('*' matches within one part, e.g. "
-        "'meta-llama/*'); null: any repo. A repo outside the list is not looked up (KVP067, not checked).",
+        "'meta-llama/*'); null: any repo. A repo outside the list is not looked up (KVP077, not checked).",
         max_length=1000,
     )
 
@@ -77,12 +78,16 @@ class ModelLookup(_Camel):
         return value
 
 
+_RELEASE_PATTERN = r"^v?\d+\.\d+\.\d+(\.\d+|\.post\d+)?$"
+
+
 class NamespacePolicy(_Camel):
     validation_action: ValidationAction | None = None
     on_timeout: OnTimeout | None = None
     mutation: Mutation | None = None
     headroom: float | None = Field(default=None, ge=0, lt=1)
     workload: dict[str, Any] | None = None
+    vllm_version: str | None = Field(default=None, pattern=_RELEASE_PATTERN)
 
     @field_validator("workload")
     @classmethod
@@ -102,7 +107,7 @@ class Policy(_Camel):
     headroom: float = Field(default=0.1, ge=0, lt=1)
     workload: dict[str, Any] | None = None
     default_gpu: str | None = None
-    vllm_version: str | None = None
+    vllm_version: str | None = Field(default=None, pattern=_RELEASE_PATTERN)
     model_lookup: ModelLookup = Field(default_factory=ModelLookup)
     limits: InputCaps = Field(default_factory=InputCaps)
     namespaces: dict[str, NamespacePolicy] = Field(default_factory=dict)
@@ -121,6 +126,7 @@ class Policy(_Camel):
             "mutation": self.mutation,
             "headroom": self.headroom,
             "workload": self.workload,
+            "vllm_version": self.vllm_version,
         }
         notes: list[str] = []
         entry = self.namespaces.get(namespace or "")
@@ -137,7 +143,7 @@ class Policy(_Camel):
             headroom=values["headroom"],
             workload=values["workload"],
             default_gpu=self.default_gpu,
-            vllm_version=self.vllm_version,
+            vllm_version=values["vllm_version"],
             model_lookup=self.model_lookup,
             limits=self.limits,
             notes=notes,

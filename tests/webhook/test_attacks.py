@@ -168,17 +168,17 @@ def _deep(levels: int) -> Any:
     ("mutate", "code"),
     [
         # Catastrophic backtracking in GPU-name matching froze the whole webhook for seconds to minutes.
-        (_gpu_annotation("-" * 12_000), "KVP063"),
-        (_gpu_annotation(" " * 12_000 + "x"), "KVP063"),
-        (_node_selector("-" * 12_000), "KVP062"),
-        (_node_selector(" " * 200_000 + "x"), "KVP062"),
+        (_gpu_annotation("-" * 12_000), "KVP073"),
+        (_gpu_annotation(" " * 12_000 + "x"), "KVP073"),
+        (_node_selector("-" * 12_000), "KVP072"),
+        (_node_selector(" " * 200_000 + "x"), "KVP072"),
         # Nested $(VAR) references expanded to hundreds of MB.
-        (_nested_env(17), "KVP064"),
+        (_nested_env(17), "KVP074"),
         # 2,000 vLLM containers kept the decision thread busy for > 30 s.
-        (_many_containers(2_000), "KVP060"),
-        (_many_args(5_000), "KVP061"),
-        (_long_arg(100_000), "KVP062"),
-        (_deep(200), "KVP066"),
+        (_many_containers(2_000), "KVP070"),
+        (_many_args(5_000), "KVP071"),
+        (_long_arg(100_000), "KVP072"),
+        (_deep(200), "KVP076"),
     ],
     ids=[
         "gpu-annotation-dashes",
@@ -215,7 +215,7 @@ def test_a_malformed_object_is_no_internal_error(enforcing: Running) -> None:
     with enforcing.client() as client:
         body = _answer(client, _review("tenant-a", "strings", string_annotations))
         _assert_victim_denied(body)  # the annotations are ignored; the workload is still checked
-        assert _deny_code(_answer(client, _review("tenant-a", "long", long_model))) == "KVP065"
+        assert _deny_code(_answer(client, _review("tenant-a", "long", long_model))) == "KVP075"
     metrics = httpx.get(enforcing.metrics_url).text
     assert "kv_planner_webhook_unchecked_total{" not in metrics
 
