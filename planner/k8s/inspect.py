@@ -7,10 +7,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planner.gpus.share import GpuShare
 from planner.k8s.configfiles import ConfigMaps, file_reader
 from planner.k8s.detect import VllmContainer, find_vllm_containers
+from planner.k8s.dra import ClaimIndex, ClaimUse, container_claims, gpu_from_claims
 from planner.k8s.gpus import GpuCatalog, GpuResolution, resolve_gpu
 from planner.k8s.nodes import NodeInfo
+from planner.k8s.sharing import resolve_share
 from planner.k8s.workloads import PodTemplateRef, get_path, owned_by_controller, pod_templates
 
 SKIP_ANNOTATION = "kv-planner.io/skip"
@@ -23,6 +26,9 @@ class ContainerFinding(BaseModel):
     template: PodTemplateRef
     container: VllmContainer
     gpu: GpuResolution
+    share: GpuShare | None = Field(default=None, description="the pod's share of a shared GPU, if shared")
+    claims: list[ClaimUse] = Field(default_factory=list, description="DRA claims the container uses")
+    replicas: int = Field(default=1, description="pods the workload runs (spec.replicas)")
 
 
 class TemplateFinding(BaseModel):
@@ -65,6 +71,7 @@ def inspect_workload(
     default_version: str | None = None,
     configmaps: ConfigMaps | None = None,
     namespace: str | None = None,
+    claims: ClaimIndex | None = None,
 ) -> WorkloadFinding:
     """Read ``obj``: its templates, their vLLM containers and GPUs (never raises on odd shapes)."""
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
@@ -84,6 +91,7 @@ def inspect_workload(
     if not refs:
         return WorkloadFinding(skip="no-pod-template", **header)
 
+    replicas = _replicas(obj)
     templates: list[TemplateFinding] = []
     for ref in refs:
         pod_spec = get_path(obj, ref.spec_path)
@@ -111,9 +119,34 @@ def inspect_workload(
                 inventory=inventory,
                 default_gpu=default_gpu,
             )
-            findings.append(ContainerFinding(template=ref, container=found, gpu=gpu))
+            uses = container_claims(pod_spec, raw, ns, claims)
+            if uses:
+                gpu = gpu_from_claims(uses, catalog, gpu) or gpu
+            annotations = [meta.get("annotations"), _annotations(template_meta)]
+            share = resolve_share(
+                container=raw,
+                pod_spec=pod_spec,
+                annotations=[a if isinstance(a, Mapping) else None for a in annotations],
+                gpu=gpu,
+                inventory=inventory,
+                claims=uses,
+                replicas=replicas,
+                namespace=ns,
+            )
+            findings.append(
+                ContainerFinding(template=ref, container=found, gpu=gpu, share=share, claims=uses, replicas=replicas)
+            )
         templates.append(TemplateFinding(template=ref, containers=findings))
     return WorkloadFinding(templates=templates, **header)
+
+
+def _replicas(obj: Mapping[str, Any]) -> int:
+    """Pods the object runs at once: ``spec.replicas`` of Deployments, StatefulSets and ReplicaSets
+    (the API default 1 when absent), 1 for everything else."""
+    if obj.get("kind") not in ("Deployment", "StatefulSet", "ReplicaSet", "ReplicationController"):
+        return 1
+    value = get_path(obj, ("spec", "replicas"))
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 1
 
 
 def _annotations(meta: Any) -> Mapping[str, Any] | None:
