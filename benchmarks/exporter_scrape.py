@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 from admission.exporter.server import ExporterConfig, start_exporter  # noqa: E402
 from admission.exporter.service import ScrapeSettings  # noqa: E402
-from admission.exporter.targets import parse_static_target  # noqa: E402
+from admission.observations.targets import parse_static_target  # noqa: E402
 from admission.retuner import RetunerSettings  # noqa: E402
 from tests.exporter.helpers import hanging_server  # noqa: E402
 

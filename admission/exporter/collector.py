@@ -25,9 +25,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from admission.exporter.normalize import bucket_count
-from admission.exporter.observation import EngineObservation, Snapshot, TargetObservation
 from admission.exporter.quantiles import QUANTILES, histogram_quantile
 from admission.exporter.state import ExporterState
+from admission.observations.model import EngineObservation, Snapshot, TargetObservation
 
 POD = ["namespace", "pod", "workload"]
 ENGINE = [*POD, "model_name", "engine"]

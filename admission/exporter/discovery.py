@@ -24,10 +24,10 @@ from typing import Any, Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from admission.exporter.kubeapi import new_watch
-from admission.exporter.kubeapi import to_dict as _to_dict
 from admission.exporter.pods import pod_target
-from admission.exporter.targets import Target
+from admission.kubeapi import new_watch
+from admission.kubeapi import to_dict as _to_dict
+from admission.observations.targets import Target
 
 logger = logging.getLogger("admission.exporter.discovery")
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from admission.exporter.observation import Buckets, EngineObservation
+from admission.observations.model import Buckets, EngineObservation
 from planner.errors import ScrapeError
 
 USAGE_NEW = "vllm:kv_cache_usage_perc"

@@ -18,7 +18,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from admission.exporter.targets import Target
+from admission.observations.targets import Target
 from planner.errors import KvPlannerError
 from planner.units import parse_human_int_or_auto
 

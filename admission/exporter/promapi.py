@@ -35,8 +35,8 @@ from admission.exporter.normalize import (
     WAITING,
     missing_signals,
 )
-from admission.exporter.observation import EngineObservation, TargetObservation
-from admission.exporter.targets import Target
+from admission.observations.model import EngineObservation, TargetObservation
+from admission.observations.targets import Target
 from planner.errors import ScrapeError
 
 _HASH_SUFFIX = re.compile(r"^(?P<base>.+?)(-[a-z0-9]{8,10})?-[a-z0-9]{5}$")

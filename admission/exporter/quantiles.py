@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from admission.exporter.observation import Buckets
+from admission.observations.model import Buckets
 
 QUANTILES = (0.5, 0.9, 0.99)
 

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 import httpx
 
 from admission.exporter.normalize import parse_page
-from admission.exporter.observation import ErrorReason, TargetObservation
-from admission.exporter.targets import Target
+from admission.observations.model import ErrorReason, TargetObservation
+from admission.observations.targets import Target
 from planner.errors import ScrapeError
 
 ACCEPT = "text/plain;version=0.0.4;q=1.0, */*;q=0.1"

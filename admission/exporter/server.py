@@ -26,7 +26,7 @@ from admission.exporter.discovery import DEFAULT_NAMESPACE_SELECTOR, KubeDiscove
 from admission.exporter.promapi import PrometheusSource
 from admission.exporter.service import Exporter, ScrapeSettings
 from admission.exporter.state import ExporterState
-from admission.exporter.targets import Target
+from admission.observations.targets import Target
 from admission.retuner import Retuner, RetunerSettings
 from admission.retuner.kube import KubeWriter
 
@@ -69,7 +69,7 @@ def build(config: ExporterConfig, *, core_api: Any = None, apps_api: Any = None)
     discovery: KubeDiscovery | None = None
     if config.discover:
         if core_api is None:
-            from admission.exporter import kubeapi
+            from admission import kubeapi
 
             kubeapi.load_config(config.kubeconfig)
             core_api, apps_api = kubeapi.core_api(), apps_api or kubeapi.apps_api()

@@ -22,11 +22,11 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from pydantic import BaseModel, ConfigDict, Field
 
 from admission.exporter.collector import SnapshotCollector
-from admission.exporter.observation import Snapshot, TargetObservation
 from admission.exporter.promapi import PrometheusSource
 from admission.exporter.scrape import scrape_all
 from admission.exporter.state import ExporterState
-from admission.exporter.targets import Target
+from admission.observations.model import Snapshot, TargetObservation
+from admission.observations.targets import Target
 from planner.errors import ScrapeError
 
 TargetProvider = Callable[[], Sequence[Target]]

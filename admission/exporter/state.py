@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 
 from prometheus_client.core import Metric
 
-from admission.exporter.observation import Snapshot
+from admission.observations.model import Snapshot
 
 PodKey = tuple[str, str, str]
 FamilyProvider = Callable[[], Iterable[Metric]]

@@ -15,8 +15,8 @@ from planner.errors import (
 from planner.gpus.catalog import gpu_from_memory, lookup_gpu
 from planner.gpus.spec import GpuSpec
 from planner.hub.progress import hub_progress
+from planner.hub.resolve import resolve_model
 from planner.models.catalog import lookup_model
-from planner.models.resolve import resolve_model
 from planner.models.spec import ModelSpec
 from planner.units import parse_size
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from planner.errors import InvalidArgumentError
 from planner.gpus.spec import GpuSpec
@@ -12,7 +11,7 @@ from planner.kv.dtypes import is_approximate
 from planner.kv.specs import attention_bytes_per_token, mamba_state_bytes
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.models.spec import ModelSpec
-from planner.plan.engine import EngineLayout, compute_engine, kv_layout
+from planner.plan.engine import EngineLayout, TermCorrections, compute_engine, kv_layout
 from planner.plan.models import (
     GpuReport,
     KvCacheReport,
@@ -26,9 +25,6 @@ from planner.vllm.args import ServingArgs
 from planner.vllm.checks import check_parallelism, check_values, derived_length, resolve_max_model_len
 from planner.vllm.defaults import ResolvedArgs, resolve_args
 from planner.vllm.releases import Release, Version, resolve_release
-
-if TYPE_CHECKING:
-    from planner.calibration.corrections import Corrections
 
 
 @dataclass
@@ -82,7 +78,7 @@ def predict(
     vllm_version: str | None = None,
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
     available_override: list[int] | None = None,
-    corrections: Corrections | None = None,
+    corrections: TermCorrections | None = None,
 ) -> Prediction:
     """Run vLLM's startup arithmetic. ``available_override`` replaces the predicted per-stage KV
     memory (used when a log gives the real figure)."""
@@ -237,7 +233,7 @@ def plan_without_recommendation(
     vllm_version: str | None = None,
     gpu_count: int | None = None,
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
-    corrections: Corrections | None = None,
+    corrections: TermCorrections | None = None,
 ) -> tuple[Plan, Prediction]:
     prediction = predict(
         model, gpu, args, vllm_version=vllm_version, coefficients=coefficients, corrections=corrections

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from planner.errors import InvalidArgumentError
 from planner.gpus.spec import GpuSpec
@@ -36,6 +37,18 @@ class TermDeltas:
     non_torch_bytes: int = 0
     activation_peak_bytes: int = 0
     cuda_graph_bytes: int = 0
+
+
+class TermCorrections(Protocol):
+    """Measured corrections for a deployment, as the plan needs them.
+
+    :class:`planner.calibration.corrections.Corrections` (a corrections file) implements it; the plan
+    only asks for the deltas, so it does not depend on the calibration package that sits above it.
+    """
+
+    def deltas_for(
+        self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs, *, max_num_batched_tokens: int, max_num_seqs: int
+    ) -> TermDeltas | None: ...
 
 
 @dataclass

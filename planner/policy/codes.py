@@ -50,6 +50,9 @@ class Code(str, Enum):
     CONFIG_FILE_UNKNOWN = "KVP031"
     UNRESOLVED_VARIABLE = "KVP032"
     SEVERAL_VLLM_CONTAINERS = "KVP033"
+    PLATFORM_NOT_MUTATED = "KVP034"
+    VERSION_ASSUMED = "KVP035"
+    VERSION_MATTERS = "KVP036"
     UNKNOWN_MODEL = "KVP040"
     MODEL_LOOKUP_FAILED = "KVP041"
     UNKNOWN_GPU = "KVP042"
@@ -60,6 +63,15 @@ class Code(str, Enum):
     PATCH_DROPPED = "KVP048"
     INTERNAL_ERROR = "KVP049"
     PLANNER_NOTE = "KVP050"
+    NOT_VLLM = "KVP060"
+    OPTED_OUT = "KVP061"
+    OWNED_BY_CONTROLLER = "KVP062"
+    UNSUPPORTED_KIND = "KVP063"
+    NON_GPU_ACCELERATOR = "KVP064"
+    NO_MODEL_FOUND = "KVP065"
+    OTHER_ENGINE = "KVP066"
+    PLATFORM_CONFIG_UNREADABLE = "KVP067"
+    BAD_VERSION_ANNOTATION = "KVP068"
 
 
 SEVERITY: dict[Code, Severity] = {
@@ -88,6 +100,9 @@ SEVERITY: dict[Code, Severity] = {
     Code.CONFIG_FILE_UNKNOWN: Severity.warn,
     Code.UNRESOLVED_VARIABLE: Severity.warn,
     Code.SEVERAL_VLLM_CONTAINERS: Severity.info,
+    Code.PLATFORM_NOT_MUTATED: Severity.warn,  # like KVP030: the flags to add, for the owner to write
+    Code.VERSION_ASSUMED: Severity.info,  # which release was assumed, and the spread across releases
+    Code.VERSION_MATTERS: Severity.warn,  # ... when the decision differs between the possible releases
     Code.UNKNOWN_MODEL: Severity.warn,
     Code.MODEL_LOOKUP_FAILED: Severity.warn,
     Code.UNKNOWN_GPU: Severity.warn,
@@ -98,6 +113,16 @@ SEVERITY: dict[Code, Severity] = {
     Code.PATCH_DROPPED: Severity.warn,
     Code.INTERNAL_ERROR: Severity.warn,
     Code.PLANNER_NOTE: Severity.info,
+    # skip reasons (DESIGN: skip always carries a code); an LLM server kv-planner cannot read warns
+    Code.NOT_VLLM: Severity.info,
+    Code.OPTED_OUT: Severity.info,
+    Code.OWNED_BY_CONTROLLER: Severity.info,
+    Code.UNSUPPORTED_KIND: Severity.warn,
+    Code.NON_GPU_ACCELERATOR: Severity.warn,
+    Code.NO_MODEL_FOUND: Severity.warn,
+    Code.OTHER_ENGINE: Severity.info,
+    Code.PLATFORM_CONFIG_UNREADABLE: Severity.warn,
+    Code.BAD_VERSION_ANNOTATION: Severity.warn,
 }
 
 

@@ -35,6 +35,7 @@ class LimitContext(BaseModel):
     policy: EffectivePolicy
     backend: Any
     version: str | None
+    version_known: bool = True  # False: planned for a candidate release; nothing release-specific is filled
 
     @property
     def name(self) -> str:
@@ -174,7 +175,13 @@ def decide_limits(ctx: LimitContext, args: ServingArgs, mutable: bool) -> Contai
             f"added --max-model-len {kv.max_model_len} (the model's default; it fits)",
         )
     # Never the release's whole-card default on a shared GPU: the share step fills its share instead.
-    if fill and args.gpu_memory_utilization is None and args.kv_cache_memory_bytes is None and not ctx.shared:
+    if (
+        fill
+        and ctx.version_known
+        and args.gpu_memory_utilization is None
+        and args.kv_cache_memory_bytes is None
+        and not ctx.shared
+    ):
         value = f"{plan.memory.gpu_memory_utilization:g}"
         changes["gpu_memory_utilization"] = value
         notes["gpu_memory_utilization"] = finding(
@@ -284,7 +291,7 @@ def _max_num_seqs(
             name,
             f"--max-num-seqs {configured}: {detail}; add a {WORKLOAD_ANNOTATION} profile",
         )
-    if given is None and fill:
+    if given is None and fill and ctx.version_known:  # vLLM's default differs by release
         return default, finding(
             Code.FILLED_MAX_NUM_SEQS,
             name,

@@ -27,6 +27,7 @@ def target_step(ctx: Any, args: ServingArgs, *, fill: bool) -> ShareStep:
     if (
         target is None
         or not fill
+        or not getattr(ctx, "version_known", True)
         or ctx.found.share is not None
         or args.gpu_memory_utilization is not None
         or args.kv_cache_memory_bytes is not None

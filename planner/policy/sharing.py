@@ -100,7 +100,8 @@ def share_step(ctx: Any, args: ServingArgs, *, fill: bool, clamp: bool) -> Share
             out.findings.append(
                 finding(Code.FILLED_GPU_MEMORY_UTILIZATION, name, f"added --gpu-memory-utilization {cap:g}: {why}")
             )
-        kv_bytes = report.recommended_kv_cache_memory_bytes
+        # A KV size is release-specific (blocks, the flag itself): only with a known release.
+        kv_bytes = report.recommended_kv_cache_memory_bytes if getattr(ctx, "version_known", True) else None
         if kv_bytes is not None:
             out.changes["kv_cache_memory_bytes"] = str(kv_bytes)
             verb = "set" if given_kv is not None else "added"

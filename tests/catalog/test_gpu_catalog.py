@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
 
+from planner.calibration.dataset import dataset_records
 from planner.errors import CatalogDataError, PlannerInputError, UnknownGPUError
 from planner.gpus import (
     all_gpus,
@@ -90,14 +90,13 @@ def test_known_figures_as_vllm_and_torch_report_them(name: str, gib: float) -> N
     assert round(lookup_gpu(name).memory_bytes / GiB, 2) == gib
 
 
-def test_calibration_records_agree_with_the_catalog(calibration_file: Path) -> None:
+def test_calibration_records_agree_with_the_catalog() -> None:
     seen = 0
-    for line in calibration_file.read_text().splitlines():
-        record = json.loads(line)
-        if record.get("total_gpu_memory_gib") is None:
+    for record in dataset_records():
+        if record.total_gpu_memory_gib is None:
             continue
-        gpu = lookup_gpu(record["gpu"])
-        assert round(gpu.memory_bytes / GiB, 2) == record["total_gpu_memory_gib"], record["id"]
+        gpu = lookup_gpu(record.gpu or "")
+        assert round(gpu.memory_bytes / GiB, 2) == record.total_gpu_memory_gib, record.id
         seen += 1
     assert seen > 0
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from planner.calibration.dataset import dataset_records
 from planner.errors import CatalogDataError, UnknownModelError
 from planner.models.catalog import DATA_DIR, all_models, build_index, lookup_model
 from planner.models.spec import ModelSpec
@@ -302,11 +302,10 @@ def test_every_shared_config_with_a_catalog_entry_is_cross_checked(model_configs
         assert path.stem in covered, f"{path.name} has a catalog entry but is not cross-checked"
 
 
-def test_calibration_models_are_in_the_catalog(calibration_file: Path) -> None:
-    for line in calibration_file.read_text().splitlines():
-        record = json.loads(line)
-        names = [record["model"]] + ([record["base_model"]] if record.get("base_model") else [])
-        assert any(_known(name) for name in names), record["id"]
+def test_calibration_models_are_in_the_catalog() -> None:
+    for record in dataset_records():
+        names = [record.model] + ([record.base_model] if record.base_model else [])
+        assert any(_known(name) for name in names), record.id
 
 
 def _known(name: str) -> bool:

@@ -9,6 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from planner.calibration.dataset import dataset_files, dataset_records
 from planner.cli import app
 
 runner = CliRunner()
@@ -177,6 +178,23 @@ def test_validate_reports_per_record_and_summary(calibration_file: Path, tmp_pat
     assert set(report["summary"]) >= {"records", "supported", "layout_exact", "layout_scored", "budget", "full"}
     assert "line 4: not JSON" in err and "line 5" in err
     assert report["records"][3]["id"] == "line 4"
+
+
+def test_validate_without_a_file_checks_the_shipped_data() -> None:
+    code, out, err = run("validate", "--output", "json")
+    assert code == 0, err
+    summary = json.loads(out)["summary"]
+    assert summary["records"] == len(dataset_records()) and summary["supported"] == summary["records"]
+    assert summary["full"]["abs_median"] <= 0.01
+
+
+def test_validate_reads_the_shipped_schema_too(tmp_path: Path) -> None:
+    shipped = dataset_files()[0].read_text().splitlines()[:2]
+    data_file = tmp_path / "ours.jsonl"
+    data_file.write_text("\n".join(shipped) + "\n")
+    code, out, err = run("validate", str(data_file), "--output", "json")
+    assert code == 0, err
+    assert [r["supported"] for r in json.loads(out)["records"]] == [True, True]
 
 
 def test_validate_unreadable_file_exits_2(tmp_path: Path) -> None:

@@ -13,10 +13,10 @@ import httpx
 import pytest
 import yaml
 
-from admission.exporter.observation import Snapshot
 from admission.exporter.promapi import PrometheusSource, workload_from_pod_name
 from admission.exporter.service import Exporter, ScrapeSettings
-from admission.exporter.targets import Target
+from admission.observations.model import Snapshot
+from admission.observations.targets import Target
 from planner.sim import SimulatorSettings, start_simulator
 from planner.sim.server import RunningSimulator
 

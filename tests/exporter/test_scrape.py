@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from admission.exporter.service import Exporter, ScrapeSettings
-from admission.exporter.targets import Target, parse_static_target
+from admission.observations.targets import Target, parse_static_target
 from planner.errors import PlannerInputError
 from tests.exporter.conftest import PAGES, promtool_check
 

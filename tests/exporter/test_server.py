@@ -8,7 +8,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from admission.exporter.server import ExporterConfig, start_exporter
-from admission.exporter.targets import parse_static_target
+from admission.observations.targets import parse_static_target
 from admission.retuner import RetunerSettings
 from planner.sim import SimulatorSettings, start_simulator
 from tests.exporter.conftest import promtool_check

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from planner.cli import app
 from planner.gpus.catalog import lookup_gpu
-from planner.models.resolve import resolve_model
+from planner.hub.resolve import resolve_model
 from planner.plan import make_plan
 from planner.plan.inverse import blocks_for_worst_case, smallest_budget, worst_case_seqs
 from planner.plan.recommend import worst_case_max_num_seqs

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from planner.errors import PlannerInputError
-from planner.workload import ConcurrencyAdvice, kv_report_for_blocks, parse_workload, risk_bounded_concurrency
+from planner.workload import ConcurrencyAdvice, capacity_for_blocks, parse_workload, risk_bounded_concurrency
 from planner.workload.thresholds import ThresholdOptions, compute_thresholds, render_thresholds
 
 NODE_MODULES = Path(__file__).resolve().parents[2] / ".tools" / "node" / "node_modules"
@@ -30,7 +30,7 @@ def advice() -> ConcurrencyAdvice:
             "output_tokens": {"p50": 200, "p90": 800, "p99": 2000},
         }
     )
-    return risk_bounded_concurrency(kv_report_for_blocks(30_000, 16, 32_768), profile, headroom=0.1)
+    return risk_bounded_concurrency(capacity_for_blocks(30_000, 16, 32_768), profile, headroom=0.1)
 
 
 def documents(advice: ConcurrencyAdvice, *targets: str, options: ThresholdOptions = OPTIONS) -> list[Any]:
@@ -140,7 +140,7 @@ def test_errors(advice: ConcurrencyAdvice) -> None:
     with pytest.raises(PlannerInputError, match="unknown --emit"):
         render_thresholds(advice, [])
     none_fit = risk_bounded_concurrency(
-        kv_report_for_blocks(200, 16, 8192), parse_workload({"prompt_tokens": 4000, "output_tokens": 100})
+        capacity_for_blocks(200, 16, 8192), parse_workload({"prompt_tokens": 4000, "output_tokens": 100})
     )
     with pytest.raises(PlannerInputError, match="nothing to emit"):
         render_thresholds(none_fit, ["keda"])

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from admission.exporter.targets import Target
+from admission.observations.targets import Target
 
 ErrorReason = Literal["timeout", "connect", "http_status", "too_large", "parse", "not_vllm", "budget"]
 ERROR_REASONS: tuple[str, ...] = ("timeout", "connect", "http_status", "too_large", "parse", "not_vllm", "budget")
