@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.units import cdiv
+from planner.units import GiB, cdiv
 
 GroupKind = Literal["full", "sliding_window", "chunked_local", "mamba"]
 
@@ -110,6 +110,41 @@ class KvCacheReport(_Report):
         return max(0, self.num_gpu_blocks - 1)
 
 
+class MarginTerm(_Report):
+    name: str
+    low_bytes: int = Field(description="how much less KV memory vLLM may find because of this term")
+    high_bytes: int = Field(description="how much more")
+    basis: str
+
+
+class KvBand(_Report):
+    """The predicted KV memory per GPU (limiting rank) and the range vLLM's figure falls in when the
+    prediction errs as much as it did on the calibration data."""
+
+    kv_cache_bytes: int
+    low_bytes: int
+    high_bytes: int
+    release_measured: bool = Field(description="the release has calibration records of its own")
+    terms: list[MarginTerm]
+    num_gpu_blocks_low: int | None = Field(default=None, description="blocks vLLM would make of low_bytes")
+    max_model_len_fits_low: bool | None = Field(default=None, description="the context still fits at low_bytes")
+    estimated_max_model_len_low: int | None = Field(
+        default=None, description="the longest context one sequence can have at low_bytes"
+    )
+
+    @property
+    def down_bytes(self) -> int:
+        return self.kv_cache_bytes - self.low_bytes
+
+    @property
+    def up_bytes(self) -> int:
+        return self.high_bytes - self.kv_cache_bytes
+
+    def describe(self) -> str:
+        """``54.99 GiB +0.20/-0.40`` (per GPU)."""
+        return f"{self.kv_cache_bytes / GiB:.2f} GiB +{self.up_bytes / GiB:.2f}/-{self.down_bytes / GiB:.2f}"
+
+
 class Recommendation(_Report):
     max_model_len: int
     max_num_seqs: int
@@ -185,3 +220,8 @@ class Plan(_Report):
     warnings: list[str] = Field(default_factory=list)
     sharing: SharingReport | None = Field(default=None, description="set when the GPU is shared")
     budget: BudgetAdvice | None = Field(default=None, description="set by --target-seqs: the smallest KV budget")
+    margin: KvBand | None = Field(
+        default=None,
+        description="the KV memory band the planner's measured error allows (planner/plan/margin.py); "
+        "the recommendation fits at its low end",
+    )
