@@ -30,18 +30,29 @@ class Code(str, Enum):
     TOO_FEW_GPUS = "KVP003"
     IDLE_GPUS = "KVP004"
     NO_GPU_REQUEST = "KVP005"
+    SHARE_CANNOT_START = "KVP006"
+    CARD_OVERCOMMITTED = "KVP007"
+    HOST_MEMORY_SHORT = "KVP008"
     THRASH = "KVP010"
     ABOVE_WORST_CASE = "KVP011"
+    OVER_SHARE = "KVP012"
+    SHARED_GPU = "KVP013"
+    SHARE_UNKNOWN = "KVP014"
     FILLED_MAX_MODEL_LEN = "KVP020"
     FILLED_MAX_NUM_SEQS = "KVP021"
     FILLED_GPU_MEMORY_UTILIZATION = "KVP022"
     CLAMPED_MAX_NUM_SEQS = "KVP023"
     CLAMPED_MAX_MODEL_LEN = "KVP024"
     RECORDED_PLAN = "KVP025"
+    CLAMPED_GPU_MEMORY_UTILIZATION = "KVP026"
+    FILLED_KV_CACHE_MEMORY_BYTES = "KVP027"
     SHELL_NOT_MUTATED = "KVP030"
     CONFIG_FILE_UNKNOWN = "KVP031"
     UNRESOLVED_VARIABLE = "KVP032"
     SEVERAL_VLLM_CONTAINERS = "KVP033"
+    PLATFORM_NOT_MUTATED = "KVP034"
+    VERSION_ASSUMED = "KVP035"
+    VERSION_MATTERS = "KVP036"
     UNKNOWN_MODEL = "KVP040"
     MODEL_LOOKUP_FAILED = "KVP041"
     UNKNOWN_GPU = "KVP042"
@@ -52,6 +63,15 @@ class Code(str, Enum):
     PATCH_DROPPED = "KVP048"
     INTERNAL_ERROR = "KVP049"
     PLANNER_NOTE = "KVP050"
+    NOT_VLLM = "KVP060"
+    OPTED_OUT = "KVP061"
+    OWNED_BY_CONTROLLER = "KVP062"
+    UNSUPPORTED_KIND = "KVP063"
+    NON_GPU_ACCELERATOR = "KVP064"
+    NO_MODEL_FOUND = "KVP065"
+    OTHER_ENGINE = "KVP066"
+    PLATFORM_CONFIG_UNREADABLE = "KVP067"
+    BAD_VERSION_ANNOTATION = "KVP068"
 
 
 SEVERITY: dict[Code, Severity] = {
@@ -60,18 +80,29 @@ SEVERITY: dict[Code, Severity] = {
     Code.TOO_FEW_GPUS: Severity.cannot_start,
     Code.IDLE_GPUS: Severity.warn,
     Code.NO_GPU_REQUEST: Severity.warn,
+    Code.SHARE_CANNOT_START: Severity.cannot_start,
+    Code.CARD_OVERCOMMITTED: Severity.cannot_start,
+    Code.HOST_MEMORY_SHORT: Severity.cannot_start,
     Code.THRASH: Severity.warn,
     Code.ABOVE_WORST_CASE: Severity.warn,  # DESIGN: without a profile, --max-num-seqs is warned about
+    Code.OVER_SHARE: Severity.warn,  # not isolated: the pod starts, its co-tenants may not
+    Code.SHARED_GPU: Severity.info,
+    Code.SHARE_UNKNOWN: Severity.warn,
     Code.FILLED_MAX_MODEL_LEN: Severity.mutate,
     Code.FILLED_MAX_NUM_SEQS: Severity.mutate,
     Code.FILLED_GPU_MEMORY_UTILIZATION: Severity.mutate,
     Code.CLAMPED_MAX_NUM_SEQS: Severity.mutate,
     Code.CLAMPED_MAX_MODEL_LEN: Severity.mutate,
     Code.RECORDED_PLAN: Severity.info,
+    Code.CLAMPED_GPU_MEMORY_UTILIZATION: Severity.mutate,
+    Code.FILLED_KV_CACHE_MEMORY_BYTES: Severity.mutate,
     Code.SHELL_NOT_MUTATED: Severity.warn,
     Code.CONFIG_FILE_UNKNOWN: Severity.warn,
     Code.UNRESOLVED_VARIABLE: Severity.warn,
     Code.SEVERAL_VLLM_CONTAINERS: Severity.info,
+    Code.PLATFORM_NOT_MUTATED: Severity.warn,  # like KVP030: the flags to add, for the owner to write
+    Code.VERSION_ASSUMED: Severity.info,  # which release was assumed, and the spread across releases
+    Code.VERSION_MATTERS: Severity.warn,  # ... when the decision differs between the possible releases
     Code.UNKNOWN_MODEL: Severity.warn,
     Code.MODEL_LOOKUP_FAILED: Severity.warn,
     Code.UNKNOWN_GPU: Severity.warn,
@@ -82,6 +113,16 @@ SEVERITY: dict[Code, Severity] = {
     Code.PATCH_DROPPED: Severity.warn,
     Code.INTERNAL_ERROR: Severity.warn,
     Code.PLANNER_NOTE: Severity.info,
+    # skip reasons (DESIGN: skip always carries a code); an LLM server kv-planner cannot read warns
+    Code.NOT_VLLM: Severity.info,
+    Code.OPTED_OUT: Severity.info,
+    Code.OWNED_BY_CONTROLLER: Severity.info,
+    Code.UNSUPPORTED_KIND: Severity.warn,
+    Code.NON_GPU_ACCELERATOR: Severity.warn,
+    Code.NO_MODEL_FOUND: Severity.warn,
+    Code.OTHER_ENGINE: Severity.info,
+    Code.PLATFORM_CONFIG_UNREADABLE: Severity.warn,
+    Code.BAD_VERSION_ANNOTATION: Severity.warn,
 }
 
 
