@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 import re
 
-from planner.errors import PlannerInputError, UnknownGPUError
+from planner.errors import AmbiguousGPUError, PlannerInputError, UnknownGPUError
 from planner.gpus._data import InstanceType, instance_key, load_catalog, normalize
 from planner.gpus.spec import GpuSpec, MigProfile
 from planner.units import GiB, parse_size
@@ -85,10 +85,10 @@ def _disambiguate(name: str, candidates: list[str], memory_bytes: int | None) ->
         best = min(specs, key=lambda s: abs(s.memory_bytes - memory_bytes))
         if abs(best.memory_bytes - memory_bytes) <= _AMBIGUITY_TOLERANCE * best.memory_bytes:
             return best
-    raise UnknownGPUError(
+    raise AmbiguousGPUError(
         name,
         candidates,
-        hint=f"{name!r} names more than one card ({', '.join(candidates)}); put the memory in the name.",
+        hint=f"Name one of them (e.g. --gpu {candidates[-1]}), or give the card's memory with --gpu-memory.",
     )
 
 
