@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 from planner.memory.coefficients import MemoryCoefficients
 from planner.models.spec import ModelSpec
-from planner.vllm.releases import SamplerKernel
 
 
 @dataclass(frozen=True)
@@ -56,8 +55,9 @@ def moe_width(model: ModelSpec, tp: int) -> float:
     return moe.experts_per_token * (2 * moe.moe_intermediate_size / tp + model.hidden_size)
 
 
-def sampler_bytes_per_logit(coefficients: MemoryCoefficients, kernel: SamplerKernel, num_reqs: int) -> float:
-    """Bytes the sampler warm-up keeps per (dummy request x vocabulary entry) for the release's kernel.
+def sampler_bytes_per_logit(coefficients: MemoryCoefficients, kernel: str, num_reqs: int) -> float:
+    """Bytes the sampler warm-up keeps per (dummy request x vocabulary entry) for the release's kernel
+    (``Release.sampler_kernel``: flashinfer_if_installed, sort_scatter, triton_batch8, flashinfer).
 
     The fitted constant is the Triton path's (the calibration releases run it); the sort path adds the
     sorted copy and its indices (``sampler_sort_extra_bytes_per_logit``). FlashInfer is planned with the
@@ -87,7 +87,7 @@ def activation_peak(
     dtype_bytes: int,
     last_stage: bool,
     receives_from_previous_stage: bool = False,
-    sampler_kernel: SamplerKernel = "triton_batch8",
+    sampler_kernel: str = "triton_batch8",
     moe_workspace_held: bool = False,
 ) -> ActivationPeak:
     tokens = max_num_batched_tokens
