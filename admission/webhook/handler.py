@@ -28,7 +28,7 @@ from admission.webhook.review import (
     encode_patch,
 )
 from planner.errors import PolicyError
-from planner.policy.codes import Code, finding
+from planner.policy.codes import Code, finding, shorten
 from planner.policy.decide import ObjectDecision, decide
 from planner.policy.model import Policy, load_policy
 from planner.policy.planning import PlanningBackend
@@ -177,7 +177,7 @@ class Reviewer:
         response = AdmissionResponse(
             uid=request.uid,
             allowed=True,
-            warnings=[item.message],
+            warnings=[shorten(item.message)],
             audit_annotations={"decision": "error", "codes": item.code},
         )
         return Outcome(body=AdmissionReviewOut(response=response).to_json(), decision="error")

@@ -15,6 +15,7 @@ from planner.cli._lookup import gpu_for, model_for
 from planner.cli._output import console, print_json, print_yaml
 from planner.cli._plan_table import render_fleet, render_plan
 from planner.errors import CapacityError, PlannerInputError, WorkloadProfileError
+from planner.findings import Code, Finding
 from planner.gpus.catalog import all_gpus
 from planner.gpus.spec import GpuSpec
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS
@@ -181,7 +182,7 @@ def recommend(
         corrections=corrections,
         bigger_gpus=_bigger_gpus(gpu_spec),
     )
-    plan.warnings[:0] = loaded.warnings
+    plan.findings[:0] = [Finding.of(Code.MODEL_RESOLUTION_NOTE, note) for note in loaded.warnings]
     if emit is not None:
         _emit_thresholds(
             plan,

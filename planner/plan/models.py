@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
+from planner.findings import Finding
 from planner.units import cdiv
 
 GroupKind = Literal["full", "sliding_window", "chunked_local", "mamba"]
@@ -122,6 +123,7 @@ class Recommendation(_Report):
 
 class Alternative(_Report):
     change: str
+    args: list[str] = Field(default_factory=list, description="the vLLM flags this change sets (none for a GPU)")
     vllm_args: list[str]
     fits: bool
     max_model_len: int | None = None
@@ -138,4 +140,12 @@ class Plan(_Report):
     fit_error: str | None = Field(default=None, description="the error vLLM would raise, verbatim")
     recommendation: Recommendation | None = None
     alternatives: list[Alternative] = Field(default_factory=list)
-    warnings: list[str] = Field(default_factory=list)
+    findings: list[Finding] = Field(
+        default_factory=list, description="typed notes: code, severity, message and fix (see planner.findings)"
+    )
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def warnings(self) -> list[str]:
+        """The findings as the strings of DESIGN's ``"warnings": [str, ...]`` (``KVPnnn text``)."""
+        return [finding.message for finding in self.findings]

@@ -1,0 +1,224 @@
+"""Every reason code kv-planner reports, and the typed finding that carries one.
+
+One place for all codes: KVP0xx are policy decisions (webhook, ``planner check``), KVP1xx/KVP2xx are
+notes from the planner core (plans, releases, model resolution). Each :class:`Code` member carries its
+severity, the one-line summary docs/webhook.md lists and the generic fix. **Adding a code is one line
+in** :class:`Code` (``NAME = ("KVPnnn", Severity.x, "summary", "fix")``); docs/webhook.md's table is
+generated from it (``python scripts/reason_codes.py``) and a test fails while the two differ. Codes
+never change meaning; new situations get new codes.
+
+A :class:`Finding` is one occurrence: the code, the full message (never truncated here: only the
+admission response shortens warnings for the API server) and, where one is known, a structured
+:class:`Fix` — the vLLM arguments that would fix it and the fix in words.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Severity(str, Enum):
+    """How a finding weighs in a decision (deny > mutate > warn > allow)."""
+
+    cannot_start = "cannot-start"  # Enforce: deny. Audit: warn.
+    mutate = "mutate"  # a change kv-planner made (or, for shell commands, would make)
+    warn = "warn"
+    info = "info"  # recorded in JSON output, not sent as an admission warning
+
+
+_CANNOT, _MUTATE, _WARN, _INFO = Severity.cannot_start, Severity.mutate, Severity.warn, Severity.info
+
+
+class Code(str, Enum):
+    """A stable reason code with its severity, summary and generic fix (see the module docstring)."""
+
+    _value_: str
+    severity: Severity
+    summary: str
+    fix: str
+
+    def __new__(cls, value: str, severity: Severity, summary: str, fix: str = "") -> Code:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.severity = severity
+        member.summary = summary
+        member.fix = fix
+        return member
+
+    # Policy decisions: can it start, will it thrash.
+    WEIGHTS_DO_NOT_FIT = (
+        "KVP001",
+        _CANNOT,
+        "model weights leave no KV cache on this GPU",
+        "more GPUs (`--tensor-parallel-size`) or a bigger GPU",
+    )
+    CONTEXT_DOES_NOT_FIT = (
+        "KVP002",
+        _CANNOT,
+        "`--max-model-len` (or the model's default context) cannot hold one sequence",
+        "a shorter `--max-model-len`, an fp8 KV cache or more GPUs",
+    )
+    TOO_FEW_GPUS = (
+        "KVP003",
+        _CANNOT,
+        "TP x PP x DP needs more GPUs than the pod / LWS group gets",
+        "request TP x PP x DP GPUs or lower `--tensor-parallel-size`",
+    )
+    IDLE_GPUS = (
+        "KVP004",
+        _WARN,
+        "the pod gets more GPUs than TP x PP x DP uses",
+        "request TP x PP x DP GPUs or raise `--tensor-parallel-size`",
+    )
+    NO_GPU_REQUEST = (
+        "KVP005",
+        _WARN,
+        "no GPU resource request: TP x PP not checked",
+        "request `nvidia.com/gpu` (or `amd.com/gpu`)",
+    )
+    THRASH = (
+        "KVP010",
+        _WARN,
+        "`--max-num-seqs` above what the KV cache holds for the workload profile",
+        "lower `--max-num-seqs` to the safe value",
+    )
+    ABOVE_WORST_CASE = (
+        "KVP011",
+        _WARN,
+        "fewer full-context sequences fit than `--max-num-seqs` (no profile: warned about, never changed)",
+        "add a `kv-planner.io/workload` profile or lower `--max-num-seqs`",
+    )
+    # Changes (mutation: fill / clamp).
+    FILLED_MAX_MODEL_LEN = ("KVP020", _MUTATE, "added `--max-model-len`")
+    FILLED_MAX_NUM_SEQS = ("KVP021", _MUTATE, "added `--max-num-seqs`")
+    FILLED_GPU_MEMORY_UTILIZATION = ("KVP022", _MUTATE, "added `--gpu-memory-utilization`")
+    CLAMPED_MAX_NUM_SEQS = ("KVP023", _MUTATE, "lowered `--max-num-seqs` (clamp)")
+    CLAMPED_MAX_MODEL_LEN = ("KVP024", _MUTATE, "lowered `--max-model-len` (clamp)")
+    RECORDED_PLAN = ("KVP025", _INFO, "plan recorded in annotations only")
+    # What kv-planner cannot read or change.
+    SHELL_NOT_MUTATED = (
+        "KVP030",
+        _WARN,
+        "shell command: not changed, the flags it would add are listed",
+        "add the listed flags to the script",
+    )
+    CONFIG_FILE_UNKNOWN = (
+        "KVP031",
+        _WARN,
+        "`--config` file not readable here: its flags are not checked",
+        "pass the ConfigMap with the manifests",
+    )
+    UNRESOLVED_VARIABLE = (
+        "KVP032",
+        _WARN,
+        "a variable in the model or a sizing flag has no value in the manifest",
+        "give the variable a value in the container's `env`",
+    )
+    SEVERAL_VLLM_CONTAINERS = ("KVP033", _INFO, "several vLLM containers in one pod: annotations describe the first")
+    # kv-planner's own failures: allowed with a warning.
+    UNKNOWN_MODEL = ("KVP040", _WARN, "model unknown", "use a Hugging Face repository id or a catalog name")
+    MODEL_LOOKUP_FAILED = (
+        "KVP041",
+        _WARN,
+        "model lookup failed (Hub down, gated, timeout)",
+        "retry; for gated models give the webhook a Hub token",
+    )
+    UNKNOWN_GPU = ("KVP042", _WARN, "GPU type unknown", "set the `kv-planner.io/gpu` annotation")
+    COMMAND_LINE_REJECTED = (
+        "KVP043",
+        _WARN,
+        "vLLM would reject the command line (unknown or ambiguous flag, bad value)",
+        "correct the flag named in the message",
+    )
+    SETTING_REFUSED = (
+        "KVP044",
+        _WARN,
+        "vLLM would refuse a setting (e.g. context beyond the model's limit)",
+        "change the setting named in the message",
+    )
+    BAD_WORKLOAD_PROFILE = (
+        "KVP045",
+        _WARN,
+        "workload annotation ignored",
+        "correct the `kv-planner.io/workload` profile",
+    )
+    NAMESPACE_OVERRIDE_IGNORED = (
+        "KVP046",
+        _WARN,
+        "namespace override ignored",
+        "correct the namespace's `kv-planner.io/*` labels",
+    )
+    PATCH_DROPPED = ("KVP048", _WARN, "a change was dropped (not proven safe, or the patch failed its self-check)")
+    INTERNAL_ERROR = ("KVP049", _WARN, "internal error or review past its time budget: allowed unchecked")
+    PLANNER_NOTE = ("KVP050", _INFO, "a planner-core note without a code of its own, passed through")
+    # Planner core (KVP1xx: planning, KVP2xx: what is not modelled); info in policy decisions.
+    MODEL_RESOLUTION_NOTE = (
+        "KVP101",
+        _INFO,
+        "model resolution note (revision ignored, Hub unreachable: cache used, ...)",
+    )
+    NEWER_RELEASE = (
+        "KVP104",
+        _INFO,
+        "vLLM release newer than the newest checked: planned with that release's behaviour",
+    )
+    WEIGHTS_ESTIMATED = ("KVP105", _INFO, "weights estimated from the architecture (no exact checkpoint size)")
+    AUTO_FIT_CONTEXT = ("KVP106", _INFO, "`--max-model-len auto`: vLLM will reduce the context to what fits")
+    GPU_COUNT_MISMATCH = ("KVP107", _INFO, "the pod's GPU count differs from TP x PP x DP")
+    CORRECTED = ("KVP108", _INFO, "memory terms corrected with measurements from a calibration file")
+    PADDING_LAYERS = ("KVP109", _INFO, "vLLM pads a KV-cache group with layers (memory wasted)")
+    CHUNKED_AS_FULL = ("KVP110", _INFO, "chunked local attention sized as full attention (hybrid manager off)")
+    CONNECTOR_NO_HYBRID = ("KVP111", _INFO, "a KV connector turns the hybrid KV cache manager off")
+    V0_ENGINE = ("KVP112", _INFO, "planned for vLLM's V0 engine")
+    SPECULATIVE_NOT_MODELLED = ("KVP201", _INFO, "speculative decoding: the draft model is not modelled")
+    KV_TRANSFER_NOT_MODELLED = ("KVP202", _INFO, "KV transfer (disaggregated prefill/decode) is not modelled")
+    CPU_OFFLOAD_NOT_COUNTED = ("KVP203", _INFO, "KV offloading to CPU adds capacity kv-planner does not count")
+    PACKED_DTYPE_APPROXIMATED = ("KVP204", _INFO, "packed KV-cache dtype approximated by its nominal bits")
+    SWAP_SPACE_V0_ONLY = ("KVP205", _INFO, "`--swap-space` only matters for the V0 engine")
+    DATA_PARALLEL = ("KVP206", _INFO, "data parallel: each engine has the capacity shown")
+
+
+class Fix(BaseModel):
+    """How to fix a finding: the vLLM arguments to set (empty when the fix is not a flag) and in words."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    args: list[str] = Field(default_factory=list, description='vLLM arguments, e.g. ["--max-model-len", "32768"]')
+    text: str = Field(description="the fix in words (every option, when there are several)")
+
+
+class Finding(BaseModel):
+    """One reason behind a plan's notes or a decision. ``message`` is ``KVPnnn [container: ]text``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    code: Code
+    severity: Severity
+    message: str
+    fix: Fix | None = None
+
+    @classmethod
+    def of(
+        cls,
+        code: Code,
+        text: str,
+        *,
+        container: str | None = None,
+        fix: Fix | None = None,
+        severity: Severity | None = None,
+    ) -> Finding:
+        """A finding whose message is ``KVPnnn <container>: <text>`` (``KVPnnn <text>`` without one)."""
+        prefix = f"{code.value} {container}: " if container else f"{code.value} "
+        return cls(code=code, severity=severity or code.severity, message=prefix + " ".join(text.split()), fix=fix)
+
+    @property
+    def text(self) -> str:
+        """The message without its code (and container) prefix as given to :meth:`of`."""
+        return self.message.split(" ", 1)[1] if " " in self.message else ""
+
+
+def fix_args(args: list[str], text: str | None = None) -> Fix:
+    """A fix that sets ``args`` (the text defaults to the arguments as a command-line fragment)."""
+    return Fix(args=list(args), text=text if text is not None else " ".join(args))
