@@ -117,6 +117,19 @@ class Code(str, Enum):
         "give the variable a value in the container's `env`",
     )
     SEVERAL_VLLM_CONTAINERS = ("KVP033", _INFO, "several vLLM containers in one pod: annotations describe the first")
+    PLATFORM_NOT_MUTATED = (
+        "KVP034",
+        _WARN,
+        "a serving platform's resource kv-planner does not edit: the flags it would add are listed",
+        "add the listed flags where the platform takes vLLM arguments",
+    )
+    VERSION_ASSUMED = ("KVP035", _INFO, "vLLM release unknown: the release assumed, and the spread across releases")
+    VERSION_MATTERS = (
+        "KVP036",
+        _WARN,
+        "vLLM release unknown and the decision differs between the possible releases",
+        "set the `kv-planner.io/vllm-version` annotation",
+    )
     # kv-planner's own failures: allowed with a warning.
     UNKNOWN_MODEL = ("KVP040", _WARN, "model unknown", "use a Hugging Face repository id or a catalog name")
     MODEL_LOOKUP_FAILED = (
@@ -153,6 +166,21 @@ class Code(str, Enum):
     PATCH_DROPPED = ("KVP048", _WARN, "a change was dropped (not proven safe, or the patch failed its self-check)")
     INTERNAL_ERROR = ("KVP049", _WARN, "internal error or review past its time budget: allowed unchecked")
     PLANNER_NOTE = ("KVP050", _INFO, "a planner-core note without a code of its own, passed through")
+    # Skip reasons (DESIGN: a skip always carries a code); an LLM server kv-planner cannot read warns.
+    NOT_VLLM = ("KVP060", _INFO, "no vLLM container: skipped")
+    OPTED_OUT = ("KVP061", _INFO, "`kv-planner.io/skip` is set: skipped")
+    OWNED_BY_CONTROLLER = ("KVP062", _INFO, "owned by a controller whose template was reviewed: skipped")
+    UNSUPPORTED_KIND = ("KVP063", _WARN, "an LLM-serving kind kv-planner cannot read")
+    NON_GPU_ACCELERATOR = ("KVP064", _WARN, "the server runs on a non-GPU accelerator: not checked")
+    NO_MODEL_FOUND = ("KVP065", _WARN, "no model found in the serving resource: not checked")
+    OTHER_ENGINE = ("KVP066", _INFO, "an LLM server that is not vLLM: not checked")
+    PLATFORM_CONFIG_UNREADABLE = ("KVP067", _WARN, "the serving platform's configuration is not readable here")
+    BAD_VERSION_ANNOTATION = (
+        "KVP068",
+        _WARN,
+        "`kv-planner.io/vllm-version` is not a vLLM release (X.Y.Z): ignored",
+        "set it to a release such as 0.19.0",
+    )
     # Planner core (KVP1xx: planning, KVP2xx: what is not modelled); info in policy decisions.
     MODEL_RESOLUTION_NOTE = (
         "KVP101",

@@ -13,6 +13,7 @@ import yaml
 from rich.table import Table
 
 from planner.cli._app import EXIT_USAGE, app
+from planner.cli._commands import COMMANDS
 from planner.cli._output import console, err_console
 from planner.errors import ManifestError, PlannerInputError, UnknownGPUError
 from planner.gpus.catalog import lookup_gpu
@@ -95,7 +96,7 @@ def _print_table(report: CheckReport) -> None:
 
 
 @app.command(
-    help="Check Kubernetes manifests as the admission webhook would: deny / mutate / warn / allow.",
+    help=COMMANDS["check"].help,
     epilog="Examples: helm template ./chart | planner check -f - --output json ; "
     "planner check -f k8s/ -f extra.yaml --nodes nodes.yaml --output patched",
 )

@@ -11,6 +11,7 @@ import typer
 from planner.calibration.corrections import Corrections, load_corrections
 from planner.cli import _vllm_options as v
 from planner.cli._app import EXIT_FAILED, app
+from planner.cli._commands import COMMANDS
 from planner.cli._lookup import gpu_for, model_for
 from planner.cli._output import console, print_json, print_yaml
 from planner.cli._plan_table import render_fleet, render_plan
@@ -66,8 +67,7 @@ def _corrections(path: Path | None) -> Corrections | None:
 
 
 @app.command(
-    help="Plan a vLLM deployment: KV memory, blocks, tokens, concurrency, and the safe "
-    "--max-model-len / --max-num-seqs. Without --model: one row per catalog model.",
+    help=COMMANDS["recommend"].help,
     epilog="Examples: planner recommend --gpu A100-80GB;  "
     "planner recommend --gpu H100-80GB --model meta-llama/Llama-3.1-8B-Instruct --max-model-len 32k",
 )

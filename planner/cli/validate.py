@@ -12,6 +12,7 @@ from planner.calibration.dataset import dataset_records, load_record_file
 from planner.calibration.records import StartupRecord
 from planner.calibration.validate import ValidationReport, validate_records
 from planner.cli._app import app
+from planner.cli._commands import COMMANDS
 from planner.cli._output import OutputFormat, console, err_console, print_json, print_yaml
 from planner.errors import KvPlannerError, PlannerInputError, UnknownModelError
 from planner.gpus.catalog import lookup_gpu
@@ -73,10 +74,7 @@ def render_report(report: ValidationReport) -> None:
         )
 
 
-@app.command(
-    help="Compare the planner with real vLLM startup reports (JSONL). Without FILE: the calibration data "
-    "shipped with kv-planner (the figures of docs/accuracy.md)."
-)
+@app.command(help=COMMANDS["validate"].help)
 def validate(
     file: Annotated[
         Path | None,

@@ -28,7 +28,15 @@ from planner.gpus.spec import GpuSpec
 from planner.k8s.nodes import NodeInfo, could_schedule, required_terms
 
 GpuSource = Literal[
-    "annotation", "node-selector", "node-affinity", "cloud-label", "instance-type", "mig", "inventory", "cli"
+    "annotation",
+    "node-selector",
+    "node-affinity",
+    "cloud-label",
+    "instance-type",
+    "mig",
+    "inventory",
+    "cli",
+    "platform",
 ]
 GPU_ANNOTATION = "kv-planner.io/gpu"
 PRODUCT_LABEL = "nvidia.com/gpu.product"

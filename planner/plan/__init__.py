@@ -8,6 +8,7 @@ plan.kv_cache.num_gpu_blocks, plan.fits, plan.recommendation.vllm_args
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from planner.errors import PlannerInputError
 from planner.gpus.spec import GpuSpec
@@ -18,7 +19,9 @@ from planner.plan.engine import TermCorrections
 from planner.plan.models import Plan
 from planner.plan.recommend import alternatives, recommendation, recommendation_from_alternative
 from planner.vllm.args import ServingArgs
-from planner.workload import WorkloadProfile, risk_bounded_concurrency
+
+if TYPE_CHECKING:
+    from planner.workload.profile import WorkloadProfile
 
 __all__ = ["Plan", "make_plan"]
 
@@ -58,6 +61,8 @@ def make_plan(
     basis: str | None = None
     notes: list[str] = []
     if workload is not None and plan.fits:
+        from planner.workload.concurrency import risk_bounded_concurrency  # numpy: only with a workload
+
         advice = risk_bounded_concurrency(
             plan.kv_cache, workload, headroom=headroom, max_model_len=plan.kv_cache.max_model_len, with_curve=False
         )

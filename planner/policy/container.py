@@ -28,11 +28,13 @@ import yaml
 
 from planner.errors import KvPlannerError, ModelResolutionError, PlannerInputError, UnknownModelError
 from planner.k8s.inspect import ContainerFinding
+from planner.plan.models import Plan
 from planner.policy.codes import Code, Finding, Fix, Severity, finding, fix_args
 from planner.policy.limits import LimitContext, decide_limits, parallel_text
 from planner.policy.model import WORKLOAD_ANNOTATION, EffectivePolicy
 from planner.policy.outcome import ContainerOutcome
 from planner.policy.planning import PlanningBackend
+from planner.policy.versions import ReleaseSpread, VersionBasis, assumption_findings, release_spread, soften
 from planner.vllm.args import ServingArgs
 from planner.vllm.argv import format_args
 
@@ -137,7 +139,7 @@ def evaluate(
             finding(
                 Code.COMMAND_LINE_REJECTED,
                 name,
-                f"vLLM {command.release} would reject the command line: {command.errors[0]}",
+                f"vLLM {container.vllm_version or command.release} would reject the command line: {command.errors[0]}",
             )
         )
         mutable = False
@@ -243,10 +245,16 @@ def evaluate(
         backend=backend,
         version=container.vllm_version or policy.vllm_version,
     )
-    style_ok = container.style in ("argv", "image")
+    basis, spread = _version_basis(ctx, serving)
+    if basis == "range" and spread is not None:
+        ctx = ctx.model_copy(update={"version": spread.worst, "version_known": False})
+    style_ok = container.style in ("argv", "image") and found.writable
     if any(f.severity == Severity.cannot_start for f in out.findings):
         mutable = False  # (TP x PP vs GPUs) no limits are filled into a workload that cannot start
     result = decide_limits(ctx, serving, mutable and style_ok)
+    result.findings += assumption_findings(name, basis, ctx.version, spread, container.image)
+    if spread is not None and spread.mixed:
+        result.findings = soften(result.findings)
     if (
         mutable
         and not style_ok
@@ -258,15 +266,36 @@ def evaluate(
         wanted = decide_limits(ctx, serving, True).changes
         if wanted:
             words = " ".join(format_args(wanted))
-            result.findings.append(
-                finding(
-                    Code.SHELL_NOT_MUTATED,
-                    name,
-                    f"shell command not changed; add {words}",
-                    fix_args(format_args(wanted), f"add {words} to the script"),
+            fix = fix_args(format_args(wanted), f"add {words}")
+            if container.style == "shell":
+                result.findings.append(
+                    finding(Code.SHELL_NOT_MUTATED, name, f"shell command not changed; add {words}", fix)
                 )
-            )
+            else:
+                reason = found.no_write or "no field to write"
+                result.findings.append(finding(Code.PLATFORM_NOT_MUTATED, name, f"add {words} ({reason})", fix))
     result.findings = out.findings + result.findings
     result.args = out.args
     result.model_id = out.model_id
     return result
+
+
+def _version_basis(ctx: LimitContext, serving: ServingArgs) -> tuple[VersionBasis, ReleaseSpread | None]:
+    """Where the release comes from; with no evidence and no policy assumption, the spread of plans
+    over the candidate releases (DESIGN.md: with an unknown version nothing release-specific is filled)."""
+    if ctx.found.container.vllm_version is not None:
+        return "evidence", None
+    if ctx.policy.vllm_version is not None:
+        return "policy", None
+
+    assert ctx.found.gpu.spec is not None
+    gpu = ctx.found.gpu.spec
+    light = getattr(ctx.backend, "plan_fit", None)  # CoreBackend: no alternatives, memoized
+
+    def plan(version: str) -> Plan:
+        if light is not None:
+            result: Plan = light(ctx.model, gpu, serving, vllm_version=version, headroom=ctx.policy.headroom)
+            return result
+        return ctx.model_copy(update={"version": version}).plan(serving)
+
+    return "range", release_spread(plan, serving)

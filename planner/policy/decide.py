@@ -18,6 +18,7 @@ from planner.errors import KvPlannerError
 from planner.k8s.configfiles import ConfigMaps
 from planner.k8s.inspect import ContainerFinding, WorkloadFinding, inspect_workload
 from planner.k8s.nodes import NodeInfo
+from planner.k8s.platforms.kserve import Runtimes
 from planner.k8s.workloads import get_path
 from planner.plan.models import Plan
 from planner.policy.codes import Code, Finding, Severity, finding, shorten
@@ -34,6 +35,8 @@ from planner.policy.patch import (
     pointer,
 )
 from planner.policy.planning import PlanningBackend
+from planner.policy.platform_notes import note_findings, skip_findings
+from planner.policy.platform_patch import check_targets, platform_operations
 from planner.vllm.argv import flag_edits
 
 Decision = Literal["allow", "warn", "mutate", "deny", "skip"]
@@ -160,8 +163,11 @@ def decide(
     namespace: str | None = None,
     allow_local_models: bool = False,
     default_gpu: str | None = None,
+    runtimes: Runtimes | None = None,
 ) -> ObjectDecision:
-    """Decide for ``obj`` (a plain dict as received). Never raises for kv-planner's own failures."""
+    """Decide for ``obj`` (a plain dict as received). Never raises for kv-planner's own failures.
+
+    ``runtimes``: KServe ServingRuntimes by name (``planner check`` reads them from its input)."""
     try:
         workload = inspect_workload(
             obj,
@@ -171,6 +177,7 @@ def decide(
             default_version=policy.vllm_version,
             configmaps=configmaps,
             namespace=namespace,
+            runtimes=runtimes,
         )
     except (KvPlannerError, ValueError, TypeError, KeyError, AttributeError) as error:
         item = finding(Code.INTERNAL_ERROR, None, f"could not read the object ({type(error).__name__}): allowed")
@@ -206,8 +213,14 @@ def _decide_workload(
     notes = [finding(Code.NAMESPACE_OVERRIDE_IGNORED, None, note) for note in policy.notes]
     containers = workload.vllm_containers
     if workload.skip is not None or not containers:
+        # skip always carries a reason code; an LLM server kv-planner cannot read says why (a warning).
+        reasons = skip_findings(workload)
         entry = WorkloadEntry(**header, decision="skip")
-        return ObjectDecision(decision="skip", entries=[entry])
+        entry.findings = reasons
+        entry.codes = _unique(f.code for f in reasons)
+        entry.messages = _unique(f.message for f in reasons)
+        return ObjectDecision(decision="skip", entries=[entry], findings=reasons)
+    notes += note_findings(workload.notes)
 
     workload_annotations = get_path(obj, ("metadata", "annotations"))
     entries: list[WorkloadEntry] = []
@@ -344,8 +357,10 @@ def _entry(header: Mapping[str, Any], found: ContainerFinding, outcome: Containe
 
 def _arg_ops(obj: Mapping[str, Any], found: ContainerFinding, outcome: ContainerOutcome) -> list[Operation]:
     command = found.container.command
-    if command is None:
+    if command is None or not found.writable:
         return []
+    if found.target is not None:
+        return platform_operations(found, outcome.changes)
     raw = get_path(obj, (*found.template.spec_path, "containers", str(found.container.index)))
     if not isinstance(raw, Mapping):
         return []
@@ -357,8 +372,11 @@ def allowed_prefixes(containers: Sequence[ContainerFinding]) -> list[str]:
     """The only places a kv-planner patch may touch."""
     prefixes: list[str] = []
     for found in containers:
-        base = (*found.template.spec_path, "containers", str(found.container.index))
-        prefixes += [pointer((*base, "args")), pointer((*base, "command"))]
+        if found.target is not None:
+            prefixes.append(pointer(found.target.path))
+        elif not found.rebuilt:
+            base = (*found.template.spec_path, "containers", str(found.container.index))
+            prefixes += [pointer((*base, "args")), pointer((*base, "command"))]
         meta = found.template.metadata_path
         prefixes += [
             pointer((*meta, "annotations", PLAN_ANNOTATION)),
@@ -375,6 +393,7 @@ def _validate(obj: Mapping[str, Any], patch: Sequence[Operation], containers: Se
     result = apply_patch(obj, patch)
     # Parents that existed before may only gain our keys: check paths under metadata precisely.
     check_result(obj, result, _tighten(obj, allowed_prefixes(containers)))
+    check_targets(result, containers)
 
 
 def _tighten(obj: Mapping[str, Any], prefixes: Sequence[str]) -> list[str]:

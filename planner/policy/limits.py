@@ -33,6 +33,7 @@ class LimitContext(BaseModel):
     policy: EffectivePolicy
     backend: Any
     version: str | None
+    version_known: bool = True  # False: planned for a candidate release; nothing release-specific is filled
 
     @property
     def name(self) -> str:
@@ -185,7 +186,7 @@ def decide_limits(ctx: LimitContext, args: ServingArgs, mutable: bool) -> Contai
             f"added --max-model-len {kv.max_model_len} (the model's default; it fits)",
             fix_args(["--max-model-len", str(kv.max_model_len)]),
         )
-    if fill and args.gpu_memory_utilization is None and args.kv_cache_memory_bytes is None:
+    if fill and ctx.version_known and args.gpu_memory_utilization is None and args.kv_cache_memory_bytes is None:
         value = f"{plan.memory.gpu_memory_utilization:g}"
         changes["gpu_memory_utilization"] = value
         notes["gpu_memory_utilization"] = finding(
@@ -310,7 +311,7 @@ def _max_num_seqs(
                 + (f" or lower --max-num-seqs to {worst} (worst case)" if worst >= 1 else ""),
             ),
         )
-    if given is None and fill:
+    if given is None and fill and ctx.version_known:  # vLLM's default differs by release
         return default, finding(
             Code.FILLED_MAX_NUM_SEQS,
             name,

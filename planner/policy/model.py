@@ -8,9 +8,10 @@ ConfigMap, ``planner check --policy FILE`` reads the same schema::
     headroom: 0.1                  # 0 <= headroom < 1
     workload: null                 # default request-length profile (planner.workload)
     defaultGpu: null               # GPU when nothing on the workload says which
-    vllmVersion: null              # release assumed when the image tag has none (null = newest known)
+    vllmVersion: null              # release assumed when nothing shows the release (null: plan the range)
     modelLookup: {timeoutSeconds: 0.5, offline: false}
-    namespaces: {team-a: {validationAction: Enforce, mutation: clamp, headroom: 0.2, workload: {...}}}
+    namespaces: {team-a: {validationAction: Enforce, mutation: clamp, headroom: 0.2, workload: {...},
+                          vllmVersion: 0.19.0}}
 
 Namespace annotations (or labels) ``kv-planner.io/validation-action``, ``kv-planner.io/mutation``,
 ``kv-planner.io/headroom`` and ``kv-planner.io/workload`` override the file for their namespace; a
@@ -59,11 +60,15 @@ class ModelLookup(_Camel):
     offline: bool = Field(default=False, description="never reach the Hugging Face Hub from the webhook")
 
 
+_RELEASE_PATTERN = r"^v?\d+\.\d+\.\d+(\.\d+|\.post\d+)?$"
+
+
 class NamespacePolicy(_Camel):
     validation_action: ValidationAction | None = None
     mutation: Mutation | None = None
     headroom: float | None = Field(default=None, ge=0, lt=1)
     workload: dict[str, Any] | None = None
+    vllm_version: str | None = Field(default=None, pattern=_RELEASE_PATTERN)
 
     @field_validator("workload")
     @classmethod
@@ -79,7 +84,7 @@ class Policy(_Camel):
     headroom: float = Field(default=0.1, ge=0, lt=1)
     workload: dict[str, Any] | None = None
     default_gpu: str | None = None
-    vllm_version: str | None = None
+    vllm_version: str | None = Field(default=None, pattern=_RELEASE_PATTERN)
     model_lookup: ModelLookup = Field(default_factory=ModelLookup)
     namespaces: dict[str, NamespacePolicy] = Field(default_factory=dict)
 
@@ -96,6 +101,7 @@ class Policy(_Camel):
             "mutation": self.mutation,
             "headroom": self.headroom,
             "workload": self.workload,
+            "vllm_version": self.vllm_version,
         }
         notes: list[str] = []
         entry = self.namespaces.get(namespace or "")
@@ -111,7 +117,7 @@ class Policy(_Camel):
             headroom=values["headroom"],
             workload=values["workload"],
             default_gpu=self.default_gpu,
-            vllm_version=self.vllm_version,
+            vllm_version=values["vllm_version"],
             model_lookup=self.model_lookup,
             notes=notes,
         )

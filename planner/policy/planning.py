@@ -174,6 +174,24 @@ class CoreBackend:
                 self._memo.popitem(last=False)
         return plan
 
+    def plan_fit(
+        self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs, *, vllm_version: str | None, headroom: float
+    ) -> Plan:
+        """A plan without alternatives (a quarter of the cost): enough for KV size and fit, as the
+        release spread of a workload whose vLLM release is unknown needs for every candidate release."""
+        key = "fit|" + self._key(model, gpu, args, vllm_version, headroom, None)
+        with self._lock:
+            hit = self._memo.get(key)
+            if hit is not None:
+                self._memo.move_to_end(key)
+                return hit
+        plan = make_plan(model, gpu, args, vllm_version=vllm_version, headroom=headroom, with_alternatives=False)
+        with self._lock:
+            self._memo[key] = plan
+            while len(self._memo) > self._memo_size:
+                self._memo.popitem(last=False)
+        return plan
+
     def effective_args(
         self,
         model: ModelSpec,

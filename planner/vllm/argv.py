@@ -4,8 +4,8 @@ vLLM's ``FlexibleArgumentParser`` (vllm X/utils/argparse_utils.py, earlier vllm/
 preprocesses argv before argparse sees it: underscores in ``--flag_names`` become dashes (only the part
 before the first ``.``), ``-O3`` becomes an optimization level, ``--json-arg.key value`` is merged into
 ``--json-arg '{"key": value}'``, ``--config FILE.yaml`` is expanded in place (CLI > config > defaults),
-and with ``vllm serve`` a ``--model`` option is refused (<= 0.11) or moved to the positional model
-(>= 0.12). argparse then accepts unambiguous prefixes of long options (``allow_abbrev``), ``--k=v`` and
+and with ``vllm serve`` a ``--model`` option is refused (<= 0.11.0) or moved to the positional model
+(>= 0.11.1). argparse then accepts unambiguous prefixes of long options (``allow_abbrev``), ``--k=v`` and
 ``--k v``, and the last occurrence of a flag wins. The option strings and their arity come from
 :mod:`planner.vllm.argv_flags`, generated from each release's own source.
 
@@ -326,8 +326,11 @@ def _parse(
     # (Not for "image": whether the image's entrypoint is `vllm serve` or the api_server module is
     # unknown here, and the api_server accepts --model.)
     refused = entrypoint == "serve" and table.serve_model_option == "refused"
-    if refused and any(t.text == "--model" and t.source == "argv" for t in tokens):
-        errors.append("vLLM refuses `vllm serve --model`: give the model as the first positional argument")
+    if refused and any(t.original == "--model" and t.source == "argv" for t in tokens):
+        errors.append(
+            f"vLLM {table.in_force} refuses `vllm serve --model` (accepted from 0.11.1): "
+            "give the model as the first positional argument"
+        )
 
     i = 0
     only_positionals = False
