@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from planner.findings import Finding
-from planner.units import cdiv
+from planner.units import GiB, cdiv
 
 GroupKind = Literal["full", "sliding_window", "chunked_local", "mamba"]
 
@@ -111,6 +111,41 @@ class KvCacheReport(_Report):
         return max(0, self.num_gpu_blocks - 1)
 
 
+class MarginTerm(_Report):
+    name: str
+    low_bytes: int = Field(description="how much less KV memory vLLM may find because of this term")
+    high_bytes: int = Field(description="how much more")
+    basis: str
+
+
+class KvBand(_Report):
+    """The predicted KV memory per GPU (limiting rank) and the range vLLM's figure falls in when the
+    prediction errs as much as it did on the calibration data."""
+
+    kv_cache_bytes: int
+    low_bytes: int
+    high_bytes: int
+    release_measured: bool = Field(description="the release has calibration records of its own")
+    terms: list[MarginTerm]
+    num_gpu_blocks_low: int | None = Field(default=None, description="blocks vLLM would make of low_bytes")
+    max_model_len_fits_low: bool | None = Field(default=None, description="the context still fits at low_bytes")
+    estimated_max_model_len_low: int | None = Field(
+        default=None, description="the longest context one sequence can have at low_bytes"
+    )
+
+    @property
+    def down_bytes(self) -> int:
+        return self.kv_cache_bytes - self.low_bytes
+
+    @property
+    def up_bytes(self) -> int:
+        return self.high_bytes - self.kv_cache_bytes
+
+    def describe(self) -> str:
+        """``54.99 GiB +0.20/-0.40`` (per GPU)."""
+        return f"{self.kv_cache_bytes / GiB:.2f} GiB +{self.up_bytes / GiB:.2f}/-{self.down_bytes / GiB:.2f}"
+
+
 class Recommendation(_Report):
     max_model_len: int
     max_num_seqs: int
@@ -140,6 +175,11 @@ class Plan(_Report):
     fit_error: str | None = Field(default=None, description="the error vLLM would raise, verbatim")
     recommendation: Recommendation | None = None
     alternatives: list[Alternative] = Field(default_factory=list)
+    margin: KvBand | None = Field(
+        default=None,
+        description="the KV memory band the planner's measured error allows (planner/plan/margin.py); "
+        "the recommendation fits at its low end",
+    )
     findings: list[Finding] = Field(
         default_factory=list, description="typed notes: code, severity, message and fix (see planner.findings)"
     )
