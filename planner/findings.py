@@ -78,6 +78,24 @@ class Code(str, Enum):
         "no GPU resource request: TP x PP not checked",
         "request `nvidia.com/gpu` (or `amd.com/gpu`)",
     )
+    SHARE_CANNOT_START = (
+        "KVP006",
+        _CANNOT,
+        "the pod's startup request exceeds its enforced share of a shared GPU (MPS), or the model does not fit it",
+        "lower `--gpu-memory-utilization` or `--kv-cache-memory-bytes` to the share, or a bigger share",
+    )
+    CARD_OVERCOMMITTED = (
+        "KVP007",
+        _CANNOT,
+        "pods placed on one shared GPU (known placement) together need more than it has",
+        "lower the co-tenants' budgets or place them on another GPU",
+    )
+    HOST_MEMORY_SHORT = (
+        "KVP008",
+        _CANNOT,
+        "the container's memory limit cannot hold the KV offload buffers (pinned host memory)",
+        "raise the container's memory limit or lower the offload size",
+    )
     THRASH = (
         "KVP010",
         _WARN,
@@ -90,6 +108,19 @@ class Code(str, Enum):
         "fewer full-context sequences fit than `--max-num-seqs` (no profile: warned about, never changed)",
         "add a `kv-planner.io/workload` profile or lower `--max-num-seqs`",
     )
+    OVER_SHARE = (
+        "KVP012",
+        _WARN,
+        "the pod takes more than its share of a shared GPU without isolation (time-slicing): co-tenants may not start",
+        "lower `--gpu-memory-utilization` or `--kv-cache-memory-bytes` to the share",
+    )
+    SHARED_GPU = ("KVP013", _INFO, "the pod's share of a shared GPU (mechanism, budget, isolation)")
+    SHARE_UNKNOWN = (
+        "KVP014",
+        _WARN,
+        "a shared GPU whose per-pod memory is unknown: nothing filled",
+        "set the `kv-planner.io/gpu-memory` annotation",
+    )
     # Changes (mutation: fill / clamp).
     FILLED_MAX_MODEL_LEN = ("KVP020", _MUTATE, "added `--max-model-len`")
     FILLED_MAX_NUM_SEQS = ("KVP021", _MUTATE, "added `--max-num-seqs`")
@@ -97,6 +128,16 @@ class Code(str, Enum):
     CLAMPED_MAX_NUM_SEQS = ("KVP023", _MUTATE, "lowered `--max-num-seqs` (clamp)")
     CLAMPED_MAX_MODEL_LEN = ("KVP024", _MUTATE, "lowered `--max-model-len` (clamp)")
     RECORDED_PLAN = ("KVP025", _INFO, "plan recorded in annotations only")
+    CLAMPED_GPU_MEMORY_UTILIZATION = (
+        "KVP026",
+        _MUTATE,
+        "lowered `--gpu-memory-utilization` to the pod's share of a shared GPU (clamp)",
+    )
+    FILLED_KV_CACHE_MEMORY_BYTES = (
+        "KVP027",
+        _MUTATE,
+        "added (or set) `--kv-cache-memory-bytes` (shared GPU, or the policy's `targetSeqs`)",
+    )
     # What kv-planner cannot read or change.
     SHELL_NOT_MUTATED = (
         "KVP030",
@@ -206,6 +247,12 @@ class Code(str, Enum):
     PACKED_DTYPE_APPROXIMATED = ("KVP204", _INFO, "packed KV-cache dtype approximated by its nominal bits")
     SWAP_SPACE_V0_ONLY = ("KVP205", _INFO, "`--swap-space` only matters for the V0 engine")
     DATA_PARALLEL = ("KVP206", _INFO, "data parallel: each engine has the capacity shown")
+    SHARED_GPU_BUDGET = ("KVP207", _INFO, "shared GPU: the plan exceeds the pod's share, or the share is unknown")
+    TARGET_SEQS_DO_NOT_FIT = (
+        "KVP208",
+        _INFO,
+        "`--target-seqs`: the sequences asked for need more than the GPU (or share) has",
+    )
 
 
 class Fix(BaseModel):
