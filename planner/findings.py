@@ -47,6 +47,14 @@ class Code(str, Enum):
         member.fix = fix
         return member
 
+    @classmethod
+    def parse(cls, value: str) -> Code:
+        """The member for ``"KVPnnn"`` (what ``Code("KVPnnn")`` does, in a form type checkers accept)."""
+        member = cls._value2member_map_.get(value)
+        if not isinstance(member, cls):
+            raise ValueError(f"unknown reason code {value!r}")
+        return member
+
     # Policy decisions: can it start, will it thrash.
     WEIGHTS_DO_NOT_FIT = (
         "KVP001",
@@ -206,6 +214,11 @@ class Code(str, Enum):
     )
     PATCH_DROPPED = ("KVP048", _WARN, "a change was dropped (not proven safe, or the patch failed its self-check)")
     INTERNAL_ERROR = ("KVP049", _WARN, "internal error or review past its time budget: allowed unchecked")
+    REVIEW_TIMED_OUT = (
+        "KVP051",
+        _WARN,
+        "the review could not be decided in time (Enforce with `onTimeout: deny` denies it)",
+    )
     PLANNER_NOTE = ("KVP050", _INFO, "a planner-core note without a code of its own, passed through")
     # Skip reasons (DESIGN: a skip always carries a code); an LLM server kv-planner cannot read warns.
     NOT_VLLM = ("KVP060", _INFO, "no vLLM container: skipped")
@@ -221,6 +234,20 @@ class Code(str, Enum):
         _WARN,
         "`kv-planner.io/vllm-version` is not a vLLM release (X.Y.Z): ignored",
         "set it to a release such as 0.19.0",
+    )
+    # Input caps (docs/security.md): a review past a cap is the manifest's doing; Enforce denies it.
+    TOO_MANY_CONTAINERS = ("KVP070", _CANNOT, "more containers in one pod than the input cap", "split the pod")
+    TOO_MANY_ARGS = ("KVP071", _CANNOT, "a container has more arguments or env entries than the input cap")
+    VALUE_TOO_LONG = ("KVP072", _CANNOT, "an argument, env or selector value is longer than the input cap")
+    ANNOTATION_TOO_LONG = ("KVP073", _CANNOT, "a kv-planner annotation is longer than the input cap")
+    EXPANSION_TOO_LARGE = ("KVP074", _CANNOT, "`$(VAR)` / shell expansion grows past the input cap")
+    MODEL_NAME_TOO_LONG = ("KVP075", _CANNOT, "the model name is longer than the input cap: not planned")
+    TOO_DEEP = ("KVP076", _CANNOT, "the object is nested deeper than the input cap")
+    MODEL_NOT_ALLOWED = (
+        "KVP077",
+        _WARN,
+        "the model is not in the policy's `allowRepos`: not looked up, not checked",
+        "add the repository to `allowRepos`",
     )
     # Planner core (KVP1xx: planning, KVP2xx: what is not modelled); info in policy decisions.
     MODEL_RESOLUTION_NOTE = (

@@ -6,7 +6,6 @@ module's docstring for the rules.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -97,7 +96,7 @@ def _fix_options(plan: Plan, *, besides: str | None = None) -> list[tuple[str, l
     fixes: list[tuple[str, list[str]]] = []
     for alternative in plan.alternatives:
         # "more GPUs: --tensor-parallel-size 2 (2 GPUs)" -> "--tensor-parallel-size 2"
-        fix = re.sub(r"\s*\(.*\)$", "", alternative.change.split(":", 1)[-1].strip())
+        fix = _without_parenthetical(alternative.change.split(":", 1)[-1].strip())
         named = [text for text, _ in fixes]
         if alternative.fits and fix not in named and not (besides and fix.split()[0] == besides.split()[0]):
             fixes.append((fix, alternative.args))
@@ -374,3 +373,9 @@ def _effective(args: ServingArgs, plan: Plan, effective: Mapping[str, Any]) -> d
         "quantization": args.quantization,
         "dtype": effective.get("dtype", args.dtype),
     }
+
+
+def _without_parenthetical(text: str) -> str:
+    """``text`` without a trailing ``(...)`` remark (no regex: the module reads manifest values)."""
+    start = text.find("(")
+    return text[:start].rstrip() if start != -1 and text.endswith(")") else text
