@@ -30,14 +30,22 @@ class Code(str, Enum):
     TOO_FEW_GPUS = "KVP003"
     IDLE_GPUS = "KVP004"
     NO_GPU_REQUEST = "KVP005"
+    SHARE_CANNOT_START = "KVP006"
+    CARD_OVERCOMMITTED = "KVP007"
+    HOST_MEMORY_SHORT = "KVP008"
     THRASH = "KVP010"
     ABOVE_WORST_CASE = "KVP011"
+    OVER_SHARE = "KVP012"
+    SHARED_GPU = "KVP013"
+    SHARE_UNKNOWN = "KVP014"
     FILLED_MAX_MODEL_LEN = "KVP020"
     FILLED_MAX_NUM_SEQS = "KVP021"
     FILLED_GPU_MEMORY_UTILIZATION = "KVP022"
     CLAMPED_MAX_NUM_SEQS = "KVP023"
     CLAMPED_MAX_MODEL_LEN = "KVP024"
     RECORDED_PLAN = "KVP025"
+    CLAMPED_GPU_MEMORY_UTILIZATION = "KVP026"
+    FILLED_KV_CACHE_MEMORY_BYTES = "KVP027"
     SHELL_NOT_MUTATED = "KVP030"
     CONFIG_FILE_UNKNOWN = "KVP031"
     UNRESOLVED_VARIABLE = "KVP032"
@@ -64,6 +72,15 @@ class Code(str, Enum):
     OTHER_ENGINE = "KVP066"
     PLATFORM_CONFIG_UNREADABLE = "KVP067"
     BAD_VERSION_ANNOTATION = "KVP068"
+    REVIEW_TIMED_OUT = "KVP051"
+    TOO_MANY_CONTAINERS = "KVP070"
+    TOO_MANY_ARGS = "KVP071"
+    VALUE_TOO_LONG = "KVP072"
+    ANNOTATION_TOO_LONG = "KVP073"
+    EXPANSION_TOO_LARGE = "KVP074"
+    MODEL_NAME_TOO_LONG = "KVP075"
+    TOO_DEEP = "KVP076"
+    MODEL_NOT_ALLOWED = "KVP077"
 
 
 SEVERITY: dict[Code, Severity] = {
@@ -72,14 +89,22 @@ SEVERITY: dict[Code, Severity] = {
     Code.TOO_FEW_GPUS: Severity.cannot_start,
     Code.IDLE_GPUS: Severity.warn,
     Code.NO_GPU_REQUEST: Severity.warn,
+    Code.SHARE_CANNOT_START: Severity.cannot_start,
+    Code.CARD_OVERCOMMITTED: Severity.cannot_start,
+    Code.HOST_MEMORY_SHORT: Severity.cannot_start,
     Code.THRASH: Severity.warn,
     Code.ABOVE_WORST_CASE: Severity.warn,  # DESIGN: without a profile, --max-num-seqs is warned about
+    Code.OVER_SHARE: Severity.warn,  # not isolated: the pod starts, its co-tenants may not
+    Code.SHARED_GPU: Severity.info,
+    Code.SHARE_UNKNOWN: Severity.warn,
     Code.FILLED_MAX_MODEL_LEN: Severity.mutate,
     Code.FILLED_MAX_NUM_SEQS: Severity.mutate,
     Code.FILLED_GPU_MEMORY_UTILIZATION: Severity.mutate,
     Code.CLAMPED_MAX_NUM_SEQS: Severity.mutate,
     Code.CLAMPED_MAX_MODEL_LEN: Severity.mutate,
     Code.RECORDED_PLAN: Severity.info,
+    Code.CLAMPED_GPU_MEMORY_UTILIZATION: Severity.mutate,
+    Code.FILLED_KV_CACHE_MEMORY_BYTES: Severity.mutate,
     Code.SHELL_NOT_MUTATED: Severity.warn,
     Code.CONFIG_FILE_UNKNOWN: Severity.warn,
     Code.UNRESOLVED_VARIABLE: Severity.warn,
@@ -107,6 +132,17 @@ SEVERITY: dict[Code, Severity] = {
     Code.OTHER_ENGINE: Severity.info,
     Code.PLATFORM_CONFIG_UNREADABLE: Severity.warn,
     Code.BAD_VERSION_ANNOTATION: Severity.warn,
+    # Enforce: deny (policy onTimeout, default deny); Audit: warn. Set on the webhook's timeout answer.
+    Code.REVIEW_TIMED_OUT: Severity.warn,
+    # Input caps (planner.policy.caps): the manifest's doing, so Enforce denies and Audit warns.
+    Code.TOO_MANY_CONTAINERS: Severity.cannot_start,
+    Code.TOO_MANY_ARGS: Severity.cannot_start,
+    Code.VALUE_TOO_LONG: Severity.cannot_start,
+    Code.ANNOTATION_TOO_LONG: Severity.cannot_start,
+    Code.EXPANSION_TOO_LARGE: Severity.cannot_start,
+    Code.MODEL_NAME_TOO_LONG: Severity.cannot_start,
+    Code.TOO_DEEP: Severity.cannot_start,
+    Code.MODEL_NOT_ALLOWED: Severity.warn,  # kv-planner only declines to look it up: not checked
 }
 
 

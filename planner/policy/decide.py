@@ -14,13 +14,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.errors import KvPlannerError
+from planner.errors import InputCapError, KvPlannerError
 from planner.k8s.configfiles import ConfigMaps
+from planner.k8s.dra import ClaimIndex
 from planner.k8s.inspect import ContainerFinding, WorkloadFinding, inspect_workload
 from planner.k8s.nodes import NodeInfo
 from planner.k8s.platforms.kserve import Runtimes
 from planner.k8s.workloads import get_path
 from planner.plan.models import Plan
+from planner.policy.caps import cap_finding, screen
 from planner.policy.codes import Code, Finding, Severity, finding
 from planner.policy.container import evaluate
 from planner.policy.model import EffectivePolicy
@@ -37,6 +39,7 @@ from planner.policy.patch import (
 from planner.policy.planning import PlanningBackend
 from planner.policy.platform_notes import note_findings, skip_findings
 from planner.policy.platform_patch import check_targets, platform_operations
+from planner.policy.sharing import Tenant, cotenancy_findings, tenant
 from planner.vllm.argv import flag_edits
 
 Decision = Literal["allow", "warn", "mutate", "deny", "skip"]
@@ -75,6 +78,7 @@ class WorkloadEntry(BaseModel):
     patch: list[Operation] = Field(default_factory=list)
     findings: list[Finding] = Field(default_factory=list, exclude=True)
     plan: Plan | None = Field(default=None, exclude=True)
+    tenancy: Tenant | None = Field(default=None, exclude=True, description="its claim on a known shared card")
 
 
 class ObjectDecision(BaseModel):
@@ -157,10 +161,20 @@ def decide(
     allow_local_models: bool = False,
     default_gpu: str | None = None,
     runtimes: Runtimes | None = None,
+    claims: ClaimIndex | None = None,
 ) -> ObjectDecision:
     """Decide for ``obj`` (a plain dict as received). Never raises for kv-planner's own failures.
 
-    ``runtimes``: KServe ServingRuntimes by name (``planner check`` reads them from its input)."""
+    ``runtimes``: KServe ServingRuntimes by name (``planner check`` reads them from its input).
+    ``claims``: the DRA ResourceClaims / ResourceClaimTemplates kv-planner can read (``planner check``:
+    those in the same manifests).
+
+    The object is first screened against the policy's input caps (planner.policy.caps): over a cap, no
+    planning work is done and the decision is deny (Enforce) or warn (Audit) with the cap's reason code.
+    """
+    over = screen(obj, policy.limits)
+    if over:
+        return _capped(obj, namespace, over, policy)
     try:
         workload = inspect_workload(
             obj,
@@ -171,7 +185,10 @@ def decide(
             configmaps=configmaps,
             namespace=namespace,
             runtimes=runtimes,
+            claims=claims,
         )
+    except InputCapError as error:
+        return _capped(obj, namespace, [cap_finding(error)], policy)
     except (KvPlannerError, ValueError, TypeError, KeyError, AttributeError) as error:
         item = finding(Code.INTERNAL_ERROR, None, f"could not read the object ({type(error).__name__}): allowed")
         entry = _header_entry(obj, namespace)
@@ -183,6 +200,18 @@ def decide(
         )
         return ObjectDecision(decision="warn", entries=[entry], findings=[item])
     return _decide_workload(obj, workload, policy, backend, allow_local_models)
+
+
+def _capped(
+    obj: Mapping[str, Any], namespace: str | None, findings: list[Finding], policy: EffectivePolicy
+) -> ObjectDecision:
+    """The decision for an object over an input cap: nothing planned, nothing patched."""
+    entry = _header_entry(obj, namespace)
+    entry.decision = _entry_decision(findings, [], policy)
+    entry.codes = _unique(f.code for f in findings)
+    entry.messages = _unique(f.message for f in findings)
+    entry.findings = list(findings)
+    return ObjectDecision(decision=entry.decision, entries=[entry], findings=list(findings))
 
 
 def _header_entry(obj: Mapping[str, Any], namespace: str | None) -> WorkloadEntry:
@@ -292,6 +321,13 @@ def _decide_workload(
                     )
                 break
 
+    # Pods known to share one card (replicas on a shared ResourceClaim, or pinned to a one-GPU node).
+    for entry, found in zip(entries, containers, strict=True):
+        entry.tenancy = tenant(
+            found.share, entry.plan, entry.effective_args, found.replicas, found.container.name, entry
+        )
+    for item, overcommitted in cotenancy_findings([e.tenancy for e in entries if e.tenancy is not None]):
+        item.entry.findings = [*item.entry.findings, overcommitted]
     patch = [op for entry in entries for op in entry.patch]
     patch_findings: list[Finding] = []
     if patch:
@@ -343,7 +379,13 @@ def _entry(header: Mapping[str, Any], found: ContainerFinding, outcome: Containe
         vllm_version=found.container.vllm_version,
         args=outcome.args,
         effective_args=outcome.effective_args,
-        gpu=GpuEntry(name=gpu.name, label=gpu.label, count=gpu.count, group_size=gpu.group_size, source=gpu.source),
+        gpu=GpuEntry(
+            name=gpu.name,
+            label=gpu.label,
+            count=gpu.count,
+            group_size=gpu.group_size,
+            source=gpu.source,
+        ),
         plan=outcome.plan,
     )
 
