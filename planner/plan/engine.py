@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from planner.errors import InvalidArgumentError
+from planner.findings import Code, Finding
 from planner.gpus.spec import GpuSpec
 from planner.kv.capacity import KvLayout, StageKv
 from planner.kv.dtypes import KvDtype, resolve_kv_dtype
@@ -82,12 +83,12 @@ class EngineLayout:
     parameters: int
     weights_estimated: bool
     memory: list[StageMemory] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
 
 
-def hybrid_manager_enabled(model: ModelSpec, args: ServingArgs, release: Release) -> tuple[bool, list[str]]:
+def hybrid_manager_enabled(model: ModelSpec, args: ServingArgs, release: Release) -> tuple[bool, list[Finding]]:
     """Whether vLLM keeps sliding/chunked layers in their own groups (the hybrid KV cache manager)."""
-    notes: list[str] = []
+    notes: list[Finding] = []
     if args.disable_hybrid_kv_cache_manager:
         return False, notes
     if "C" in model.layer_pattern:
@@ -95,14 +96,20 @@ def hybrid_manager_enabled(model: ModelSpec, args: ServingArgs, release: Release
         allowed = release.chunked_local_hybrid_default if env is None else env.lower() in ("1", "true")
         if not allowed:
             notes.append(
-                "KVP110 chunked local attention sized as full attention (vLLM disables the hybrid "
-                "KV cache manager for it in this release)"
+                Finding.of(
+                    Code.CHUNKED_AS_FULL,
+                    "chunked local attention sized as full attention (vLLM disables the hybrid "
+                    "KV cache manager for it in this release)",
+                )
             )
             return False, notes
     if args.kv_transfer_config and ("S" in model.layer_pattern or "C" in model.layer_pattern):
         notes.append(
-            "KVP111 a KV connector turns the hybrid KV cache manager off: sliding-window layers "
-            "are sized as full attention"
+            Finding.of(
+                Code.CONNECTOR_NO_HYBRID,
+                "a KV connector turns the hybrid KV cache manager off: sliding-window layers "
+                "are sized as full attention",
+            )
         )
         return False, notes
     return True, notes
@@ -310,7 +317,7 @@ def compute_engine(
             if not release.v1_default
             else "fp8 KV cache without FlashAttention 3, float32, a pre-Ampere GPU, or VLLM_USE_V1=0"
         )
-        notes.append(f"KVP112 planned for vLLM's V0 engine ({reason})")
+        notes.append(Finding.of(Code.V0_ENGINE, f"planned for vLLM's V0 engine ({reason})"))
     rank, grouping = build_rank_layout(model, gpu, args, release, resolved, kv_dtype, hybrid)
     partition = pp_partition(model.num_layers, pp, args.env.get("VLLM_PP_LAYER_PARTITION"))
     expert_shards = tp * args.data_parallel_size if args.enable_expert_parallel else tp
