@@ -119,6 +119,8 @@ def test_ctrl_c_cancels_requests_and_prints_the_partial_report(fake_server) -> N
         "0",
         "--requests-per-step",
         "2",
+        "--start-concurrency",
+        "1",
     ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -150,3 +152,26 @@ def test_ctrl_c_cancels_requests_and_prints_the_partial_report(fake_server) -> N
     assert "interrupted" in stderr
     wait_idle(server.state)  # the requests in flight were cancelled, the server saw them go
     assert server.state.cancelled > 0
+
+
+def test_a_run_cut_short_says_why_and_what_to_change(fake_server) -> None:
+    server = fake_server(capacity=100, max_model_len=256, token_delay_s=0.02)
+    result = runner.invoke(
+        app,
+        [
+            "probe",
+            "--endpoint",
+            server.url,
+            "--output-tokens",
+            "200",
+            "--max-duration",
+            "1s",
+            "--start-concurrency",
+            "1",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "No concurrency level passed completely" in result.stdout
+    assert "Stopped because the 1 s time limit (--max-duration) ran out" in result.stdout
+    assert "--quick" in result.stdout
+    assert "ok (partial)" not in result.stdout
