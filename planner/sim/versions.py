@@ -46,10 +46,6 @@ def parse_version(text: str) -> Version:
     return major, minor, patch
 
 
-def at_least(version: Version, text: str) -> bool:
-    return version >= parse_version(text)
-
-
 def modelled_release(text: str | None) -> tuple[str, Version]:
     """The modelled release whose behaviour applies to vLLM ``text`` (None = newest modelled)."""
     if text is None:
