@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.k8s.configfiles import configmaps_from_documents
 from planner.k8s.nodes import NodeInfo
+from planner.k8s.platforms.kserve import runtimes_from_documents
 from planner.policy.decide import Decision, ObjectDecision, WorkloadEntry, decide
 from planner.policy.manifests import Document
 from planner.policy.model import ModelLookup, Policy, parse_policy
@@ -73,6 +74,7 @@ def run_check(
     report = CheckReport()
     contents = [d.content for d in documents if d.error is None]
     configmaps = configmaps_from_documents(contents)
+    runtimes = runtimes_from_documents(contents)
     namespaces = {
         str(c["metadata"]["name"]): c["metadata"]
         for c in contents
@@ -101,6 +103,7 @@ def run_check(
             namespace=namespace,
             allow_local_models=True,
             default_gpu=default_gpu,
+            runtimes=runtimes,
         )
         report.workloads += result.entries
         report.patched.append(jsonpatch.apply_patch(obj, result.patch) if result.patch else obj)

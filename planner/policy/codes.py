@@ -64,6 +64,7 @@ class Code(str, Enum):
     OTHER_ENGINE = "KVP066"
     PLATFORM_CONFIG_UNREADABLE = "KVP067"
     BAD_VERSION_ANNOTATION = "KVP068"
+    TEMPLATE_ONLY = "KVP069"
 
 
 SEVERITY: dict[Code, Severity] = {
@@ -107,6 +108,7 @@ SEVERITY: dict[Code, Severity] = {
     Code.OTHER_ENGINE: Severity.info,
     Code.PLATFORM_CONFIG_UNREADABLE: Severity.warn,
     Code.BAD_VERSION_ANNOTATION: Severity.warn,
+    Code.TEMPLATE_ONLY: Severity.info,
 }
 
 
