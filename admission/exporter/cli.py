@@ -130,9 +130,6 @@ def exporter(
     retune_high_usage: Annotated[
         float, typer.Option(envvar=_env("retune-high-usage"), min=0.0, max=1.0, rich_help_panel=_R)
     ] = 0.95,
-    retune_low_usage: Annotated[
-        float, typer.Option(envvar=_env("retune-low-usage"), min=0.0, max=1.0, rich_help_panel=_R)
-    ] = 0.5,
     retune_min_dwell: Annotated[
         float,
         typer.Option(envvar=_env("retune-min-dwell"), min=0.0, rich_help_panel=_R, help="Seconds between two changes."),
@@ -225,7 +222,6 @@ def exporter(
                 interval_s=retune_interval,
                 persist=retune_persist,
                 high_usage=retune_high_usage,
-                low_usage=retune_low_usage,
                 min_dwell_s=retune_min_dwell,
                 max_step_down=retune_max_step_down,
                 max_step_up=retune_max_step_up,

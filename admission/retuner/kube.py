@@ -138,7 +138,9 @@ class KubeWriter:
             return self._blocked(ref, f"{value} is outside the policy bounds [{s.min_seqs}, {s.max_seqs}]")
         if ref.kind not in SUPPORTED_KINDS:
             return self._blocked(ref, f"{ref.kind} workloads are not patched; apply the recommendation by hand")
-        limited = self._rate_limited(ref)
+        # A rollback undoes our own probe (which was rate-limited): it must not wait an hour while the
+        # probed value preempts.
+        limited = None if decision.rollback else self._rate_limited(ref)
         if limited is not None:
             return self._blocked(ref, limited)
         try:

@@ -23,6 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from admission.observations import Buckets, Snapshot, SnapshotSource, TargetObservation
 from admission.retuner.advice import AdviceInput, Advisor, risk_bounded_max_num_seqs
 from admission.retuner.decide import Decision, WorkloadSignals, WorkloadState, decide
+from admission.retuner.estimate import LengthMeans, bucket_mean, length_means, occupancy_blocks, peak_blocks
 from admission.retuner.kube import KubeWriter, WorkloadRef
 from admission.retuner.settings import RetunerSettings
 
@@ -30,6 +31,21 @@ logger = logging.getLogger("admission.retuner")
 
 WorkloadKey = tuple[str, str]
 _FORGET_AFTER = 10  # observations without the workload before its state is dropped
+
+
+def _means(
+    prompt: Buckets | None, output: Buckets | None, prompt_sums: list[float | None], output_sums: list[float | None]
+) -> LengthMeans | None:
+    """Exact means from the summed ``_sum``/``_count``; the buckets' upper bounds where a source has no sums."""
+    if not prompt or not output:
+        return None
+    count_p, count_g = prompt[-1][1], output[-1][1]
+    if all(v is not None for v in prompt_sums) and all(v is not None for v in output_sums):
+        return length_means(sum(v or 0.0 for v in prompt_sums), sum(v or 0.0 for v in output_sums), count_p, count_g)
+    mean_p, mean_g = bucket_mean(prompt), bucket_mean(output)
+    if mean_p is None or mean_g is None:
+        return None
+    return LengthMeans(prompt=mean_p, generation=mean_g, requests=min(count_p, count_g))
 
 
 def _sum_buckets(parts: list[Buckets]) -> Buckets | None:
@@ -62,6 +78,7 @@ class Retuner:
         self.refs: dict[WorkloadKey, WorkloadRef] = {}
         self._counters: dict[tuple[str, str, str], float] = {}
         self._absent: dict[WorkloadKey, int] = {}
+        self._rounds = 0
         self.changes: dict[tuple[str, str, str], int] = defaultdict(int)
         self.applies: dict[tuple[str, str, str], int] = defaultdict(int)
 
@@ -73,8 +90,11 @@ class Retuner:
         waiting = 0.0
         blocks: list[int] = []
         sizes: list[int] = []
+        occupancies: list[float] = []
         prompts: list[Buckets] = []
         outputs: list[Buckets] = []
+        prompt_sums: list[float | None] = []
+        output_sums: list[float | None] = []
         for obs in observations:
             for engine in obs.engines:
                 key = (obs.target.namespace, obs.target.pod, engine.engine)
@@ -84,18 +104,27 @@ class Retuner:
                     if previous is not None:
                         # A counter that went down means vLLM restarted: everything since is new.
                         preemptions += current - previous if current >= previous else current
+                    elif self._rounds > 0:
+                        # A pod that appeared after the first round started after it (a rollout): its
+                        # counter began at 0. On the first round the counters are only a baseline.
+                        preemptions += current
                     self._counters[key] = current
                 if engine.kv_cache_usage is not None:
                     usages.append(engine.kv_cache_usage)
                 waiting += engine.waiting or 0.0
                 if engine.num_gpu_blocks is not None:
                     blocks.append(engine.num_gpu_blocks)
+                    occupancy = occupancy_blocks(engine.kv_cache_usage, engine.num_gpu_blocks - 1, engine.running)
+                    if occupancy is not None:
+                        occupancies.append(occupancy)
                 if engine.block_size is not None:
                     sizes.append(engine.block_size)
                 if engine.prompt_tokens:
                     prompts.append(engine.prompt_tokens)
+                    prompt_sums.append(engine.prompt_tokens_sum)
                 if engine.generation_tokens:
                     outputs.append(engine.generation_tokens)
+                    output_sums.append(engine.generation_tokens_sum)
         if not blocks:
             # vLLM did not say (no vllm:cache_config_info yet): fall back to the plan's block count.
             blocks = [o.target.planned_num_gpu_blocks for o in observations if o.target.planned_num_gpu_blocks]
@@ -103,15 +132,17 @@ class Retuner:
         lengths = [o.target.max_model_len for o in observations if o.target.max_model_len is not None]
         prompt, output = _sum_buckets(prompts), _sum_buckets(outputs)
         requests = prompt[-1][1] if prompt else 0.0
+        means = _means(prompt, output, prompt_sums, output_sums)
+        size = sizes[0] if sizes else None
+        max_model_len = min(lengths) if lengths else None
         risk_limit = None
-        if blocks and sizes and prompt and output and requests >= self.settings.min_requests:
-            num_blocks, size = min(blocks), sizes[0]
-            max_model_len = min(lengths) if lengths else num_blocks * size
+        if blocks and size and prompt and output and requests >= self.settings.min_requests:
+            num_blocks = min(blocks)
             risk_limit = self.advisor(
                 AdviceInput(
                     num_gpu_blocks=num_blocks,
                     block_size=size,
-                    max_model_len=max_model_len,
+                    max_model_len=max_model_len or num_blocks * size,
                     prompt_buckets=prompt,
                     generation_buckets=output,
                     headroom=self.settings.headroom,
@@ -123,8 +154,11 @@ class Retuner:
             usage=max(usages) if usages else None,
             waiting=waiting,
             configured=min(configured) if configured else None,
+            usable_blocks=min(blocks) - 1 if blocks and min(blocks) > 1 else None,
+            footprint_blocks=peak_blocks(means, size, max_model_len) if (means and size) else None,
+            occupancy_blocks=max(occupancies) if occupancies else None,
+            requests=means.requests if means else 0.0,
             risk_limit=risk_limit,
-            requests=requests,
         )
 
     def observe(self, snapshot: Snapshot, now: float | None = None) -> dict[WorkloadKey, Decision]:
@@ -154,6 +188,7 @@ class Retuner:
                     if self._absent[key] > _FORGET_AFTER:
                         for table in (self.states, self.decisions, self.risk_limits, self.refs, self._absent):
                             table.pop(key, None)
+            self._rounds += 1
         return decisions
 
     # --- outputs ------------------------------------------------------------------------------------
@@ -196,10 +231,24 @@ class Retuner:
             "Rollouts attempted by apply mode, by result.",
             labels=["namespace", "workload", "result"],
         )
+        capacity = GaugeMetricFamily(
+            "kv_planner_max_num_seqs_capacity",
+            "Sequences at their estimated peak KV footprint that fit with the headroom kept free.",
+            labels=["namespace", "workload"],
+        )
+        footprint = GaugeMetricFamily(
+            "kv_planner_kv_blocks_per_sequence",
+            "Estimated peak KV blocks of one sequence (exact mean lengths, floored by the observed occupancy).",
+            labels=["namespace", "workload"],
+        )
         with self._lock:
             for (namespace, workload), decision in sorted(self.decisions.items()):
                 if decision.recommended is not None:
                     recommended.add_metric([namespace, workload], float(decision.recommended))
+                if decision.capacity is not None:
+                    capacity.add_metric([namespace, workload], float(decision.capacity))
+                if decision.footprint_blocks is not None:
+                    footprint.add_metric([namespace, workload], decision.footprint_blocks)
             for (namespace, workload), limit in sorted(self.risk_limits.items()):
                 bound.add_metric([namespace, workload], float(limit))
             for (namespace, workload, direction), count in sorted(self.changes.items()):
@@ -208,7 +257,7 @@ class Retuner:
             for (namespace, workload, result), count in sorted(self.applies.items()):
                 if (namespace, workload) in self.states:
                     applies.add_metric([namespace, workload, result], float(count))
-        return [recommended, bound, changes, applies]
+        return [recommended, bound, capacity, footprint, changes, applies]
 
     # --- the loop -----------------------------------------------------------------------------------
 

@@ -15,8 +15,7 @@ class RetunerSettings(BaseModel):
     mode: RetuneMode = "recommend"
     interval_s: float = Field(default=60.0, gt=0, description="seconds between observations")
     persist: int = Field(default=3, ge=1, description="consecutive observations a condition must hold")
-    high_usage: float = Field(default=0.95, gt=0, le=1, description="'near full' KV usage")
-    low_usage: float = Field(default=0.5, ge=0, lt=1, description="'low' KV usage (with a queue)")
+    high_usage: float = Field(default=0.95, gt=0, le=1, description="'near full' KV usage: pressure")
     min_dwell_s: float = Field(default=900.0, ge=0, description="no change sooner after the last one")
     max_step_down: float = Field(default=0.5, gt=0, lt=1, description="largest cut, as a fraction")
     max_step_up: float = Field(default=0.25, gt=0, description="largest raise, as a fraction")
@@ -24,7 +23,7 @@ class RetunerSettings(BaseModel):
     max_seqs: int | None = Field(default=None, ge=1, description="policy ceiling for --max-num-seqs")
     target_risk: float = Field(default=0.01, gt=0, le=0.5)
     headroom: float = Field(default=0.1, ge=0, lt=1)
-    min_requests: int = Field(default=20, ge=1, description="finished requests needed to trust the histograms")
+    min_requests: int = Field(default=20, ge=1, description="finished requests needed to trust the length means")
     annotate: bool = Field(default=False, description="write kv-planner.io/recommended-max-num-seqs")
     events: bool = True
     apply_min_interval_s: float = Field(default=3600.0, ge=0, description="per workload, between rollouts")
@@ -32,8 +31,6 @@ class RetunerSettings(BaseModel):
 
     @model_validator(mode="after")
     def _bands(self) -> RetunerSettings:
-        if self.low_usage >= self.high_usage:
-            raise ValueError(f"low_usage ({self.low_usage}) must be below high_usage ({self.high_usage})")
         if self.max_seqs is not None and self.max_seqs < self.min_seqs:
             raise ValueError(f"max_seqs ({self.max_seqs}) is below min_seqs ({self.min_seqs})")
         return self

@@ -36,8 +36,17 @@ def render_plan(console: Console, plan: Plan, args: ServingArgs) -> None:
     budget.add_row("- activation peak (profiling)", _gib(mem.activation_peak_bytes))
     graphs = _gib(mem.cuda_graph_bytes) if mem.cuda_graph_counted else f"({_gib(mem.cuda_graph_bytes)}, not counted)"
     budget.add_row("- CUDA graphs", graphs)
-    budget.add_row("[bold]= KV cache[/]", f"[bold]{_gib(mem.kv_cache_bytes)}[/]")
+    band = plan.margin
+    kv_text = band.describe() if band is not None else _gib(mem.kv_cache_bytes)
+    budget.add_row("[bold]= KV cache[/]", f"[bold]{kv_text}[/]")
     console.print(budget)
+    if band is not None and band.down_bytes > 0:
+        largest = sorted((t for t in band.terms if t.low_bytes), key=lambda t: -t.low_bytes)[:3]
+        parts = ", ".join(f"{t.name.replace('_', ' ')} {t.low_bytes / GiB:.2f}" for t in largest)
+        console.print(
+            f"  margin: the limits below hold if vLLM finds as little as {_gib(band.low_bytes)} "
+            f"(the planner's measured error; largest: {parts} GiB)"
+        )
 
     cache = Table(title="KV cache", show_header=False)
     cache.add_column("what")

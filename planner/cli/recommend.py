@@ -17,11 +17,14 @@ from planner.cli._output import console, print_json, print_yaml
 from planner.cli._plan_table import render_fleet, render_plan
 from planner.errors import CapacityError, PlannerInputError, WorkloadProfileError
 from planner.gpus.catalog import all_gpus
+from planner.gpus.share import GpuShare
 from planner.gpus.spec import GpuSpec
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS
 from planner.models.catalog import all_models
 from planner.plan import Plan, make_plan
 from planner.plan.fleet import fleet_rows
+from planner.plan.inverse import smallest_budget
+from planner.plan.shared import make_shared_plan, parse_gpu_share, visible_gpu
 from planner.vllm.args import ServingArgs
 
 
@@ -122,6 +125,27 @@ def recommend(
     speculative_config: v.SpeculativeConfig = None,
     kv_transfer_config: v.KvTransferConfig = None,
     env: v.VllmEnv = None,
+    gpu_share: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu-share",
+            help="The GPU is shared: N pods time-slice it (4), or this pod's memory on it (20GiB, e.g. an MPS "
+            "limit). Plans a per-pod budget.",
+        ),
+    ] = None,
+    target_seqs: Annotated[
+        int | None,
+        typer.Option(
+            "--target-seqs",
+            min=1,
+            help="Inverse sizing: the smallest KV budget holding N sequences at the context with the headroom "
+            "(risk-bounded with --workload).",
+        ),
+    ] = None,
+    target_risk: Annotated[
+        float | None,
+        typer.Option("--target-risk", min=1e-9, max=0.5, help="With --target-seqs and --workload: overflow risk."),
+    ] = None,
 ) -> None:
     gpu_spec = gpu_for(gpu, gpu_memory)
     args = v.serving_args(
@@ -170,17 +194,23 @@ def recommend(
         raise PlannerInputError("--emit needs --workload: the thresholds come from the request-length profile")
     loaded = model_for(model, revision=revision, token=token, refresh=refresh)
     profile = _load_workload(workload)
-    plan = make_plan(
-        loaded.spec,
-        gpu_spec,
-        args,
-        vllm_version=vllm_version,
-        headroom=headroom,
-        workload=profile,
-        coefficients=coefficients,
-        corrections=corrections,
-        bigger_gpus=_bigger_gpus(gpu_spec),
-    )
+    options: dict[str, Any] = {
+        "vllm_version": vllm_version,
+        "headroom": headroom,
+        "coefficients": coefficients,
+        "corrections": corrections,
+    }
+    share = parse_gpu_share(gpu_share, gpu_spec) if gpu_share is not None else None
+    if share is not None:
+        plan = make_shared_plan(
+            loaded.spec, gpu_spec, args, share, workload=profile, bigger_gpus=_bigger_gpus(gpu_spec), **options
+        )
+    else:
+        plan = make_plan(loaded.spec, gpu_spec, args, workload=profile, bigger_gpus=_bigger_gpus(gpu_spec), **options)
+    if target_seqs is not None:
+        plan = _inverse(loaded.spec, gpu_spec, args, share, plan, target_seqs, profile, target_risk, options)
+    elif target_risk is not None:
+        raise PlannerInputError("--target-risk needs --target-seqs (and --workload)")
     plan.warnings[:0] = loaded.warnings
     if emit is not None:
         _emit_thresholds(
@@ -200,6 +230,52 @@ def recommend(
     _emit(plan, args, output)
     if not plan.fits:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _inverse(
+    model: Any,
+    gpu: GpuSpec,
+    args: ServingArgs,
+    share: GpuShare | None,
+    plan: Plan,
+    target_seqs: int,
+    profile: Any,
+    target_risk: float | None,
+    options: dict[str, Any],
+) -> Plan:
+    """``--target-seqs``: the plan at the smallest KV budget for the target, with ``budget`` set."""
+    from planner.vllm.releases import resolve_release
+
+    if target_risk is not None and profile is None:
+        raise PlannerInputError("--target-risk needs --workload (the risk is over the request-length profile)")
+    seen = visible_gpu(gpu, share) if share is not None else gpu
+    _, release, _ = resolve_release(options["vllm_version"])
+
+    def plan_fn(a: ServingArgs) -> Plan:
+        return make_plan(model, seen, a, with_alternatives=False, **options)
+
+    advice, chosen = smallest_budget(
+        plan_fn,
+        args,
+        target_seqs=target_seqs,
+        headroom=options["headroom"],
+        kv_bytes_flag=release.kv_cache_memory_bytes_flag,
+        profile=profile,
+        target_risk=target_risk,
+    )
+    result = chosen.model_copy(deep=True)
+    result.budget = advice
+    result.sharing = plan.sharing
+    if result.recommendation is not None:
+        result.recommendation.vllm_args = advice.vllm_args
+        result.recommendation.max_num_seqs = target_seqs
+        result.recommendation.basis = f"target: {target_seqs} sequences ({advice.basis})"
+    if share is not None and share.budget_bytes is not None and advice.pod_bytes > share.budget_bytes:
+        result.warnings.append(
+            f"KVP208 {target_seqs} sequences need {advice.pod_bytes / (1 << 30):.1f} GiB per GPU, more than this "
+            f"pod's share ({share.budget_bytes / (1 << 30):.1f} GiB)"
+        )
+    return result
 
 
 def _emit_thresholds(plan: Plan, profile: Any, targets: str, *, headroom: float, options: dict[str, Any]) -> None:
@@ -227,3 +303,13 @@ def _emit(plan: Plan, args: ServingArgs, output: RecommendOutput) -> None:
         typer.echo(" ".join(plan.recommendation.vllm_args))
     else:
         render_plan(console, plan, args)
+        if plan.sharing is not None:
+            console.print(f"[bold]shared GPU:[/] {plan.sharing.explanation}")
+        if plan.budget is not None:
+            b = plan.budget
+            kv = f"{b.kv_cache_memory_bytes / (1 << 30):.2f} GiB KV" if b.kv_cache_memory_bytes else "the KV cache"
+            console.print(
+                f"[bold]target:[/] {b.target_seqs} sequences of {b.max_model_len:,} tokens ({b.basis}) need "
+                f"{b.num_gpu_blocks:,} blocks = {kv}; the pod takes {b.pod_bytes / (1 << 30):.1f} GiB per GPU and "
+                f"leaves {b.left_for_co_tenants_bytes / (1 << 30):.1f} GiB to co-tenants"
+            )

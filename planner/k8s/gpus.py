@@ -34,6 +34,7 @@ GpuSource = Literal[
     "cloud-label",
     "instance-type",
     "mig",
+    "dra",
     "inventory",
     "cli",
     "platform",

@@ -7,14 +7,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planner.gpus.share import GpuShare
 from planner.k8s.configfiles import ConfigMaps, file_reader
 from planner.k8s.detect import VllmContainer, find_vllm_containers
+from planner.k8s.dra import ClaimIndex, ClaimUse, container_claims, gpu_from_claims
 from planner.k8s.gpus import GpuCatalog, GpuResolution, resolve_gpu
 from planner.k8s.images import VersionEvidence, annotated_release
 from planner.k8s.nodes import NodeInfo
 from planner.k8s.platforms import group_of, mentions_vllm, read_platform
 from planner.k8s.platforms.base import ArgsTarget, PlatformNote, PlatformView, non_gpu_accelerator
 from planner.k8s.platforms.kserve import Runtimes
+from planner.k8s.sharing import resolve_share
 from planner.k8s.workloads import PodTemplateRef, get_path, owned_by_controller, pod_templates
 
 SKIP_ANNOTATION = "kv-planner.io/skip"
@@ -27,6 +30,9 @@ class ContainerFinding(BaseModel):
     template: PodTemplateRef
     container: VllmContainer
     gpu: GpuResolution
+    share: GpuShare | None = Field(default=None, description="the pod's share of a shared GPU, if shared")
+    claims: list[ClaimUse] = Field(default_factory=list, description="DRA claims the container uses")
+    replicas: int = Field(default=1, description="pods the workload runs (spec.replicas)")
     platform: str | None = Field(default=None, description="the serving platform whose resource this is")
     target: ArgsTarget | None = Field(default=None, description="platform view: where its args are written")
     rebuilt: bool = Field(default=False, description="the container was rebuilt from platform fields")
@@ -81,6 +87,7 @@ def inspect_workload(
     configmaps: ConfigMaps | None = None,
     namespace: str | None = None,
     runtimes: Runtimes | None = None,
+    claims: ClaimIndex | None = None,
 ) -> WorkloadFinding:
     """Read ``obj``: its templates, their vLLM containers and GPUs (never raises on odd shapes)."""
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
@@ -116,6 +123,7 @@ def inspect_workload(
     if not views:
         return WorkloadFinding(skip="no-pod-template", notes=notes, **header)
 
+    replicas = _replicas(obj)
     templates: list[TemplateFinding] = []
     for view in views:
         ref = view.template
@@ -165,6 +173,20 @@ def inspect_workload(
                 default_gpu=default_gpu,
             )
             gpu = _platform_gpu(gpu, view, catalog)
+            uses = container_claims(pod_spec, raw, ns, claims)
+            if uses:
+                gpu = gpu_from_claims(uses, catalog, gpu) or gpu
+            annotations = [meta.get("annotations"), _annotations(template_meta)]
+            share = resolve_share(
+                container=raw,
+                pod_spec=pod_spec,
+                annotations=[a if isinstance(a, Mapping) else None for a in annotations],
+                gpu=gpu,
+                inventory=inventory,
+                claims=uses,
+                replicas=replicas,
+                namespace=ns,
+            )
             target = view.targets.get(found.index)
             rebuilt = view.pod_spec is not None
             no_write = view.no_write if (rebuilt and target is None) else None
@@ -175,6 +197,9 @@ def inspect_workload(
                     template=ref,
                     container=found,
                     gpu=gpu,
+                    share=share,
+                    claims=uses,
+                    replicas=replicas,
                     platform=view.platform,
                     target=target,
                     rebuilt=rebuilt,
@@ -212,6 +237,15 @@ def _platform_gpu(gpu: GpuResolution, view: PlatformView, catalog: GpuCatalog) -
     if view.group_gpus is not None:
         update["group_gpus"] = view.group_gpus
     return gpu.model_copy(update=update) if update else gpu
+
+
+def _replicas(obj: Mapping[str, Any]) -> int:
+    """Pods the object runs at once: ``spec.replicas`` of Deployments, StatefulSets and ReplicaSets
+    (the API default 1 when absent), 1 for everything else."""
+    if obj.get("kind") not in ("Deployment", "StatefulSet", "ReplicaSet", "ReplicationController"):
+        return 1
+    value = get_path(obj, ("spec", "replicas"))
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 1
 
 
 def _annotations(meta: Any) -> Mapping[str, Any] | None:

@@ -17,7 +17,7 @@ from planner.models.spec import ModelSpec
 from planner.plan.build import plan_without_recommendation
 from planner.plan.engine import TermCorrections
 from planner.plan.models import Plan
-from planner.plan.recommend import alternatives, recommendation, recommendation_from_alternative
+from planner.plan.recommend import alternatives, recommendation, recommendation_from_alternative, safe_cache
 from planner.vllm.args import ServingArgs
 
 if TYPE_CHECKING:
@@ -63,8 +63,9 @@ def make_plan(
     if workload is not None and plan.fits:
         from planner.workload.concurrency import risk_bounded_concurrency  # numpy: only with a workload
 
+        # The blocks the recommendation may count on: the low end of the KV band (planner/plan/margin.py).
         advice = risk_bounded_concurrency(
-            plan.kv_cache, workload, headroom=headroom, max_model_len=plan.kv_cache.max_model_len, with_curve=False
+            safe_cache(plan), workload, headroom=headroom, max_model_len=plan.kv_cache.max_model_len, with_curve=False
         )
         workload_limit, basis = advice.max_num_seqs, "workload"
         notes = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.errors import InvalidArgumentError
+from planner.errors import InvalidArgumentError, KvPlannerError
 from planner.gpus.spec import GpuSpec
 from planner.kv.capacity import KvLayout, capacity, fit_error_text, no_memory_text
 from planner.kv.dtypes import is_approximate
@@ -12,8 +12,10 @@ from planner.kv.specs import attention_bytes_per_token, mamba_state_bytes
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.models.spec import ModelSpec
 from planner.plan.engine import EngineLayout, TermCorrections, compute_engine, kv_layout
+from planner.plan.margin import activation_kind, kv_band
 from planner.plan.models import (
     GpuReport,
+    KvBand,
     KvCacheReport,
     KvGroupReport,
     MemoryReport,
@@ -24,7 +26,7 @@ from planner.units import GiB
 from planner.vllm.args import ServingArgs
 from planner.vllm.checks import check_parallelism, check_values, derived_length, resolve_max_model_len
 from planner.vllm.defaults import ResolvedArgs, resolve_args
-from planner.vllm.releases import Release, Version, resolve_release
+from planner.vllm.releases import RELEASES, Release, Version, resolve_release
 
 
 @dataclass
@@ -225,6 +227,69 @@ def model_report(model: ModelSpec, prediction: Prediction) -> ModelReport:
     )
 
 
+def version_spread(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    args: ServingArgs,
+    prediction: Prediction,
+    *,
+    coefficients: MemoryCoefficients,
+    corrections: TermCorrections | None,
+) -> int:
+    """How much less KV memory (limiting stage) any checked V1 release computes for the same flags than
+    the release planned: the uncertainty of a plan whose vLLM version is unknown. The utilization is
+    pinned to the planned one, since the recommended flags spell it out."""
+    pinned = args.model_copy(update={"gpu_memory_utilization": prediction.resolved.gpu_memory_utilization})
+    planned = min(prediction.layout.stages, key=lambda s: s.available_bytes).available_bytes
+    least = planned
+    for row in RELEASES:
+        if not row.v1_default:
+            continue
+        try:
+            other = predict(
+                model, gpu, pinned, vllm_version=row.since, coefficients=coefficients, corrections=corrections
+            )
+        except KvPlannerError:
+            continue  # a flag that release does not have: it would not run these flags at all
+        least = min(least, *(stage.kv_bytes for stage in other.engine.memory))
+    return planned - least
+
+
+def margin_band(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    args: ServingArgs,
+    prediction: Prediction,
+    memory: MemoryReport,
+    *,
+    version_known: bool,
+    coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+    corrections: TermCorrections | None = None,
+) -> KvBand:
+    """The KV band of :mod:`planner.plan.margin`, with what vLLM would make of its low end."""
+    spread = (
+        None
+        if version_known or args.kv_cache_memory_bytes is not None
+        else version_spread(model, gpu, args, prediction, coefficients=coefficients, corrections=corrections)
+    )
+    band = kv_band(
+        memory,
+        release_since=prediction.release.since,
+        tensor_parallel_size=args.tensor_parallel_size,
+        quantized=model.quantization is not None or args.quantization is not None,
+        activation_kind=activation_kind(model),
+        version_spread_bytes=spread,
+    )
+    low = [stage.available_bytes - band.down_bytes for stage in prediction.layout.stages]
+    layout = kv_layout(prediction.engine, prediction.release, prediction.resolved, args, low)
+    derived = derived_length(model, prediction.version)
+    blocks = layout.num_gpu_blocks if min(low) > 0 else 0
+    band.num_gpu_blocks_low = blocks
+    band.max_model_len_fits_low = blocks > 0 and layout.fits(prediction.max_model_len)
+    band.estimated_max_model_len_low = layout.max_len_that_fits(max(derived, prediction.max_model_len)) if blocks else 0
+    return band
+
+
 def plan_without_recommendation(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -259,5 +324,15 @@ def plan_without_recommendation(
         fits=prediction.fits,
         fit_error=prediction.fit_error,
         warnings=warnings,
+    )
+    plan.margin = margin_band(
+        model,
+        gpu,
+        args,
+        prediction,
+        plan.memory,
+        version_known=vllm_version is not None,
+        coefficients=coefficients,
+        corrections=corrections,
     )
     return plan, prediction

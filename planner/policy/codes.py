@@ -30,14 +30,22 @@ class Code(str, Enum):
     TOO_FEW_GPUS = "KVP003"
     IDLE_GPUS = "KVP004"
     NO_GPU_REQUEST = "KVP005"
+    SHARE_CANNOT_START = "KVP006"
+    CARD_OVERCOMMITTED = "KVP007"
+    HOST_MEMORY_SHORT = "KVP008"
     THRASH = "KVP010"
     ABOVE_WORST_CASE = "KVP011"
+    OVER_SHARE = "KVP012"
+    SHARED_GPU = "KVP013"
+    SHARE_UNKNOWN = "KVP014"
     FILLED_MAX_MODEL_LEN = "KVP020"
     FILLED_MAX_NUM_SEQS = "KVP021"
     FILLED_GPU_MEMORY_UTILIZATION = "KVP022"
     CLAMPED_MAX_NUM_SEQS = "KVP023"
     CLAMPED_MAX_MODEL_LEN = "KVP024"
     RECORDED_PLAN = "KVP025"
+    CLAMPED_GPU_MEMORY_UTILIZATION = "KVP026"
+    FILLED_KV_CACHE_MEMORY_BYTES = "KVP027"
     SHELL_NOT_MUTATED = "KVP030"
     CONFIG_FILE_UNKNOWN = "KVP031"
     UNRESOLVED_VARIABLE = "KVP032"
@@ -73,14 +81,22 @@ SEVERITY: dict[Code, Severity] = {
     Code.TOO_FEW_GPUS: Severity.cannot_start,
     Code.IDLE_GPUS: Severity.warn,
     Code.NO_GPU_REQUEST: Severity.warn,
+    Code.SHARE_CANNOT_START: Severity.cannot_start,
+    Code.CARD_OVERCOMMITTED: Severity.cannot_start,
+    Code.HOST_MEMORY_SHORT: Severity.cannot_start,
     Code.THRASH: Severity.warn,
     Code.ABOVE_WORST_CASE: Severity.warn,  # DESIGN: without a profile, --max-num-seqs is warned about
+    Code.OVER_SHARE: Severity.warn,  # not isolated: the pod starts, its co-tenants may not
+    Code.SHARED_GPU: Severity.info,
+    Code.SHARE_UNKNOWN: Severity.warn,
     Code.FILLED_MAX_MODEL_LEN: Severity.mutate,
     Code.FILLED_MAX_NUM_SEQS: Severity.mutate,
     Code.FILLED_GPU_MEMORY_UTILIZATION: Severity.mutate,
     Code.CLAMPED_MAX_NUM_SEQS: Severity.mutate,
     Code.CLAMPED_MAX_MODEL_LEN: Severity.mutate,
     Code.RECORDED_PLAN: Severity.info,
+    Code.CLAMPED_GPU_MEMORY_UTILIZATION: Severity.mutate,
+    Code.FILLED_KV_CACHE_MEMORY_BYTES: Severity.mutate,
     Code.SHELL_NOT_MUTATED: Severity.warn,
     Code.CONFIG_FILE_UNKNOWN: Severity.warn,
     Code.UNRESOLVED_VARIABLE: Severity.warn,

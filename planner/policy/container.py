@@ -34,6 +34,8 @@ from planner.policy.limits import LimitContext, decide_limits, parallel_text
 from planner.policy.model import WORKLOAD_ANNOTATION, EffectivePolicy
 from planner.policy.outcome import ContainerOutcome
 from planner.policy.planning import PlanningBackend
+from planner.policy.rightsize import target_step
+from planner.policy.sharing import share_step, with_report
 from planner.policy.versions import ReleaseSpread, VersionBasis, assumption_findings, release_spread, soften
 from planner.vllm.args import ServingArgs
 from planner.vllm.argv import format_args
@@ -87,6 +89,14 @@ def _yaml_json(text: str) -> str:
 def _yaml(text: str) -> Any:
     """YAML of an annotation, parsed once per distinct text (a fresh copy each time)."""
     return json.loads(_yaml_json(text))
+
+
+def _applied(args: ServingArgs, result: ContainerOutcome) -> ServingArgs:
+    """``args`` with the limits ``result`` adds (the object as it will be admitted)."""
+    update: dict[str, Any] = {}
+    for dest, value in result.changes.items():
+        update[dest] = float(value) if dest == "gpu_memory_utilization" else int(value)
+    return args.model_copy(update=update)
 
 
 def workload_profile(
@@ -176,7 +186,16 @@ def evaluate(
 
     gpu = found.gpu
     needed = serving.gpus_total
-    if gpu.count is None:
+    if gpu.count is None and found.claims:
+        claim = found.claims[0]
+        out.findings.append(
+            finding(
+                Code.NO_GPU_REQUEST,
+                name,
+                f"GPUs come from DRA {claim.kind} {claim.object_name}, not readable here: TP x PP not checked",
+            )
+        )
+    elif gpu.count is None:
         out.findings.append(
             finding(Code.NO_GPU_REQUEST, name, "no nvidia.com/gpu or amd.com/gpu request: TP x PP not checked")
         )
@@ -242,7 +261,24 @@ def evaluate(
     style_ok = container.style in ("argv", "image") and found.writable
     if any(f.severity == Severity.cannot_start for f in out.findings):
         mutable = False  # (TP x PP vs GPUs) no limits are filled into a workload that cannot start
-    result = decide_limits(ctx, serving, mutable and style_ok)
+    can_edit = mutable and style_ok
+    shared = share_step(
+        ctx,
+        serving,
+        fill=can_edit and policy.mutation in ("fill", "clamp"),
+        clamp=can_edit and policy.mutation == "clamp",
+    )
+    out.findings += shared.findings
+    if any(f.severity == Severity.cannot_start for f in shared.findings):
+        can_edit = False
+    targeted = target_step(ctx, shared.args, fill=can_edit and policy.mutation in ("fill", "clamp"))
+    if targeted.changes:
+        shared.changes.update(targeted.changes)
+        shared.args = targeted.args
+        out.findings += targeted.findings
+    result = decide_limits(ctx, shared.args, can_edit)
+    result.changes = {**shared.changes, **result.changes}
+    result.plan = with_report(ctx, shared.args if not result.changes else _applied(shared.args, result), result.plan)
     result.findings += assumption_findings(name, basis, ctx.version, spread, container.image)
     if spread is not None and spread.mixed:
         result.findings = soften(result.findings)
@@ -254,7 +290,8 @@ def evaluate(
         and not any(f.severity == Severity.cannot_start for f in out.findings + result.findings)
     ):
         # A shell script is not edited (a word's position depends on the shell): say what would be added.
-        wanted = decide_limits(ctx, serving, True).changes
+        wanted_share = share_step(ctx, serving, fill=policy.mutation != "off", clamp=policy.mutation == "clamp")
+        wanted = {**wanted_share.changes, **decide_limits(ctx, wanted_share.args, True).changes}
         if wanted:
             words = " ".join(format_args(wanted))
             if container.style == "shell":

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.errors import KvPlannerError
 from planner.k8s.configfiles import ConfigMaps
+from planner.k8s.dra import ClaimIndex
 from planner.k8s.inspect import ContainerFinding, WorkloadFinding, inspect_workload
 from planner.k8s.nodes import NodeInfo
 from planner.k8s.platforms.kserve import Runtimes
@@ -37,6 +38,7 @@ from planner.policy.patch import (
 from planner.policy.planning import PlanningBackend
 from planner.policy.platform_notes import note_findings, skip_findings
 from planner.policy.platform_patch import check_targets, platform_operations
+from planner.policy.sharing import Tenant, cotenancy_findings, tenant
 from planner.vllm.argv import flag_edits
 
 Decision = Literal["allow", "warn", "mutate", "deny", "skip"]
@@ -75,6 +77,7 @@ class WorkloadEntry(BaseModel):
     patch: list[Operation] = Field(default_factory=list)
     findings: list[Finding] = Field(default_factory=list, exclude=True)
     plan: Plan | None = Field(default=None, exclude=True)
+    tenancy: Tenant | None = Field(default=None, exclude=True, description="its claim on a known shared card")
 
 
 class ObjectDecision(BaseModel):
@@ -157,10 +160,13 @@ def decide(
     allow_local_models: bool = False,
     default_gpu: str | None = None,
     runtimes: Runtimes | None = None,
+    claims: ClaimIndex | None = None,
 ) -> ObjectDecision:
     """Decide for ``obj`` (a plain dict as received). Never raises for kv-planner's own failures.
 
-    ``runtimes``: KServe ServingRuntimes by name (``planner check`` reads them from its input)."""
+    ``runtimes``: KServe ServingRuntimes by name (``planner check`` reads them from its input).
+    ``claims``: the DRA ResourceClaims / ResourceClaimTemplates kv-planner can read (``planner check``:
+    those in the same manifests)."""
     try:
         workload = inspect_workload(
             obj,
@@ -171,6 +177,7 @@ def decide(
             configmaps=configmaps,
             namespace=namespace,
             runtimes=runtimes,
+            claims=claims,
         )
     except (KvPlannerError, ValueError, TypeError, KeyError, AttributeError) as error:
         item = finding(Code.INTERNAL_ERROR, None, f"could not read the object ({type(error).__name__}): allowed")
@@ -292,6 +299,13 @@ def _decide_workload(
                     )
                 break
 
+    # Pods known to share one card (replicas on a shared ResourceClaim, or pinned to a one-GPU node).
+    for entry, found in zip(entries, containers, strict=True):
+        entry.tenancy = tenant(
+            found.share, entry.plan, entry.effective_args, found.replicas, found.container.name, entry
+        )
+    for item, overcommitted in cotenancy_findings([e.tenancy for e in entries if e.tenancy is not None]):
+        item.entry.findings = [*item.entry.findings, overcommitted]
     patch = [op for entry in entries for op in entry.patch]
     patch_findings: list[Finding] = []
     if patch:
@@ -343,7 +357,13 @@ def _entry(header: Mapping[str, Any], found: ContainerFinding, outcome: Containe
         vllm_version=found.container.vllm_version,
         args=outcome.args,
         effective_args=outcome.effective_args,
-        gpu=GpuEntry(name=gpu.name, label=gpu.label, count=gpu.count, group_size=gpu.group_size, source=gpu.source),
+        gpu=GpuEntry(
+            name=gpu.name,
+            label=gpu.label,
+            count=gpu.count,
+            group_size=gpu.group_size,
+            source=gpu.source,
+        ),
         plan=outcome.plan,
     )
 

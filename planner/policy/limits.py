@@ -13,9 +13,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from planner.errors import PlannerInputError
+from planner.gpus.spec import GpuSpec
 from planner.k8s.inspect import ContainerFinding
 from planner.models.spec import ModelSpec
 from planner.plan.models import Plan
+from planner.plan.shared import visible_gpu
 from planner.policy.codes import Code, Finding, finding, passthrough
 from planner.policy.model import WORKLOAD_ANNOTATION, EffectivePolicy
 from planner.policy.outcome import ContainerOutcome
@@ -50,12 +52,23 @@ class LimitContext(BaseModel):
         backend: PlanningBackend = self.backend
         return backend.plan(
             self.model,
-            self.found.gpu.spec,
+            self.gpu_spec,
             args,
             vllm_version=self.version,
             headroom=self.policy.headroom,
             workload=self.profile if with_workload else None,
         )
+
+    @property
+    def shared(self) -> bool:
+        return self.found.share is not None
+
+    @property
+    def gpu_spec(self) -> GpuSpec:
+        """The GPU as vLLM sees it in this pod (a HAMi or Run:ai limit shows as the card's total)."""
+        assert self.found.gpu.spec is not None
+        share = self.found.share
+        return visible_gpu(self.found.gpu.spec, share) if share is not None else self.found.gpu.spec
 
     def effective(self, args: ServingArgs, plan: Plan) -> dict[str, Any]:
         assert self.found.gpu.spec is not None
@@ -63,7 +76,7 @@ class LimitContext(BaseModel):
         try:
             return backend.effective_args(
                 self.model,
-                self.found.gpu.spec,
+                self.gpu_spec,
                 args,
                 vllm_version=self.version,
                 max_model_len=plan.kv_cache.max_model_len,
@@ -161,7 +174,14 @@ def decide_limits(ctx: LimitContext, args: ServingArgs, mutable: bool) -> Contai
             name,
             f"added --max-model-len {kv.max_model_len} (the model's default; it fits)",
         )
-    if fill and ctx.version_known and args.gpu_memory_utilization is None and args.kv_cache_memory_bytes is None:
+    # Never the release's whole-card default on a shared GPU: the share step fills its share instead.
+    if (
+        fill
+        and ctx.version_known
+        and args.gpu_memory_utilization is None
+        and args.kv_cache_memory_bytes is None
+        and not ctx.shared
+    ):
         value = f"{plan.memory.gpu_memory_utilization:g}"
         changes["gpu_memory_utilization"] = value
         notes["gpu_memory_utilization"] = finding(

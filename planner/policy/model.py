@@ -7,6 +7,7 @@ ConfigMap, ``planner check --policy FILE`` reads the same schema::
     mutation: fill                 # off | fill | clamp
     headroom: 0.1                  # 0 <= headroom < 1
     workload: null                 # default request-length profile (planner.workload)
+    targetSeqs: null               # fill the smallest --kv-cache-memory-bytes holding N sequences
     defaultGpu: null               # GPU when nothing on the workload says which
     vllmVersion: null              # release assumed when nothing shows the release (null: plan the range)
     modelLookup: {timeoutSeconds: 0.5, offline: false}
@@ -68,6 +69,7 @@ class NamespacePolicy(_Camel):
     mutation: Mutation | None = None
     headroom: float | None = Field(default=None, ge=0, lt=1)
     workload: dict[str, Any] | None = None
+    target_seqs: int | None = Field(default=None, ge=1, le=65536)
     vllm_version: str | None = Field(default=None, pattern=_RELEASE_PATTERN)
 
     @field_validator("workload")
@@ -83,6 +85,12 @@ class Policy(_Camel):
     mutation: Mutation = "fill"
     headroom: float = Field(default=0.1, ge=0, lt=1)
     workload: dict[str, Any] | None = None
+    target_seqs: int | None = Field(
+        default=None,
+        ge=1,
+        le=65536,
+        description="fill the smallest --kv-cache-memory-bytes that holds this many sequences (with fill/clamp)",
+    )
     default_gpu: str | None = None
     vllm_version: str | None = Field(default=None, pattern=_RELEASE_PATTERN)
     model_lookup: ModelLookup = Field(default_factory=ModelLookup)
@@ -101,6 +109,7 @@ class Policy(_Camel):
             "mutation": self.mutation,
             "headroom": self.headroom,
             "workload": self.workload,
+            "target_seqs": self.target_seqs,
             "vllm_version": self.vllm_version,
         }
         notes: list[str] = []
@@ -116,6 +125,7 @@ class Policy(_Camel):
             mutation=values["mutation"],
             headroom=values["headroom"],
             workload=values["workload"],
+            target_seqs=values["target_seqs"],
             default_gpu=self.default_gpu,
             vllm_version=values["vllm_version"],
             model_lookup=self.model_lookup,
@@ -132,6 +142,7 @@ class EffectivePolicy(BaseModel):
     mutation: Mutation
     headroom: float
     workload: dict[str, Any] | None = None
+    target_seqs: int | None = None
     default_gpu: str | None = None
     vllm_version: str | None = None
     model_lookup: ModelLookup = Field(default_factory=ModelLookup)
@@ -186,7 +197,7 @@ def parse_policy(data: Any, *, source: str = "policy") -> Policy:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in error.errors()[:5])
         raise PolicyError(
             f"{source}: {problems}",
-            hint="keys: validationAction, mutation, headroom, workload, defaultGpu, vllmVersion, "
+            hint="keys: validationAction, mutation, headroom, workload, targetSeqs, defaultGpu, vllmVersion, "
             "modelLookup, namespaces (docs/webhook.md)",
         ) from None
 

@@ -76,7 +76,10 @@ def assumption_findings(
         return [finding(Code.VERSION_ASSUMED, name, f"vLLM release unknown ({what}): no release could be planned")]
     low, high = min(spread.tokens.values()), max(spread.tokens.values())
     first, last = candidate_releases()[0], candidate_releases()[-1]
-    text = f"vLLM release unknown: KV {low}-{high} tokens over {first}-{last}, planned {spread.worst}; no release default added"
+    text = (
+        f"vLLM release unknown: KV {low}-{high} tokens over {first}-{last}, planned {spread.worst}; "
+        "no release default added"
+    )
     out = [finding(Code.VERSION_ASSUMED, name, text)]
     if spread.mixed:
         good = [v for v, ok in spread.fits.items() if ok]

@@ -10,7 +10,9 @@ import pytest
 
 from planner.calibration.dataset import dataset_records
 from planner.errors import CatalogDataError, UnknownModelError
+from planner.models import weights
 from planner.models.catalog import DATA_DIR, all_models, build_index, lookup_model
+from planner.models.config import parse_config
 from planner.models.spec import ModelSpec
 from tests.conftest import load_shared_config
 
@@ -220,8 +222,7 @@ DERIVED = [
 
 def _parse(shared: str, model_id: str) -> ModelSpec:
     config = load_shared_config(shared)
-    config_module = pytest.importorskip("planner.models.config")
-    spec: ModelSpec = config_module.parse_config(config, model_id=model_id)
+    spec: ModelSpec = parse_config(config, model_id=model_id)
     return spec
 
 
@@ -260,7 +261,6 @@ def test_checkpoint_bytes_agree_with_parameters() -> None:
 def test_parameter_counts_match_the_architecture() -> None:
     """Exact HF parameter counts check the hand-written facts: the weight estimator, fed the catalog's
     architecture, must land on them (MTP modules, vision towers and stored copies of tied heads aside)."""
-    weights = pytest.importorskip("planner.models.weights")
     checked = 0
     for model in all_models():
         if (
@@ -365,7 +365,7 @@ def test_unknown_model_suggests_close_ids() -> None:
 
 
 def test_the_yaml_files_are_packaged() -> None:
-    tomllib = pytest.importorskip("tomllib")
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
     pyproject = tomllib.loads((DATA_DIR.parents[2] / "pyproject.toml").read_text())
     package_data = pyproject["tool"]["setuptools"]["package-data"]
     assert "data/*.yaml" in package_data["planner.models"]

@@ -14,7 +14,7 @@ pytestmark = [pytest.mark.needs_helm, pytest.mark.usefixtures("helm")]
 SCENARIO_PARAMS = [pytest.param(files, id=name) for name, files in SCENARIOS]
 
 
-@pytest.mark.parametrize("binary", helm_binaries())
+@pytest.mark.parametrize("binary", helm_binaries(), indirect=True)
 @pytest.mark.parametrize("values_files", SCENARIO_PARAMS)
 def test_helm_lint_strict(binary: str, values_files: tuple[str, ...]) -> None:
     cmd = [binary, "lint", "--strict", str(CHART)]
@@ -82,7 +82,7 @@ def test_schema_rejects_bad_values(set_values: tuple[str, ...], fragments: list[
     assert len(message) < 1500, message
 
 
-@pytest.mark.parametrize("binary", helm_binaries())
+@pytest.mark.parametrize("binary", helm_binaries(), indirect=True)
 def test_every_bad_value_is_reported_at_once(binary: str) -> None:
     """Helm 3 (gojsonschema) and Helm 4 (santhosh-tekuri/jsonschema) validate differently; both must
     reject every case above, and list them all in one message."""
@@ -95,7 +95,7 @@ def test_every_bad_value_is_reported_at_once(binary: str) -> None:
             assert fragment in message, f"{values}: {fragment!r} missing from: {message}"
 
 
-@pytest.mark.parametrize("binary", helm_binaries())
+@pytest.mark.parametrize("binary", helm_binaries(), indirect=True)
 def test_schema_rejection_also_fails_helm_lint(binary: str) -> None:
     proc = subprocess.run(
         [binary, "lint", str(CHART), "--set", "webhook.timeoutSeconds=30"],

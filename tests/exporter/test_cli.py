@@ -23,7 +23,7 @@ from planner.sim import SimulatorSettings, start_simulator
         (["--targets", "h:1", "--discover"], "cannot be combined"),
         (["--targets", "h:1", "--retune", "apply"], "add --discover"),
         (["--targets", "h:1#nope=1"], "unknown option"),
-        (["--targets", "h:1", "--retune-low-usage", "0.99"], "must be below"),
+        (["--targets", "h:1", "--retune-min-seqs", "9", "--retune-max-seqs", "4"], "is below min_seqs"),
         (["--targets", "h:1", "--retune", "sometimes"], "sometimes"),
     ],
 )

@@ -287,14 +287,14 @@ PATCHES: list[tuple[Any, ...]] = [
         "Model/llama-3.1-8b-instruct-l4",
         "model",
         "kubeai-model.json",
-        [("add", "/spec/args", ["--max-model-len=32768", "--gpu-memory-utilization=0.9"])],
+        [("add", "/spec/args", ["--max-model-len={max_model_len}", "--gpu-memory-utilization=0.9"])],
     ),
     (
         "kserve-inferenceservices.yaml",
         "InferenceService/llama-hf",
         "predictor",
         "kserve-inferenceservice.json",
-        [("add", "/spec/predictor/model/args", ["--max-model-len", "131072"])],
+        [("add", "/spec/predictor/model/args", ["--max-model-len", "{max_model_len}"])],
     ),
     (
         "dynamo.yaml",
@@ -303,7 +303,7 @@ PATCHES: list[tuple[Any, ...]] = [
         None,  # no registry or small published schema; checked as a core/v1 Container below
         [
             ("add", "/spec/services/VllmDecodeWorker/extraPodSpec/mainContainer/args/-", "--max-model-len"),
-            ("add", "/spec/services/VllmDecodeWorker/extraPodSpec/mainContainer/args/-", "40960"),
+            ("add", "/spec/services/VllmDecodeWorker/extraPodSpec/mainContainer/args/-", "{max_model_len}"),
         ],
     ),
     (
@@ -313,7 +313,7 @@ PATCHES: list[tuple[Any, ...]] = [
         "ray-raycluster.json",
         [
             ("add", "/spec/headGroupSpec/template/spec/containers/0/command/-", "--max-model-len"),
-            ("add", "/spec/headGroupSpec/template/spec/containers/0/command/-", "32768"),
+            ("add", "/spec/headGroupSpec/template/spec/containers/0/command/-", "{max_model_len}"),
             ("add", "/spec/headGroupSpec/template/spec/containers/0/command/-", "--gpu-memory-utilization"),
             ("add", "/spec/headGroupSpec/template/spec/containers/0/command/-", "0.9"),
         ],
@@ -325,7 +325,7 @@ PATCHES: list[tuple[Any, ...]] = [
         "aibrix-stormservice.json",
         [
             ("add", "/spec/template/spec/roles/1/template/spec/containers/0/args/-", "--max-model-len"),
-            ("add", "/spec/template/spec/roles/1/template/spec/containers/0/args/-", "40960"),
+            ("add", "/spec/template/spec/roles/1/template/spec/containers/0/args/-", "{max_model_len}"),
             ("add", "/spec/template/spec/roles/1/template/spec/containers/0/args/-", "--gpu-memory-utilization"),
             ("add", "/spec/template/spec/roles/1/template/spec/containers/0/args/-", "0.9"),
         ],
@@ -348,7 +348,13 @@ def test_patch_writes_the_field_the_platform_reads(
 ) -> None:
     found = entry(name, workload, template)
     arg_ops = [(op["op"], op["path"], op["value"]) for op in found.patch if "kv-planner.io" not in json.dumps(op)]
-    assert arg_ops == expected
+    # The value added is the context the plan proved (the model's default, or the longest that fits).
+    fill = {"max_model_len": found.effective_args["max_model_len"]}
+
+    def filled(value: Any) -> Any:
+        return [filled(v) for v in value] if isinstance(value, list) else value.format(**fill)
+
+    assert arg_ops == [(op, path, filled(value)) for op, path, value in expected]
     patched = jsonpatch.apply_patch(_document(name, workload), found.patch)
     if schema is not None:
         jsonschema.validate(patched, json.loads((SCHEMAS / schema).read_text()))

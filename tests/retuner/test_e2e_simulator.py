@@ -7,8 +7,8 @@ ceil((128 + 256 - 1) / 16) = 24 blocks: two fit (48), four do not (96).
 1. Load that fits (two requests at a time): no preemption, and the exporter says so.
 2. Load that overflows (eight at a time, three waves): the simulator preempts, the exporter exposes the
    preemptions, and after three observations with pressure (the default persistence) the retuner
-   recommends a lower ``--max-num-seqs`` -- from the observed length histograms and the real block
-   count, in one bounded step -- and records an Event with a stable reason.
+   recommends a lower ``--max-num-seqs`` -- from the exact mean lengths and the real block count, in
+   one bounded step -- and records an Event with a stable reason.
 3. A fresh server with the recommended limit takes the same overflowing load without any preemption.
 """
 

@@ -177,3 +177,14 @@ def test_api_failures_are_reported_not_raised() -> None:
 
     quiet = KubeWriter(apps, BrokenCore(), RetunerSettings())
     quiet.event(REF, "X", "y")  # logged, not raised
+
+
+def test_a_rollback_of_our_own_probe_is_not_rate_limited() -> None:
+    w, apps, _, clock = writer(apply_min_interval_s=3600, apply_max_per_hour=1)
+    raise_ = LOWER.model_copy(update={"action": "raise", "current": 10, "recommended": 12})
+    assert w.apply(REF, raise_).result == "applied"
+    clock.now += 60
+    rollback = LOWER.model_copy(update={"current": 12, "recommended": 10, "rollback": True})
+    assert w.apply(REF, rollback).result == "applied"
+    assert w.apply(REF, LOWER).result == "blocked"  # anything else still waits
+    assert len(apps.patches) == 2

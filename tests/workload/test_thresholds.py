@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate as validate
 import pytest
 import yaml
 
 from planner.errors import PlannerInputError
 from planner.workload import ConcurrencyAdvice, capacity_for_blocks, parse_workload, risk_bounded_concurrency
 from planner.workload.thresholds import ThresholdOptions, compute_thresholds, render_thresholds
+from tests.conftest import missing, require_tool
 
 NODE_MODULES = Path(__file__).resolve().parents[2] / ".tools" / "node" / "node_modules"
 OPTIONS = ThresholdOptions(
@@ -67,9 +68,9 @@ def test_keda_scaled_object(advice: ConcurrencyAdvice) -> None:
 
 
 def test_keda_scaled_object_matches_the_crd(advice: ConcurrencyAdvice) -> None:
-    node = shutil.which("node")
-    if node is None or not (NODE_MODULES / "@kubernetes-models" / "keda").is_dir():
-        pytest.skip("node or @kubernetes-models/keda is missing (scripts/install-test-tools)")
+    node = require_tool("node")
+    if not (NODE_MODULES / "@kubernetes-models" / "keda").is_dir():
+        missing(f"{NODE_MODULES}/@kubernetes-models/keda", "scripts/install-test-tools installs the CRD validators")
     good = documents(advice, "keda")[0]
     broken = json.loads(json.dumps(good))
     broken["spec"]["triggers"][0]["metadata"]["threshold"] = 12  # must be a string in the CRD
@@ -88,7 +89,6 @@ def test_keda_scaled_object_matches_the_crd(advice: ConcurrencyAdvice) -> None:
 
 
 def test_hpa_is_a_valid_autoscaling_v2_object(advice: ConcurrencyAdvice) -> None:
-    validate = pytest.importorskip("kubernetes_validate")
     (hpa,) = documents(advice, "hpa")
     validate.validate(hpa, "1.29.0", strict=True)
     metrics = {m["pods"]["metric"]["name"]: m["pods"]["target"] for m in hpa["spec"]["metrics"]}
