@@ -12,7 +12,8 @@ unknown name raises :class:`~planner.errors.UnknownGPUError` with close matches.
 from __future__ import annotations
 
 import difflib
-import re
+
+import re2
 
 from planner.errors import PlannerInputError, UnknownGPUError
 from planner.gpus._data import InstanceType, instance_key, load_catalog, normalize
@@ -38,7 +39,7 @@ class UnknownInstanceTypeError(UnknownGPUError):
 
 # "3g.40gb", "mig-3g.40gb", "nvidia.com/mig-3g.40gb", "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb",
 # "NVIDIA A100 80GB PCIe MIG 1g.10gb" (the CUDA device name inside an instance), "A100-80GB-MIG-3g.40gb".
-_MIG = re.compile(r"^(?:(?P<parent>.*?)[\s_\-/]*)?(?:nvidia\.com/)?(?:mig[\s_\-]*)?(?P<profile>\d+g\.\d+gb(?:\+me)?)$")
+_MIG = re2.compile(r"^(?:(?P<parent>.*?)[\s_\-/]*)?(?:nvidia\.com/)?(?:mig[\s_\-]*)?(?P<profile>\d+g\.\d+gb(?:\+me)?)$")
 _SHARED_SUFFIX = "shared"  # GFD appends -SHARED to the product label when time-slicing is on
 _AMBIGUITY_TOLERANCE = 0.15  # a memory hint must be within 15% of a candidate to pick it
 

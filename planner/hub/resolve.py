@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
-import re
 from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Literal
@@ -33,6 +32,7 @@ from planner.errors import (
     InvalidArgumentError,
     ModelNotFoundError,
     ModelResolutionError,
+    RepoNotAllowedError,
     UnknownModelError,
 )
 from planner.hub.local import load_local, looks_like_path
@@ -88,23 +88,31 @@ def resolve_model(
     refresh: bool = False,
     timeout: float | None = None,
     progress: ResolveProgress | None = None,
+    local: bool = True,
+    hub_allowed: Callable[[str], bool] | None = None,
 ) -> ResolvedModel:
     """Resolve ``name_or_path`` (local path, catalog id or Hub repo id) to a :class:`ResolvedModel`.
 
     ``token``/``cache_dir``/``offline`` default to ``HF_TOKEN``, ``HF_HUB_CACHE``/``HF_HOME`` and
     ``HF_HUB_OFFLINE`` read now; ``HF_ENDPOINT`` picks a mirror. ``refresh`` skips the catalog and every
     cache (files are downloaded again). ``timeout`` bounds the wait in seconds (webhook path).
+    ``local=False`` never touches the local file system for the name (the webhook: a name is untrusted
+    input, and ``etc/passwd`` must not be read relative to the process's directory); ``hub_allowed``
+    decides which repo ids may be fetched from the Hub (the policy's allow-list).
     """
     name = name_or_path.strip()
     if not name:
         raise InvalidArgumentError("The model name is empty.", flag="--model")
     if timeout is not None and timeout <= 0:
         raise InvalidArgumentError(f"The model lookup timeout must be positive, not {timeout}.")
-    path = Path(name).expanduser()
-    if path.exists():
-        return _resolve_local(name, path, revision=revision)
-    if looks_like_path(name):
-        raise ModelNotFoundError(f"{name}: no such file or directory.", model=name)
+    if local:
+        path = Path(name).expanduser()
+        if path.exists():
+            return _resolve_local(name, path, revision=revision)
+        if looks_like_path(name):
+            raise ModelNotFoundError(f"{name}: no such file or directory.", model=name)
+    elif looks_like_path(name):
+        raise UnknownModelError(name, hint="local model paths are not read here")
     settings = HubSettings.from_env(token=token, cache_dir=cache_dir, offline=offline)
     if refresh and settings.offline:
         raise InvalidArgumentError(
@@ -133,6 +141,8 @@ def resolve_model(
         if spec is not None:
             return ResolvedModel(name=name, spec=spec, source="catalog", revision=_catalog_revision(spec))
     repo_id = _repo_id(name, unknown)
+    if hub_allowed is not None and not hub_allowed(repo_id):
+        raise RepoNotAllowedError(f"{repo_id} is not in the policy's modelLookup.allowRepos", model=repo_id)
 
     def job() -> ResolvedModel:
         return _resolve_hub(key, repo_id, revision, settings, refresh=refresh, progress=progress)
@@ -234,13 +244,18 @@ def _assemble(
 
 
 # The Hub's repository id rules (huggingface_hub validate_repo_id): [namespace/]name, each part 1-96 of
-# letters, digits, "-", "_", ".", not starting or ending with "-" or ".", and no "--" or "..".
-_REPO_PART = re.compile(r"^(?![-.])[A-Za-z0-9_.-]{1,96}(?<![-.])$")
+# letters, digits, "-", "_", ".", not starting or ending with "-" or ".", and no "--" or "..". Checked
+# without a regular expression: the name is untrusted input on the admission path.
+_REPO_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+def _repo_part(part: str) -> bool:
+    return 1 <= len(part) <= 96 and part[0] not in "-." and part[-1] not in "-." and set(part) <= _REPO_CHARS
 
 
 def _repo_id(name: str, unknown: UnknownModelError | None) -> str:
     parts = name.split("/")
-    if len(parts) > 2 or "--" in name or ".." in name or not all(_REPO_PART.match(p) for p in parts):
+    if len(parts) > 2 or "--" in name or ".." in name or not all(_repo_part(p) for p in parts):
         raise UnknownModelError(
             name,
             unknown.suggestions if unknown is not None else (),
