@@ -39,17 +39,10 @@ _OFFICIAL_REPOSITORIES = (
     "q9t5s3a7/vllm-release-repo",
     "q9t5s3a7/vllm-cpu-release-repo",
 )
-<<<<<<< HEAD
-_OFFICIAL_TAG = re.compile(rf"^v?{_RELEASE}(?:$|[-+](?:cu\d+|rocm\S*|cpu|x86_64|aarch64|arm64)\S*$)")
-_ROCM_TAG = re.compile(rf"(?:^|_)vllm_v?{_RELEASE}(?:_|$)")
-_AIBRIX_TAG = re.compile(rf"^v?{_RELEASE}(?:\.self(?:\.post\d+)?)?(?:-cu\d+\S*)?$")
-_NGC_TAG = re.compile(r"^(\d\d\.\d\d)(?:-|$)")
-=======
 _OFFICIAL_TAG = re2.compile(rf"^v?{_RELEASE}(?:$|[-+](?:cu\d+|rocm\S*|cpu|x86_64|aarch64|arm64)\S*$)")
 _ROCM_TAG = re2.compile(rf"(?:^|_)vllm_v?{_RELEASE}(?:_|$)")
-_AIBRIX_TAG = re2.compile(rf"^v?{_RELEASE}(?:\.self(?:\.post\d+)?)?$")
+_AIBRIX_TAG = re2.compile(rf"^v?{_RELEASE}(?:\.self(?:\.post\d+)?)?(?:-cu\d+\S*)?$")
 _NGC_TAG = re2.compile(r"^(\d\d\.\d\d)(?:-|$)")
->>>>>>> main
 
 # NVIDIA vLLM container (nvcr.io/nvidia/vllm:YY.MM-py3) -> the vLLM release it contains, from
 # "vLLM Release YY.MM" (docs.nvidia.com/deeplearning/frameworks/vllm-release-notes/rel-YY-MM.html),
