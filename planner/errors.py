@@ -70,6 +70,16 @@ class UnknownGPUError(_LookupFailed):
     kind = "GPU"
 
 
+class AmbiguousGPUError(UnknownGPUError):
+    """A GPU name that matches several catalog cards (``a100``: 40 GB and 80 GB); lists every candidate."""
+
+    def __init__(self, name: str, candidates: Sequence[str], *, hint: str | None = None) -> None:
+        self.name = name
+        self.suggestions = list(candidates)
+        message = f"Ambiguous GPU {name!r}: it names {len(self.suggestions)} cards: {', '.join(self.suggestions)}."
+        PlannerInputError.__init__(self, message, hint=hint)
+
+
 class UnknownModelError(_LookupFailed):
     kind = "model"
 

@@ -163,7 +163,21 @@ def _expand(item: str) -> list[str]:
         return ["-"]
     path = Path(item)
     if path.is_dir():
-        found = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml", ".json") and p.is_file())
+        if (path / "Chart.yaml").is_file():
+            raise ManifestError(
+                f"{path} is a Helm chart: its templates are not Kubernetes manifests until Helm renders them",
+                hint=f"Render it first: helm template my-release {path} | planner check -f -",
+            )
+        charts = {c.parent for c in path.rglob("Chart.yaml")}
+        found = sorted(
+            p
+            for p in path.rglob("*")
+            if p.suffix in (".yaml", ".yml", ".json") and p.is_file() and not charts.intersection(p.parents)
+        )
+        for chart in sorted(charts):
+            err_console.print(
+                f"[yellow]note[/] skipped {chart}: a Helm chart (render it with `helm template` and pipe it in)"
+            )
         if not found:
             raise ManifestError(f"{path}: no *.yaml, *.yml or *.json files")
         return [str(p) for p in found]

@@ -15,7 +15,7 @@ import difflib
 
 import re2
 
-from planner.errors import PlannerInputError, UnknownGPUError
+from planner.errors import AmbiguousGPUError, PlannerInputError, UnknownGPUError
 from planner.gpus._data import InstanceType, instance_key, load_catalog, normalize
 from planner.gpus.spec import GpuSpec, MigProfile
 from planner.units import GiB, parse_size
@@ -86,10 +86,10 @@ def _disambiguate(name: str, candidates: list[str], memory_bytes: int | None) ->
         best = min(specs, key=lambda s: abs(s.memory_bytes - memory_bytes))
         if abs(best.memory_bytes - memory_bytes) <= _AMBIGUITY_TOLERANCE * best.memory_bytes:
             return best
-    raise UnknownGPUError(
+    raise AmbiguousGPUError(
         name,
         candidates,
-        hint=f"{name!r} names more than one card ({', '.join(candidates)}); put the memory in the name.",
+        hint=f"Name one of them (e.g. --gpu {candidates[-1]}), or give the card's memory with --gpu-memory.",
     )
 
 

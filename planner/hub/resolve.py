@@ -38,7 +38,7 @@ from planner.errors import (
 from planner.hub.local import load_local, looks_like_path
 from planner.hub.memo import Memo, SingleFlight, run_with_deadline, ttl_for
 from planner.hub.progress import ResolveProgress
-from planner.hub.settings import HubSettings
+from planner.hub.settings import HubLimits, HubSettings
 from planner.models.checkpoint import CheckpointInfo, read_local_checkpoint
 from planner.models.config import parse_config
 from planner.models.spec import ModelSpec
@@ -90,6 +90,7 @@ def resolve_model(
     progress: ResolveProgress | None = None,
     local: bool = True,
     hub_allowed: Callable[[str], bool] | None = None,
+    limits: HubLimits | None = None,
 ) -> ResolvedModel:
     """Resolve ``name_or_path`` (local path, catalog id or Hub repo id) to a :class:`ResolvedModel`.
 
@@ -98,7 +99,8 @@ def resolve_model(
     cache (files are downloaded again). ``timeout`` bounds the wait in seconds (webhook path).
     ``local=False`` never touches the local file system for the name (the webhook: a name is untrusted
     input, and ``etc/passwd`` must not be read relative to the process's directory); ``hub_allowed``
-    decides which repo ids may be fetched from the Hub (the policy's allow-list).
+    decides which repo ids may be fetched from the Hub (the policy's allow-list); ``limits`` bounds the
+    Hub lookup (planner.hub.budget: requests, bytes, file sizes, shards, wall time, concurrency, disk).
     """
     name = name_or_path.strip()
     if not name:
@@ -145,11 +147,12 @@ def resolve_model(
         raise RepoNotAllowedError(f"{repo_id} is not in the policy's modelLookup.allowRepos", model=repo_id)
 
     def job() -> ResolvedModel:
-        return _resolve_hub(key, repo_id, revision, settings, refresh=refresh, progress=progress)
+        return _resolve_hub(key, repo_id, revision, settings, refresh=refresh, progress=progress, limits=limits)
 
     if timeout is None:
         return job()
-    return run_with_deadline(_FLIGHTS, key, job, timeout, what=repo_id)
+    concurrent = limits.max_concurrent if limits is not None else None
+    return run_with_deadline(_FLIGHTS, key, job, timeout, what=repo_id, limit=concurrent)
 
 
 def _resolve_local(name: str, path: Path, *, revision: str | None) -> ResolvedModel:
@@ -182,16 +185,22 @@ def _resolve_hub(
     *,
     refresh: bool,
     progress: ResolveProgress | None,
+    limits: HubLimits | None = None,
 ) -> ResolvedModel:
     # Imported on the first Hub lookup: huggingface_hub and httpx take about a second to import, which
     # local paths and catalog ids never need (the CLI starts faster).
+    from planner.hub.budget import LookupBudget, bound_cache, budget_scope, install
     from planner.hub.remote import HubReader
 
+    budget = None
+    if limits is not None and install():
+        budget = LookupBudget(limits, repo_id)
     try:
-        reader = HubReader(repo_id, revision, settings, refresh=refresh, progress=progress)
-        fetched = reader.fetch_config()
-        spec = parse_config(fetched.config, model_id=repo_id)
-        checkpoint, notes = reader.fetch_checkpoint(fetched, num_layers=spec.num_layers)
+        with budget_scope(budget):
+            reader = HubReader(repo_id, revision, settings, refresh=refresh, progress=progress)
+            fetched = reader.fetch_config()
+            spec = parse_config(fetched.config, model_id=repo_id)
+            checkpoint, notes = reader.fetch_checkpoint(fetched, num_layers=spec.num_layers)
         result = _assemble(
             repo_id,
             spec,
@@ -204,6 +213,9 @@ def _resolve_hub(
     except ModelResolutionError as error:
         _MEMO.put_failure(key, error)
         raise
+    finally:
+        if limits is not None:
+            bound_cache([settings.cache_dir, settings.assets_dir / "kv-planner"], limits.max_cache_bytes)
     _MEMO.put(key, result, ttl_for(revision))
     return result
 

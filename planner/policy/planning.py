@@ -22,6 +22,7 @@ from planner.gpus.catalog import all_gpus, gpu_for_memory, gpu_for_mig_profile, 
 from planner.gpus.spec import GpuSpec
 from planner.hub.local import looks_like_path
 from planner.hub.resolve import resolve_model
+from planner.hub.settings import HubLimits
 from planner.k8s.gpus import GpuCatalog
 from planner.models.spec import ModelSpec
 from planner.plan import make_plan
@@ -31,6 +32,7 @@ from planner.vllm.defaults import resolve_args
 from planner.vllm.releases import resolve_release
 from planner.workload import parse_workload
 
+DEFAULT_HUB_LIMITS = HubLimits()
 _MODEL_TTL = 600.0  # seconds a resolved model is reused (the Hub layer has its own cache as well)
 # re2: linear time whatever the (untrusted) model name is.
 _HUB_ID = re2.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
@@ -126,7 +128,9 @@ class CoreBackend:
     (updates, dry-runs, reinvocation, GitOps diffs), so the webhook keeps the last ``memo_size`` plans.
     """
 
-    def __init__(self, *, memo_size: int = 1024) -> None:
+    def __init__(self, *, memo_size: int = 1024, hub_limits: HubLimits | None = DEFAULT_HUB_LIMITS) -> None:
+        # Decisions resolve models named by manifests: Hub lookups are bounded (planner.hub.budget).
+        self._hub_limits = hub_limits
         self._catalog = CoreGpuCatalog()
         self._memo: OrderedDict[str, Plan] = OrderedDict()
         self._models: OrderedDict[str, tuple[float, ModelSpec]] = OrderedDict()
@@ -160,7 +164,12 @@ class CoreBackend:
             if hit is not None and now - hit[0] < _MODEL_TTL:
                 return hit[1]
         spec = resolve_model(
-            name, timeout=timeout, offline=offline or None, local=allow_local, hub_allowed=allowed
+            name,
+            timeout=timeout,
+            offline=offline or None,
+            local=allow_local,
+            hub_allowed=allowed,
+            limits=self._hub_limits,
         ).spec
         with self._lock:
             self._models[key] = (now, spec)
