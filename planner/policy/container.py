@@ -37,7 +37,7 @@ from planner.errors import (
 from planner.k8s.inspect import ContainerFinding
 from planner.plan.models import Plan
 from planner.policy.caps import cap_finding, check_model_name
-from planner.policy.codes import Code, Finding, Severity, finding
+from planner.policy.codes import Code, Finding, Fix, Severity, finding, fix_args
 from planner.policy.limits import LimitContext, decide_limits, parallel_text
 from planner.policy.model import WORKLOAD_ANNOTATION, EffectivePolicy
 from planner.policy.outcome import ContainerOutcome
@@ -220,6 +220,7 @@ def evaluate(
                 name,
                 f"{parallel_text(serving)} = {needed} GPUs but {where} gets {gpu.group_gpus}: "
                 f"request {needed} GPUs or lower --tensor-parallel-size",
+                Fix(text=f"request {needed} GPUs or lower --tensor-parallel-size"),
             )
         )
     elif gpu.group_gpus is not None and needed < gpu.group_gpus:
@@ -229,11 +230,19 @@ def evaluate(
                 name,
                 f"the pod gets {gpu.group_gpus} GPUs, vLLM uses {parallel_text(serving)} = "
                 f"{needed}: {gpu.group_gpus - needed} idle",
+                Fix(text=f"request {needed} GPUs or raise --tensor-parallel-size to use {gpu.group_gpus}"),
             )
         )
     if gpu.spec is None:
         label = f"{gpu.label!r} is not in the catalog" if gpu.label else "no GPU label or inventory"
-        out.findings.append(finding(Code.UNKNOWN_GPU, name, f"GPU type unknown ({label}): set kv-planner.io/gpu"))
+        out.findings.append(
+            finding(
+                Code.UNKNOWN_GPU,
+                name,
+                f"GPU type unknown ({label}): set kv-planner.io/gpu",
+                Fix(text="set the kv-planner.io/gpu annotation (e.g. H100-80GB)"),
+            )
+        )
         return out
 
     try:
@@ -313,11 +322,14 @@ def evaluate(
         wanted = {**wanted_share.changes, **decide_limits(ctx, wanted_share.args, True).changes}
         if wanted:
             words = " ".join(format_args(wanted))
+            fix = fix_args(format_args(wanted), f"add {words}")
             if container.style == "shell":
-                result.findings.append(finding(Code.SHELL_NOT_MUTATED, name, f"shell command not changed; add {words}"))
+                result.findings.append(
+                    finding(Code.SHELL_NOT_MUTATED, name, f"shell command not changed; add {words}", fix)
+                )
             else:
                 reason = found.no_write or "no field to write"
-                result.findings.append(finding(Code.PLATFORM_NOT_MUTATED, name, f"add {words} ({reason})"))
+                result.findings.append(finding(Code.PLATFORM_NOT_MUTATED, name, f"add {words} ({reason})", fix))
     result.findings = out.findings + result.findings
     result.args = out.args
     result.model_id = out.model_id

@@ -23,7 +23,7 @@ from planner.k8s.platforms.kserve import Runtimes
 from planner.k8s.workloads import get_path
 from planner.plan.models import Plan
 from planner.policy.caps import cap_finding, screen
-from planner.policy.codes import Code, Finding, Severity, finding
+from planner.policy.codes import Code, Finding, Severity, finding, shorten
 from planner.policy.container import evaluate
 from planner.policy.model import EffectivePolicy
 from planner.policy.outcome import ContainerOutcome
@@ -76,7 +76,9 @@ class WorkloadEntry(BaseModel):
     codes: list[str] = Field(default_factory=list)
     messages: list[str] = Field(default_factory=list)
     patch: list[Operation] = Field(default_factory=list)
-    findings: list[Finding] = Field(default_factory=list, exclude=True)
+    findings: list[Finding] = Field(
+        default_factory=list, description="codes, messages and structured fixes (fix.args) behind the decision"
+    )
     plan: Plan | None = Field(default=None, exclude=True)
     tenancy: Tenant | None = Field(default=None, exclude=True, description="its claim on a known shared card")
 
@@ -93,15 +95,20 @@ class ObjectDecision(BaseModel):
 
     @property
     def warnings(self) -> list[str]:
-        """Admission warnings: every finding except info, deny reasons excluded when denying."""
+        """Admission warnings: every finding except info, deny reasons excluded when denying.
+
+        Shortened to 120 characters: the API server asks for that and may truncate longer ones
+        (everywhere else, JSON and tables, messages are whole).
+        """
         out: list[str] = []
         for item in self.findings:
             if item.severity == Severity.info:
                 continue
             if self.decision == "deny" and item.severity == Severity.cannot_start:
                 continue
-            if item.message not in out:
-                out.append(item.message)
+            short = shorten(item.message)
+            if short not in out:
+                out.append(short)
         return out
 
     @property

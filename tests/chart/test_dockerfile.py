@@ -145,6 +145,7 @@ CLI_CASES = [
             "exporter.retune=apply",
             "exporter.events.enabled=false",
             "exporter.annotateRecommendations=true",
+            "exporter.rbac.namespaces[0]=team-a",
             'json:policy.workload={"prompt_tokens": {"p50": 800}, "target_risk": 0.05}',
         ),
         id="exporter-prometheus-apply",
