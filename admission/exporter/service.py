@@ -1,9 +1,12 @@
 """The exporter: on each Prometheus scrape, read every target inside the announced budget and render.
 
 Prometheus sends ``X-Prometheus-Scrape-Timeout-Seconds``; the exporter answers within that minus
-``timeout_offset_s`` (like blackbox/snmp exporters), giving each target at most ``scrape_timeout_s`` of
-it. Targets beyond ``max_targets`` are dropped (deterministically, by namespace/pod) and counted, which
-bounds the exporter's own cardinality.
+``timeout_offset_s`` (like blackbox/snmp exporters): that is the deadline of the whole collection, and
+each target gets at most ``scrape_timeout_s`` of it (1 s by default: vLLM renders /metrics in tens of
+milliseconds, so a target slower than that is reported down rather than holding every scrape).
+Targets beyond ``max_targets`` are dropped (deterministically, by namespace/pod) and counted, which
+bounds the exporter's own cardinality; each target's page is bounded by ``max_body_bytes`` and
+:class:`~admission.exporter.normalize.ReadLimits`.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import logging
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
+from urllib.parse import urlsplit
 
 import httpx
 from prometheus_client import REGISTRY
@@ -22,8 +26,9 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from pydantic import BaseModel, ConfigDict, Field
 
 from admission.exporter.collector import SnapshotCollector
+from admission.exporter.normalize import ReadLimits
 from admission.exporter.promapi import PrometheusSource
-from admission.exporter.scrape import scrape_all
+from admission.exporter.scrape import KEEPALIVE_EXPIRY_S, scrape_all
 from admission.exporter.state import ExporterState
 from admission.observations.model import Snapshot, TargetObservation
 from admission.observations.targets import Target
@@ -37,12 +42,15 @@ _LOG = logging.getLogger("admission.exporter")
 class ScrapeSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    scrape_timeout_s: float = Field(default=5.0, gt=0, description="per target, at most")
+    scrape_timeout_s: float = Field(default=1.0, gt=0, description="per target, at most")
     timeout_offset_s: float = Field(default=0.5, ge=0, description="kept back from Prometheus' timeout")
     default_budget_s: float = Field(default=10.0, gt=0, description="Prometheus' default scrape timeout")
     max_targets: int = Field(default=500, ge=1)
     max_concurrency: int = Field(default=64, ge=1)
-    max_body_bytes: int = Field(default=16 << 20, ge=1024)
+    # A vLLM 0.33 page with 8 data-parallel engines is ~0.5 MB; 4 MiB leaves room and bounds memory
+    # (64 concurrent reads x 4 MiB).
+    max_body_bytes: int = Field(default=4 << 20, ge=1024)
+    read_limits: ReadLimits = ReadLimits()
 
     def budget(self, header: str | None) -> float:
         """Seconds this collection may take, from ``X-Prometheus-Scrape-Timeout-Seconds``."""
@@ -55,6 +63,26 @@ class ScrapeSettings(BaseModel):
             except ValueError:
                 pass
         return max(0.1, announced - self.timeout_offset_s)
+
+
+def unique_targets(targets: Sequence[Target]) -> list[Target]:
+    """Targets with distinct (namespace, pod): a later one sharing both gets its URL path in ``pod``.
+
+    Two servers of one pod (or of one host behind a proxy, ``host:port/a/metrics`` and
+    ``host:port/b/metrics``) must not export the same series twice.
+    """
+    seen: set[tuple[str, str]] = set()
+    out: list[Target] = []
+    for given in targets:
+        target = given
+        if target.key in seen:
+            base = f"{target.pod}{urlsplit(target.url).path}"
+            target, suffix = target.model_copy(update={"pod": base}), 2
+            while target.key in seen:
+                target, suffix = target.model_copy(update={"pod": f"{base}#{suffix}"}), suffix + 1
+        seen.add(target.key)
+        out.append(target)
+    return out
 
 
 class _Composite(Collector):
@@ -97,7 +125,9 @@ class Exporter:
         client = self._clients.get(loop)
         if client is None:
             limits = httpx.Limits(
-                max_connections=self.settings.max_concurrency, max_keepalive_connections=self.settings.max_concurrency
+                max_connections=self.settings.max_concurrency,
+                max_keepalive_connections=self.settings.max_concurrency,
+                keepalive_expiry=KEEPALIVE_EXPIRY_S,
             )
             # Per-request deadlines come from the budget (asyncio.wait_for); this is only a backstop.
             client = httpx.AsyncClient(
@@ -111,7 +141,7 @@ class Exporter:
         return client
 
     def targets(self) -> tuple[list[Target], int]:
-        everything = sorted(self._targets(), key=lambda t: (t.key, t.url))
+        everything = unique_targets(sorted(self._targets(), key=lambda t: (t.key, t.url)))
         kept = everything[: self.settings.max_targets]
         return kept, len(everything) - len(kept)
 
@@ -142,6 +172,7 @@ class Exporter:
                 timeout_s=self.settings.scrape_timeout_s,
                 max_bytes=self.settings.max_body_bytes,
                 concurrency=self.settings.max_concurrency,
+                limits=self.settings.read_limits,
             )
         snapshot = Snapshot(
             targets=observations,

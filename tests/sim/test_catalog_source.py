@@ -13,9 +13,9 @@ import re
 
 import pytest
 
-from planner.sim import catalog
 from planner.sim.cache_config import field_names
 from planner.sim.versions import MODELLED_RELEASES, modelled_release, parse_version
+from planner.vllm import metrics_catalog as catalog
 from tests.sim import vllm_source as src
 
 pytestmark = pytest.mark.skipif(not src.VLLM_SRC.is_dir(), reason=f"{src.VLLM_SRC} (vLLM source) is absent")
