@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import httpx
 
@@ -126,16 +126,16 @@ async def scrape_one(
 
 
 async def scrape_all(
-    client: httpx.AsyncClient,
+    client_for: Callable[[Target], httpx.AsyncClient],
     targets: Sequence[Target],
     *,
     budget_s: float,
-    timeout_s: float,
+    timeout_for: Callable[[Target], float],
     max_bytes: int,
     concurrency: int,
     limits: ReadLimits | None = None,
 ) -> list[TargetObservation]:
-    """Every target, each within ``min(timeout_s, time left before the collection's deadline)``.
+    """Every target, each within ``min(timeout_for(target), time left before the collection's deadline)``.
 
     The deadline is ``budget_s`` from now for the whole collection: a target waiting for a free slot
     (``concurrency``) gets only what is left, so the collection ends on time whatever any target does.
@@ -146,7 +146,12 @@ async def scrape_all(
     async def guarded(target: Target) -> TargetObservation:
         async with gate:
             return await scrape_one(
-                client, target, deadline=deadline, timeout_s=timeout_s, max_bytes=max_bytes, limits=limits
+                client_for(target),
+                target,
+                deadline=deadline,
+                timeout_s=timeout_for(target),
+                max_bytes=max_bytes,
+                limits=limits,
             )
 
     return list(await asyncio.gather(*(guarded(t) for t in targets)))

@@ -20,6 +20,7 @@ of several releases and against adversarial pages.
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -48,18 +49,26 @@ class ParseLimits(BaseModel):
 _NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 # Linear-time patterns only (the page is untrusted): no nested or adjacent unbounded repeats that can
 # trade characters between them.
-_TYPE_LINE = re.compile(r"^#[ \t]+TYPE[ \t]+(\S+)[ \t]*(\S*)[^\n]*$", re.MULTILINE)
+# A literal first (``# TYPE``), so the engine scans with a fast substring search; the line start is
+# checked in Python on the few hits.
+_TYPE_LINE = re.compile(r"#[ \t]+TYPE[ \t]+(\S+)[ \t]*(\S*)[^\n]*")
 # Label text: characters other than quote/brace, or a quoted string with escapes (`}` allowed inside).
 _LABEL_TEXT = r'(?:[^"\n}]|"(?:[^"\\\n]|\\.)*")*'
 _SAMPLE = re.compile(rf"({_NAME})[ \t]*(?:\{{({_LABEL_TEXT})\}})?[ \t]+(\S+)(?:[ \t]+\S+)?[ \t]*\r?")
-_LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\]|\\.)*)"[ \t]*(,|$)')
+_PAIR = r'([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"[ \t]*'
+_LABEL = re.compile(_PAIR)
+# Pairs separated by one comma (a trailing one allowed): no two repeats can trade characters.
+_LABELS = re.compile(rf"[ \t]*(?:{_PAIR}(?:,[ \t]*{_PAIR})*,?[ \t]*)?")
 _ESCAPE = re.compile(r"\\(.)")
 _UNESCAPED = {"n": "\n", "\\": "\\", '"': '"'}
 
 
 def _line_selector(names: Iterable[str]) -> re.Pattern[str]:
-    alternatives = "|".join(re.escape(name) for name in sorted(names, key=len, reverse=True))
-    return re.compile(rf"^(?:{alternatives})(?=[{{ \t]).*$", re.MULTILINE)
+    ordered = sorted(names, key=len, reverse=True)
+    # The shared literal prefix ("vllm:") first lets the engine skip ahead with a substring search.
+    prefix = os.path.commonprefix(ordered)
+    alternatives = "|".join(re.escape(name[len(prefix) :]) for name in ordered)
+    return re.compile(rf"{re.escape(prefix)}(?:{alternatives})(?=[{{ \t])[^\n]*")
 
 
 _SELECTORS: dict[frozenset[str], re.Pattern[str]] = {}
@@ -79,15 +88,10 @@ def _unescape(value: str) -> str:
 
 
 def _labels(text: str, line: str, limits: ParseLimits) -> dict[str, str]:
+    if _LABELS.fullmatch(text) is None:
+        raise ExpositionError(f"malformed labels in line {line[:120]!r}")
     labels: dict[str, str] = {}
-    position, end = 0, len(text)
-    while position < end:
-        match = _LABEL.match(text, position)
-        if match is None:
-            if text[position:].strip(" \t,") == "":
-                break
-            raise ExpositionError(f"malformed labels in line {line[:120]!r}")
-        name, raw = match.group(1), match.group(2)
+    for name, raw in _LABEL.findall(text):
         if len(raw) > limits.max_label_value_chars:
             raise ExpositionLimitError(
                 "label_too_long",
@@ -96,10 +100,7 @@ def _labels(text: str, line: str, limits: ParseLimits) -> dict[str, str]:
             )
         if name in labels:
             raise ExpositionError(f"label {name} repeated in line {line[:120]!r}")
-        labels[name] = _unescape(raw)
-        position = match.end()
-        if match.group(3) == "":
-            break
+        labels[name] = _unescape(raw) if "\\" in raw else raw
     return labels
 
 
@@ -128,6 +129,9 @@ def check_types(text: str) -> dict[str, str]:
     """
     types: dict[str, str] = {}
     for match in _TYPE_LINE.finditer(text):
+        start = match.start()
+        if start and text[start - 1] != "\n":
+            continue
         name, kind = match.group(1), match.group(2)
         if kind not in TYPES:
             raise ExpositionError(f"# TYPE line for {name[:120]!r} has an unknown type {kind[:40]!r}")
@@ -149,7 +153,12 @@ def parse(text: str, names: frozenset[str], limits: ParseLimits | None = None) -
     types = check_types(text)
     samples: dict[str, list[Sample]] = {}
     seen: set[tuple[str, str]] = set()
-    for count, found in enumerate(_selector(names).finditer(text), start=1):
+    count = 0
+    for found in _selector(names).finditer(text):
+        start = found.start()
+        if start and text[start - 1] != "\n":
+            continue  # the name inside another line (a label value, a HELP text)
+        count += 1
         line = found.group(0)
         match = _SAMPLE.fullmatch(line)
         if match is None:

@@ -192,3 +192,43 @@ def test_a_connection_closed_by_the_server_is_retried_not_reported_down(idle_clo
 
     assert asyncio.run(two_scrapes()) == [True, True, True]
     assert idle_closing.connections >= 3  # each stale connection was replaced by a new one
+
+
+def test_each_target_gets_a_timeout_derived_from_its_own_reads() -> None:
+    from admission.exporter.timeouts import TargetTimeouts, TimeoutPolicy
+
+    timeouts = TargetTimeouts(TimeoutPolicy(floor_s=1.0, cap_s=5.0, factor=4.0, window=3))
+    assert timeouts.timeout_for("new") == 5.0  # nothing known yet: the cap
+    timeouts.record("fast", 0.03)
+    assert timeouts.timeout_for("fast") == 1.0  # fast pods get the floor
+    timeouts.record("slow", 0.9)
+    timeouts.record("slow", 1.2)
+    assert timeouts.timeout_for("slow") == pytest.approx(4.8)  # normal slowness is not a down
+    timeouts.record("slow", 3.0)
+    assert timeouts.timeout_for("slow") == 5.0  # never above the cap
+    timeouts.record("hung", None)
+    assert timeouts.timeout_for("hung") == 1.0  # no success: the floor, whatever came before
+    for _ in range(3):
+        timeouts.record("slow", None)
+    assert timeouts.timeout_for("slow") == 1.0  # a slow pod that hangs ages out of its history
+    timeouts.record("slow", 0.5)
+    assert timeouts.timeout_for("slow") == 2.0  # and earns its time back on its first success
+    timeouts.forget_except({"fast"})
+    assert timeouts.timeout_for("hung") == 5.0
+
+
+def test_a_hung_target_costs_the_floor_after_its_first_read() -> None:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "hang":
+            await asyncio.sleep(30)
+        return httpx.Response(200, text=GOOD)
+
+    exporter = _exporter([_target("hang"), _target("good")], handler, scrape_timeout_s=0.2, scrape_timeout_max_s=0.6)
+    details = []
+    for _ in range(2):
+        snapshot = asyncio.run(exporter.snapshot(5.0))
+        hung = next(o for o in snapshot.targets if o.target.pod == "hang")
+        assert not hung.up and hung.error == "timeout"
+        assert next(o for o in snapshot.targets if o.target.pod == "good").up
+        details.append(hung.detail)
+    assert details == ["no complete answer within 0.60 s", "no complete answer within 0.20 s"]
