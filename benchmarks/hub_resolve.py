@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "hub")
 from hub_builders import big_llama_layout, config_bytes, header_only, llama_config
 from hub_fake_server import Blob, FakeHub, Repo
 
-from planner.models.resolve import clear_resolution_cache, resolve_model
+from planner.hub.resolve import clear_resolution_cache, resolve_model
 
 REPO = "bench/llama-8b"
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from planner.sim.engine import Engine, EngineConfig
 from planner.sim.scheduler import Request
-from planner.workload import kv_report_for_blocks, parse_workload, risk_bounded_concurrency
+from planner.workload import capacity_for_blocks, parse_workload, risk_bounded_concurrency
 
 WORKLOAD = {
     "prompt_tokens": {"p10": 24, "p50": 40, "p90": 64},
@@ -74,7 +74,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     advice = risk_bounded_concurrency(
-        kv_report_for_blocks(NUM_GPU_BLOCKS, BLOCK_SIZE, MAX_MODEL_LEN), parse_workload(WORKLOAD), headroom=0.0
+        capacity_for_blocks(NUM_GPU_BLOCKS, BLOCK_SIZE, MAX_MODEL_LEN), parse_workload(WORKLOAD), headroom=0.0
     )
     print(
         f"planner: max_num_seqs={advice.max_num_seqs}, mean blocks per running request "

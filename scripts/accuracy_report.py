@@ -1,6 +1,6 @@
 """Write the measured tables of docs/accuracy.md from a startup-record file.
 
-Run: python scripts/accuracy_report.py ../shared/calibration/vllm-startup.jsonl > /tmp/tables.md
+Run: python scripts/accuracy_report.py > /tmp/tables.md   (the shipped data; or give a JSONL file)
 The narrative in docs/accuracy.md is written by hand around these tables; rerun after any change to the
 memory model and paste the output between the markers there.
 """
@@ -10,8 +10,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from planner.calibration.dataset import dataset_records, load_record_file
 from planner.calibration.fit import fit_report
-from planner.calibration.records import StartupRecord, load_records
+from planner.calibration.records import StartupRecord
 from planner.calibration.validate import validate_records
 from planner.gpus.catalog import lookup_gpu
 from planner.models.catalog import lookup_model
@@ -21,8 +22,9 @@ def pct(value: float | None) -> str:
     return "–" if value is None else f"{value * 100:+.2f}%"
 
 
-def main(path: str) -> None:
-    records = [r for r in load_records(Path(path)) if isinstance(r, StartupRecord)]
+def main(path: str | None) -> None:
+    loaded = dataset_records() if path is None else load_record_file(Path(path))
+    records = [r for r in loaded if isinstance(r, StartupRecord)]
     report = validate_records(records, lookup_model=lookup_model, lookup_gpu=lookup_gpu)
     by_id = {r.id: r for r in records}
     print(
@@ -79,4 +81,4 @@ def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "../shared/calibration/vllm-startup.jsonl")
+    main(sys.argv[1] if len(sys.argv) > 1 else None)

@@ -7,9 +7,9 @@ reads each release's Python source with :mod:`ast` (never importing vLLM, which 
 interprets the few statement shapes ``add_cli_args`` uses. It records facts only (option string,
 ``dest`` and how many values the option takes), never vLLM code.
 
-Usage: ``python3 scripts/gen_vllm_flags.py /work/vllm-src > planner/vllm/argv_flags.py``
-where the folder holds ``<version>/vllm/**.py`` for each release (unpack the wheels'
-``vllm/*.py``). Rerun it when a release is added; ``tests/vllm_argv`` checks known flags.
+``scripts/vllm_facts.py`` runs it on each modelled release's wheel and writes (or, with ``--check``,
+compares) the table; by hand: ``python3 scripts/gen_vllm_flags.py SRC > planner/vllm/argv_flags.py``
+where SRC holds ``<version>/vllm/**.py`` for each release. ``tests/vllm_argv`` checks known flags.
 """
 
 from __future__ import annotations
@@ -556,7 +556,10 @@ def render(tables: list[tuple[str, dict[str, tuple[str, Kind]]]]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    src = Path(argv[1] if len(argv) > 1 else "/work/vllm-src")
+    if len(argv) != 2:
+        print("usage: gen_vllm_flags.py SRC  (SRC holds <version>/vllm/**.py per release)", file=sys.stderr)
+        return 2
+    src = Path(argv[1])
     tables = []
     for version, root in releases(src):
         options = serve_options(root)

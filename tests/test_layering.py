@@ -26,7 +26,7 @@ def test_import_contracts_hold() -> None:
 
 def test_core_import_does_not_load_web_or_cluster_libraries() -> None:
     code = (
-        "import sys, planner.plan, planner.models.resolve, planner.workload, planner.calibration.validate\n"
+        "import sys, planner.plan, planner.hub.resolve, planner.workload, planner.calibration.validate\n"
         "heavy = [m for m in ('fastapi', 'uvicorn', 'kubernetes', 'prometheus_client', 'starlette') "
         "if m in sys.modules]\n"
         "print(','.join(heavy))\n"
@@ -35,6 +35,41 @@ def test_core_import_does_not_load_web_or_cluster_libraries() -> None:
         [sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=True
     )
     assert result.stdout.strip() == ""
+
+
+def _lint_copy(tmp_path: Path, upward_import: str | None) -> subprocess.CompletedProcess[str]:
+    executable = shutil.which("lint-imports")
+    if executable is None:
+        pytest.fail("lint-imports is missing: install the test extras (pip install -e '.[test]')")
+    # The repository's own contract, checked on a copy of the two root packages.
+    for package in ("planner", "admission"):
+        shutil.copytree(REPO_ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__", "data"))
+    if upward_import is not None:
+        (tmp_path / "planner" / "kv" / "_upward.py").write_text(upward_import + "\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    return subprocess.run(
+        [executable, "--no-cache", "--no-logo", "--contract", "core-layers", str(REPO_ROOT / "pyproject.toml")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+
+def test_core_layers_hold_on_a_copy_of_the_tree(tmp_path: Path) -> None:
+    # The control for the next test: the copy itself is clean, so a failure there is the injected import.
+    result = _lint_copy(tmp_path, upward_import=None)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+
+
+def test_an_upward_import_in_the_core_breaks_the_layers_contract(tmp_path: Path) -> None:
+    # kv (arithmetic) reaching up into policy (decisions) is the kind of edge the contract exists to stop.
+    result = _lint_copy(tmp_path, upward_import="from planner.policy import outcome  # noqa: F401")
+    assert result.returncode != 0
+    assert "planner.kv is not allowed to import planner.policy" in result.stdout
+    assert "planner.kv._upward -> planner.policy.outcome" in result.stdout
 
 
 def test_admission_layers_contract_rejects_an_upward_import(tmp_path: Path) -> None:

@@ -145,9 +145,6 @@ def exporter(
     retune_high_usage: Annotated[
         float, typer.Option(envvar=_env("retune-high-usage"), min=0.0, max=1.0, rich_help_panel=_R)
     ] = 0.95,
-    retune_low_usage: Annotated[
-        float, typer.Option(envvar=_env("retune-low-usage"), min=0.0, max=1.0, rich_help_panel=_R)
-    ] = 0.5,
     retune_min_dwell: Annotated[
         float,
         typer.Option(envvar=_env("retune-min-dwell"), min=0.0, rich_help_panel=_R, help="Seconds between two changes."),
@@ -195,6 +192,15 @@ def exporter(
     retune_apply_max_per_hour: Annotated[
         int, typer.Option(envvar=_env("retune-apply-max-per-hour"), min=1, rich_help_panel=_R)
     ] = 4,
+    retune_namespaces: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--retune-namespaces",
+            envvar=_env("retune-namespaces"),
+            rich_help_panel=_R,
+            help="The only namespaces written in (Events, annotation, apply); repeatable. None: metrics only.",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(envvar=_env("log-level"), help="debug, info, warning, error.")] = "info",
 ) -> None:
     """Expose kv_planner_* metrics for vLLM pods; optionally recommend or apply --max-num-seqs."""
@@ -214,8 +220,6 @@ def exporter(
         raise fail("--targets cannot be combined with --discover or --prometheus-url")
     if not (targets or discover or prometheus_url):
         raise fail("give --targets URL..., --discover or --prometheus-url URL")
-    if retune is RetuneMode.apply and not discover:
-        raise fail("--retune apply patches workloads through the Kubernetes API: add --discover")
     try:
         config = ExporterConfig(
             host=host,
@@ -241,7 +245,6 @@ def exporter(
                 interval_s=retune_interval,
                 persist=retune_persist,
                 high_usage=retune_high_usage,
-                low_usage=retune_low_usage,
                 min_dwell_s=retune_min_dwell,
                 max_step_down=retune_max_step_down,
                 max_step_up=retune_max_step_up,
@@ -254,6 +257,7 @@ def exporter(
                 events=retune_events,
                 apply_min_interval_s=retune_apply_min_interval,
                 apply_max_per_hour=retune_apply_max_per_hour,
+                namespaces=tuple(retune_namespaces or ()),
             ),
             log_level=log_level,
         )

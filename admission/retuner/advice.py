@@ -34,10 +34,10 @@ Advisor = Callable[[AdviceInput], int | None]
 
 def risk_bounded_max_num_seqs(data: AdviceInput) -> int | None:
     """``max_num_seqs`` from planner.workload, or None when the histograms cannot support an answer."""
-    from planner.workload import kv_report_for_blocks, profile_from_histograms, risk_bounded_concurrency
+    from planner.workload import capacity_for_blocks, profile_from_histograms, risk_bounded_concurrency
 
     try:
-        kv = kv_report_for_blocks(data.num_gpu_blocks, data.block_size, data.max_model_len)
+        kv = capacity_for_blocks(data.num_gpu_blocks, data.block_size, data.max_model_len)
         profile = profile_from_histograms(data.prompt_buckets, data.generation_buckets, target_risk=data.target_risk)
         advice = risk_bounded_concurrency(
             kv, profile, headroom=data.headroom, target_risk=data.target_risk, max_model_len=data.max_model_len

@@ -23,13 +23,30 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from admission.observations import Buckets, Snapshot, SnapshotSource, TargetObservation
 from admission.retuner.advice import AdviceInput, Advisor, risk_bounded_max_num_seqs
 from admission.retuner.decide import Decision, WorkloadSignals, WorkloadState, decide
+from admission.retuner.estimate import LengthMeans, bucket_mean, length_means, occupancy_blocks, peak_blocks
 from admission.retuner.kube import KubeWriter, WorkloadRef
+from admission.retuner.owners import Owner, OwnerResolver
 from admission.retuner.settings import RetunerSettings
 
 logger = logging.getLogger("admission.retuner")
 
 WorkloadKey = tuple[str, str]
 _FORGET_AFTER = 10  # observations without the workload before its state is dropped
+
+
+def _means(
+    prompt: Buckets | None, output: Buckets | None, prompt_sums: list[float | None], output_sums: list[float | None]
+) -> LengthMeans | None:
+    """Exact means from the summed ``_sum``/``_count``; the buckets' upper bounds where a source has no sums."""
+    if not prompt or not output:
+        return None
+    count_p, count_g = prompt[-1][1], output[-1][1]
+    if all(v is not None for v in prompt_sums) and all(v is not None for v in output_sums):
+        return length_means(sum(v or 0.0 for v in prompt_sums), sum(v or 0.0 for v in output_sums), count_p, count_g)
+    mean_p, mean_g = bucket_mean(prompt), bucket_mean(output)
+    if mean_p is None or mean_g is None:
+        return None
+    return LengthMeans(prompt=mean_p, generation=mean_g, requests=min(count_p, count_g))
 
 
 def _sum_buckets(parts: list[Buckets]) -> Buckets | None:
@@ -49,11 +66,13 @@ class Retuner:
         *,
         advisor: Advisor = risk_bounded_max_num_seqs,
         writer: KubeWriter | None = None,
+        resolver: OwnerResolver | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.advisor = advisor
         self.writer = writer
+        self.resolver = resolver
         self.clock = clock
         self._lock = threading.Lock()
         self.states: dict[WorkloadKey, WorkloadState] = {}
@@ -62,6 +81,7 @@ class Retuner:
         self.refs: dict[WorkloadKey, WorkloadRef] = {}
         self._counters: dict[tuple[str, str, str], float] = {}
         self._absent: dict[WorkloadKey, int] = {}
+        self._rounds = 0
         self.changes: dict[tuple[str, str, str], int] = defaultdict(int)
         self.applies: dict[tuple[str, str, str], int] = defaultdict(int)
 
@@ -73,8 +93,11 @@ class Retuner:
         waiting = 0.0
         blocks: list[int] = []
         sizes: list[int] = []
+        occupancies: list[float] = []
         prompts: list[Buckets] = []
         outputs: list[Buckets] = []
+        prompt_sums: list[float | None] = []
+        output_sums: list[float | None] = []
         for obs in observations:
             for engine in obs.engines:
                 key = (obs.target.namespace, obs.target.pod, engine.engine)
@@ -84,18 +107,27 @@ class Retuner:
                     if previous is not None:
                         # A counter that went down means vLLM restarted: everything since is new.
                         preemptions += current - previous if current >= previous else current
+                    elif self._rounds > 0:
+                        # A pod that appeared after the first round started after it (a rollout): its
+                        # counter began at 0. On the first round the counters are only a baseline.
+                        preemptions += current
                     self._counters[key] = current
                 if engine.kv_cache_usage is not None:
                     usages.append(engine.kv_cache_usage)
                 waiting += engine.waiting or 0.0
                 if engine.num_gpu_blocks is not None:
                     blocks.append(engine.num_gpu_blocks)
+                    occupancy = occupancy_blocks(engine.kv_cache_usage, engine.num_gpu_blocks - 1, engine.running)
+                    if occupancy is not None:
+                        occupancies.append(occupancy)
                 if engine.block_size is not None:
                     sizes.append(engine.block_size)
                 if engine.prompt_tokens:
                     prompts.append(engine.prompt_tokens)
+                    prompt_sums.append(engine.prompt_tokens_sum)
                 if engine.generation_tokens:
                     outputs.append(engine.generation_tokens)
+                    output_sums.append(engine.generation_tokens_sum)
         if not blocks:
             # vLLM did not say (no vllm:cache_config_info yet): fall back to the plan's block count.
             blocks = [o.target.planned_num_gpu_blocks for o in observations if o.target.planned_num_gpu_blocks]
@@ -103,15 +135,17 @@ class Retuner:
         lengths = [o.target.max_model_len for o in observations if o.target.max_model_len is not None]
         prompt, output = _sum_buckets(prompts), _sum_buckets(outputs)
         requests = prompt[-1][1] if prompt else 0.0
+        means = _means(prompt, output, prompt_sums, output_sums)
+        size = sizes[0] if sizes else None
+        max_model_len = min(lengths) if lengths else None
         risk_limit = None
-        if blocks and sizes and prompt and output and requests >= self.settings.min_requests:
-            num_blocks, size = min(blocks), sizes[0]
-            max_model_len = min(lengths) if lengths else num_blocks * size
+        if blocks and size and prompt and output and requests >= self.settings.min_requests:
+            num_blocks = min(blocks)
             risk_limit = self.advisor(
                 AdviceInput(
                     num_gpu_blocks=num_blocks,
                     block_size=size,
-                    max_model_len=max_model_len,
+                    max_model_len=max_model_len or num_blocks * size,
                     prompt_buckets=prompt,
                     generation_buckets=output,
                     headroom=self.settings.headroom,
@@ -123,22 +157,74 @@ class Retuner:
             usage=max(usages) if usages else None,
             waiting=waiting,
             configured=min(configured) if configured else None,
+            usable_blocks=min(blocks) - 1 if blocks and min(blocks) > 1 else None,
+            footprint_blocks=peak_blocks(means, size, max_model_len) if (means and size) else None,
+            occupancy_blocks=max(occupancies) if occupancies else None,
+            requests=means.requests if means else 0.0,
             risk_limit=risk_limit,
-            requests=requests,
         )
 
-    def observe(self, snapshot: Snapshot, now: float | None = None) -> dict[WorkloadKey, Decision]:
-        """One observation of every workload in the snapshot; returns this round's decisions."""
+    def resolve_owners(self, snapshot: Snapshot) -> dict[tuple[str, str], Owner]:
+        """Each up pod's owner through the Kubernetes API (blocking; run it off the event loop)."""
+        if self.resolver is None:
+            return {}
+        self.resolver.forget_stale()
+        return {
+            obs.target.key: self.resolver.resolve(obs.target.namespace, obs.target.pod)
+            for obs in snapshot.targets
+            if obs.up
+        }
+
+    def _group_key(
+        self, obs: TargetObservation, owners: dict[tuple[str, str], Owner] | None
+    ) -> tuple[WorkloadKey, WorkloadRef]:
+        """The workload a pod's observations count for, and whether the retuner may write to it.
+
+        With a resolver, only an owner verified through the API (UID match at every link) is writable;
+        a pod whose claimed owner did not verify counts as its own workload, so a forged owner
+        reference cannot move another team's recommendation either. Without one (static targets,
+        Prometheus labels, namespaces not in --retune-namespaces) the target's workload is used for the
+        metrics and nothing is written.
+        """
+        target = obs.target
+        owner = owners.get(target.key) if owners is not None else None
+        if owner is not None and owner.verified:
+            ref = WorkloadRef(namespace=owner.namespace, kind=owner.kind, name=owner.name, uid=owner.uid, verified=True)
+            return (owner.namespace, owner.name), ref
+        if owner is not None and owner.verdict in ("not_owned", "mismatch"):
+            return (target.namespace, target.pod), WorkloadRef(namespace=target.namespace, kind="Pod", name=target.pod)
+        key = target.workload_key
+        return key, WorkloadRef(namespace=key[0], kind=target.workload_kind or "Deployment", name=key[1])
+
+    def observe(
+        self,
+        snapshot: Snapshot,
+        now: float | None = None,
+        *,
+        owners: dict[tuple[str, str], Owner] | None = None,
+    ) -> dict[WorkloadKey, Decision]:
+        """One observation of every workload in the snapshot; returns this round's decisions.
+
+        ``owners`` (from :meth:`resolve_owners`) groups pods by their verified owner.
+        """
         now = self.clock() if now is None else now
         groups: dict[WorkloadKey, list[TargetObservation]] = defaultdict(list)
+        refs: dict[WorkloadKey, set[WorkloadRef]] = defaultdict(set)
         for obs in snapshot.targets:
             if obs.up:
-                groups[obs.target.workload_key].append(obs)
+                key, ref = self._group_key(obs, owners)
+                groups[key].append(obs)
+                refs[key].add(ref)
         decisions: dict[WorkloadKey, Decision] = {}
         with self._lock:
             for key, observations in sorted(groups.items()):
-                target = observations[0].target
-                self.refs[key] = WorkloadRef(namespace=key[0], kind=target.workload_kind or "Deployment", name=key[1])
+                found = refs[key]
+                # Writable only when every pod of the group verified to the same object.
+                self.refs[key] = (
+                    next(iter(found))
+                    if len(found) == 1
+                    else WorkloadRef(namespace=key[0], kind=sorted(r.kind for r in found)[0], name=key[1])
+                )
                 signals = self._signals(observations)
                 state = self.states.setdefault(key, WorkloadState())
                 decision = decide(state, signals, self.settings, now)
@@ -154,6 +240,7 @@ class Retuner:
                     if self._absent[key] > _FORGET_AFTER:
                         for table in (self.states, self.decisions, self.risk_limits, self.refs, self._absent):
                             table.pop(key, None)
+            self._rounds += 1
         return decisions
 
     # --- outputs ------------------------------------------------------------------------------------
@@ -166,6 +253,10 @@ class Retuner:
             if decision.action == "hold" or decision.recommended is None:
                 continue
             ref = self.refs[key]
+            if not ref.verified:
+                # Not resolved through the API (or outside --retune-namespaces): metrics only.
+                logger.info("%s/%s: %s (not written: %s)", key[0], key[1], decision.message, "owner not verified")
+                continue
             if self.settings.events:
                 self.writer.event(ref, decision.reason, decision.message)
             if self.settings.annotate and self.settings.mode != "apply":
@@ -196,10 +287,24 @@ class Retuner:
             "Rollouts attempted by apply mode, by result.",
             labels=["namespace", "workload", "result"],
         )
+        capacity = GaugeMetricFamily(
+            "kv_planner_max_num_seqs_capacity",
+            "Sequences at their estimated peak KV footprint that fit with the headroom kept free.",
+            labels=["namespace", "workload"],
+        )
+        footprint = GaugeMetricFamily(
+            "kv_planner_kv_blocks_per_sequence",
+            "Estimated peak KV blocks of one sequence (exact mean lengths, floored by the observed occupancy).",
+            labels=["namespace", "workload"],
+        )
         with self._lock:
             for (namespace, workload), decision in sorted(self.decisions.items()):
                 if decision.recommended is not None:
                     recommended.add_metric([namespace, workload], float(decision.recommended))
+                if decision.capacity is not None:
+                    capacity.add_metric([namespace, workload], float(decision.capacity))
+                if decision.footprint_blocks is not None:
+                    footprint.add_metric([namespace, workload], decision.footprint_blocks)
             for (namespace, workload), limit in sorted(self.risk_limits.items()):
                 bound.add_metric([namespace, workload], float(limit))
             for (namespace, workload, direction), count in sorted(self.changes.items()):
@@ -208,7 +313,7 @@ class Retuner:
             for (namespace, workload, result), count in sorted(self.applies.items()):
                 if (namespace, workload) in self.states:
                     applies.add_metric([namespace, workload, result], float(count))
-        return [recommended, bound, changes, applies]
+        return [recommended, bound, capacity, footprint, changes, applies]
 
     # --- the loop -----------------------------------------------------------------------------------
 
@@ -216,7 +321,8 @@ class Retuner:
         while not stop.is_set():
             try:
                 snapshot = await source.snapshot(budget_s, record=False)
-                decisions = self.observe(snapshot)
+                owners = await asyncio.to_thread(self.resolve_owners, snapshot) if self.resolver else None
+                decisions = self.observe(snapshot, owners=owners)
                 await asyncio.to_thread(self.publish, decisions)
             except Exception:  # the exporter must keep serving whatever happens here
                 logger.exception("retuner round failed")

@@ -128,6 +128,9 @@ platforms that assign UIDs (OpenShift) can.
 {{/* Cross-field checks the JSON schema cannot express. */}}
 {{- define "kv-planner.validate" -}}
 {{- if .Values.webhook.enabled -}}
+{{- if ge (float64 .Values.webhook.reviewBudgetSeconds) (float64 .Values.webhook.timeoutSeconds) -}}
+{{- fail (printf "webhook.reviewBudgetSeconds (%v) must be below webhook.timeoutSeconds (%v): a review must be answered before the API server gives up" .Values.webhook.reviewBudgetSeconds .Values.webhook.timeoutSeconds) -}}
+{{- end -}}
 {{- if ge (float64 .Values.policy.modelLookup.timeoutSeconds) (float64 .Values.webhook.timeoutSeconds) -}}
 {{- fail (printf "policy.modelLookup.timeoutSeconds (%v) must be below webhook.timeoutSeconds (%v): a slow model lookup must never become a webhook timeout" .Values.policy.modelLookup.timeoutSeconds .Values.webhook.timeoutSeconds) -}}
 {{- end -}}
@@ -140,9 +143,6 @@ platforms that assign UIDs (OpenShift) can.
 {{- if and (eq (include "kv-planner.tls.mode" .) "provided") (not .Values.webhook.tls.provided.caBundle) -}}
 {{- fail "webhook.tls.provided.caBundle (base64 PEM of the CA) is required when webhook.tls.mode is provided" -}}
 {{- end -}}
-{{- end -}}
-{{- if and .Values.exporter.enabled (eq .Values.exporter.source "discover") (not (empty .Values.exporter.rbac.namespaces)) -}}
-{{- fail "exporter.rbac.namespaces cannot be used with exporter.source discover: discovery lists pods in all namespaces (and keeps those labelled kv-planner.io/enabled=true), which needs the cluster-wide binding" -}}
 {{- end -}}
 {{- if and .Values.exporter.enabled (eq .Values.exporter.source "targets") (empty .Values.exporter.targets) -}}
 {{- fail "exporter.source is targets but exporter.targets is empty" -}}

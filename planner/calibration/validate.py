@@ -116,7 +116,7 @@ def serving_args(record: StartupRecord, *, online_quantization: bool) -> Serving
     )
 
 
-def _resolve_model(record: StartupRecord, lookup: ModelLookup) -> tuple[ModelSpec, bool]:
+def resolve_record_model(record: StartupRecord, lookup: ModelLookup) -> tuple[ModelSpec, bool]:
     """(spec, online quantization). A quantized variant missing from the catalog is planned as its
     base model with the record's weight scheme."""
     try:
@@ -221,7 +221,7 @@ def validate_record(
 ) -> RecordResult:
     try:
         resolve_release(record.vllm_version)
-        spec, online = _resolve_model(record, lookup_model)
+        spec, online = resolve_record_model(record, lookup_model)
         gpu = lookup_gpu(record.gpu or "")
     except (UnknownModelError, UnknownVllmVersionError, LookupError) as error:
         return RecordResult(id=record.id, model=record.model, supported=False, reason=str(error).splitlines()[0])

@@ -1,24 +1,12 @@
-"""The ``planner`` command. Each command group lives in its own module and registers on ``app``."""
+"""The ``planner`` command. Each command group lives in its own module and registers on ``app``.
+
+Command modules are imported on first use (``_app._LazyCommands``): ``planner recommend`` never pays
+for the webhook's decision code, the simulator or the probe.
+"""
 
 from __future__ import annotations
 
-import importlib
-
-from planner.cli._app import app
-
-# One module per command group; importing a module registers its commands on `app`.
-_COMMAND_MODULES = (
-    "recommend",
-    "estimate",
-    "catalog",
-    "validate",
-    "calibrate",
-    "check",
-    "simulate",
-    "probe",
-)
-for _name in _COMMAND_MODULES:
-    importlib.import_module(f"planner.cli.{_name}")
+from planner.cli._app import app, load_all_commands
 
 
 def main() -> None:
@@ -26,4 +14,4 @@ def main() -> None:
     app()
 
 
-__all__ = ["app", "main"]
+__all__ = ["app", "load_all_commands", "main"]

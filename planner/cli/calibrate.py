@@ -16,16 +16,17 @@ from planner.calibration.corrections import (
     save_corrections,
 )
 from planner.calibration.fit import fit_report
+from planner.calibration.logs import parse_startup_log
 from planner.calibration.records import StartupRecord, load_records
 from planner.calibration.validate import serving_args
 from planner.cli._app import app
+from planner.cli._commands import COMMANDS
 from planner.cli._output import OutputFormat, console, print_json
 from planner.errors import KvPlannerError, PlannerInputError
 from planner.gpus.catalog import lookup_gpu
 from planner.models.catalog import lookup_model
 from planner.plan.build import predict
 from planner.units import GiB
-from planner.vllm.logs import parse_startup_log
 
 
 def _bytes(gib: float | None) -> int | None:
@@ -113,11 +114,7 @@ def _fit(records_file: Path, write: Path | None, output: OutputFormat) -> None:
         console.print(f"wrote the fitted coefficients to {write}")
 
 
-@app.command(
-    help="Parse real vLLM startup logs (V0 or V1), compare them with the planner, and write a "
-    "corrections file that `planner recommend --calibration FILE` applies. With --fit, refit the "
-    "memory model on a JSONL of startup records and report leave-one-model-out errors."
-)
+@app.command(help=COMMANDS["calibrate"].help)
 def calibrate(
     logs: Annotated[list[Path] | None, typer.Argument(help="vLLM startup log files.")] = None,
     gpu: Annotated[str | None, typer.Option("--gpu", help="GPU the logs ran on (logs rarely name it).")] = None,

@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from planner.cli._app import app
+from planner.cli._commands import COMMANDS
 from planner.cli._output import OutputFormat, console, print_json, print_yaml
 from planner.gpus.catalog import all_gpus, instance_types, lookup_gpu
 from planner.gpus.spec import GpuSpec
@@ -37,8 +38,7 @@ def _gpu_record(gpu: GpuSpec) -> dict[str, Any]:
 
 @app.command(
     "gpus",
-    help="List the GPU catalog: the memory CUDA reports (what vLLM multiplies by --gpu-memory-utilization), "
-    "bandwidth, MIG profiles and every alias (GFD labels, GKE accelerators, karpenter names).",
+    help=COMMANDS["gpus"].help,
     epilog="Examples: planner gpus;  planner gpus NVIDIA-A100-SXM4-80GB;  planner gpus --instance-types",
 )
 def gpus(
@@ -130,8 +130,7 @@ def _params(model: ModelSpec) -> str:
 
 @app.command(
     "models",
-    help="List the embedded model catalog (works offline): architecture facts vLLM sizes the KV cache "
-    "with, exact parameter counts and checkpoint bytes where known, and where each entry comes from.",
+    help=COMMANDS["models"].help,
     epilog="Examples: planner models;  planner models llama-3.1-8b;  planner models -o json",
 )
 def models(

@@ -8,6 +8,7 @@ import typer
 from pydantic import BaseModel, ConfigDict
 
 from planner.cli._app import app
+from planner.cli._commands import COMMANDS
 from planner.cli._lookup import model_for
 from planner.cli._output import OutputFormat, console, print_json, print_yaml
 from planner.errors import PlannerInputError
@@ -64,7 +65,7 @@ def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str, dtype_bytes: int |
 
 
 @app.command(
-    help="KV-cache bytes per token and per sequence, from --model or from raw --layers/--kv-heads/--head-dim.",
+    help=COMMANDS["estimate"].help,
     epilog="Example: planner estimate --layers 32 --kv-heads 8 --head-dim 128 --tokens 32768 --num-seqs 8",
 )
 def estimate(

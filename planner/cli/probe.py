@@ -17,6 +17,7 @@ import typer
 from pydantic import ValidationError
 
 from planner.cli._app import app
+from planner.cli._commands import COMMANDS
 from planner.cli._output import OutputFormat, console, err_console, print_json, print_yaml
 from planner.errors import PlannerInputError, ScrapeError
 from planner.units import parse_human_int
@@ -139,8 +140,7 @@ Plot = Annotated[Path | None, typer.Option("--plot", help="Write a PNG or SVG pl
 
 
 @app.command(
-    help="Probe a live OpenAI-compatible vLLM server: run a bounded staircase of concurrent long requests, "
-    "watch KV usage, preemptions, queue and latency, and report the highest safe concurrency.",
+    help=COMMANDS["probe"].help,
     epilog="Example: planner probe --endpoint http://vllm:8000 --workload lengths.yaml --max-concurrency 64 "
     "--ttft-limit 2s --plot probe.png",
 )

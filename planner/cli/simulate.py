@@ -10,6 +10,7 @@ import typer
 from pydantic import ValidationError
 
 from planner.cli._app import app
+from planner.cli._commands import COMMANDS
 from planner.cli._output import OutputFormat, console, print_json, print_yaml
 from planner.cli._vllm_options import (
     BlockSize,
@@ -29,7 +30,7 @@ from planner.vllm.args import ServingArgs
 
 simulate_app = typer.Typer(
     name="simulate",
-    help="Run a simulated vLLM server (vLLM's HTTP API and metrics, a block-by-block KV-cache scheduler).",
+    help=COMMANDS["simulate"].help,
     no_args_is_help=True,
 )
 app.add_typer(simulate_app, name="simulate")

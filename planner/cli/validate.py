@@ -8,14 +8,16 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from planner.calibration.records import StartupRecord, load_records
+from planner.calibration.dataset import dataset_records, load_record_file
+from planner.calibration.records import StartupRecord
 from planner.calibration.validate import ValidationReport, validate_records
 from planner.cli._app import app
+from planner.cli._commands import COMMANDS
 from planner.cli._output import OutputFormat, console, err_console, print_json, print_yaml
 from planner.errors import KvPlannerError, PlannerInputError, UnknownModelError
 from planner.gpus.catalog import lookup_gpu
+from planner.hub.resolve import resolve_model
 from planner.models.catalog import lookup_model
-from planner.models.resolve import resolve_model
 from planner.models.spec import ModelSpec
 
 
@@ -72,16 +74,23 @@ def render_report(report: ValidationReport) -> None:
         )
 
 
-@app.command(help="Compare the planner with real vLLM startup reports (JSONL, the calibration schema).")
+@app.command(help=COMMANDS["validate"].help)
 def validate(
-    file: Annotated[Path, typer.Argument(help="JSONL of startup records (see docs/accuracy.md).")],
+    file: Annotated[
+        Path | None,
+        typer.Argument(help="JSONL of startup records (see docs/accuracy.md); default: the shipped data."),
+    ] = None,
     output: Annotated[OutputFormat, typer.Option("--output", "-o")] = OutputFormat.table,
 ) -> None:
-    loaded = load_records(file)
-    for problem in (r for r in loaded if isinstance(r, str)):
-        err_console.print(f"[yellow]not a record[/] {file}: {problem}")
-    if not any(isinstance(r, StartupRecord) for r in loaded):
-        raise PlannerInputError(f"{file}: no startup records (one JSON object per line)")
+    loaded: list[StartupRecord | str]
+    if file is None:
+        loaded = list(dataset_records())
+    else:
+        loaded = load_record_file(file)
+        for problem in (r for r in loaded if isinstance(r, str)):
+            err_console.print(f"[yellow]not a record[/] {file}: {problem}")
+        if not any(isinstance(r, StartupRecord) for r in loaded):
+            raise PlannerInputError(f"{file}: no startup records (one JSON object per line)")
     report = validate_records(loaded, lookup_model=lookup_any_model, lookup_gpu=lookup_gpu)
     if output is OutputFormat.json:
         print_json(report)

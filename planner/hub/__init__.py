@@ -1,8 +1,9 @@
 """Model resolution machinery: local directories, the Hugging Face Hub and its cache.
 
-The public entry point is :func:`planner.models.resolve.resolve_model`; the CLI also uses
+The public entry point is :func:`planner.hub.resolve.resolve_model`; the CLI also uses
 :func:`planner.hub.progress.hub_progress` for the progress display. Modules:
 
+- ``resolve``: the order (local path, built-in catalog, Hub) and the per-model memo around it;
 - ``settings``: endpoint, cache folders, token and offline mode, read from the environment per call;
 - ``local``: a model given as a local path;
 - ``remote``: config.json and safetensors headers from the Hub (or its cache) via huggingface_hub;

@@ -85,7 +85,7 @@ class RichProgress:
 
 @contextmanager
 def hub_progress(console: Console | None = None, *, enabled: bool | None = None) -> Iterator[ResolveProgress]:
-    """A progress reporter for :func:`planner.models.resolve.resolve_model`.
+    """A progress reporter for :func:`planner.hub.resolve.resolve_model`.
 
     ``enabled=None`` draws only when ``console`` is a terminal (default console: stderr).
     """

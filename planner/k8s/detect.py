@@ -12,22 +12,21 @@ Only ``argv`` and ``image`` containers may be mutated: their words map one to on
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, Literal
 
+import re2
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.errors import InvalidArgumentError
 from planner.k8s.envvars import container_env, expand_all, string_list
+from planner.k8s.images import VersionEvidence, image_release
 from planner.k8s.shell import parse_script, shell_script
 from planner.vllm.argv import VllmCommand, locate, parse_args, parse_command
 
 Style = Literal["argv", "shell", "image"]
-_VERSION_TAG = re.compile(r"^v?(\d+\.\d+(?:\.\d+)?(?:\.\d+|\.post\d+)?)(?:$|[-_+])")
-_VERSION_INSIDE = re.compile(r"vllm[-_]?v?(\d+\.\d+\.\d+)", re.IGNORECASE)
-_UNRESOLVED_K8S = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+_UNRESOLVED_K8S = re2.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
 
 class VllmContainer(BaseModel):
@@ -38,7 +37,8 @@ class VllmContainer(BaseModel):
     index: int = Field(description="position in spec.containers")
     name: str
     image: str | None = None
-    vllm_version: str | None = Field(default=None, description="X.Y.Z from the image tag, when it has one")
+    vllm_version: str | None = Field(default=None, description="X.Y.Z from evidence (images.py), else None")
+    version_source: str | None = Field(default=None, description="official-image, derivative-image, annotation")
     style: Style
     command: VllmCommand | None = Field(default=None, description="None when the command line did not parse")
     parse_error: str | None = None
@@ -50,25 +50,9 @@ class VllmContainer(BaseModel):
 
 
 def image_version(image: str | None) -> str | None:
-    """The vLLM release in an image reference as X.Y.Z: ``vllm/vllm-openai:v0.10.1.1`` -> ``0.10.1``
-    (a fourth part does not change behaviour; DESIGN's contract is X.Y.Z).
-
-    Only for vLLM images (repository name contains "vllm"); ``latest``, ``nightly`` and digests give None.
-    """
-    if not image or "vllm" not in image.lower():
-        return None
-    reference = image.split("@", 1)[0]
-    last = reference.rsplit("/", 1)[-1]
-    if ":" not in last:
-        return None
-    tag = last.split(":", 1)[1]
-    match = _VERSION_TAG.match(tag) or _VERSION_INSIDE.search(tag)
-    return _three_parts(match.group(1)) if match else None
-
-
-def _three_parts(version: str) -> str:
-    parts = version.split(".")
-    return ".".join([*parts, "0", "0"][:3]) if all(p.isdigit() for p in parts[:3]) else version
+    """The vLLM release ``image`` runs as X.Y.Z, only from evidence (:mod:`planner.k8s.images`)."""
+    evidence = image_release(image)
+    return evidence.version if evidence else None
 
 
 def is_vllm_image(image: str | None) -> bool:
@@ -84,6 +68,7 @@ def find_vllm_containers(
     implicit_env: Mapping[str, str] | None = None,
     default_version: str | None = None,
     read_file: Callable[[Mapping[str, Any]], Callable[[str], str | None]] | None = None,
+    stated_version: VersionEvidence | None = None,
 ) -> list[VllmContainer]:
     """The vLLM containers of ``pod_spec`` (``containers`` only), in order."""
     found: list[VllmContainer] = []
@@ -95,7 +80,12 @@ def find_vllm_containers(
             continue
         reader = read_file(container) if read_file else None
         result = inspect_container(
-            index, container, implicit_env=implicit_env, default_version=default_version, read_config=reader
+            index,
+            container,
+            implicit_env=implicit_env,
+            default_version=default_version,
+            read_config=reader,
+            stated_version=stated_version,
         )
         if result is not None:
             found.append(result)
@@ -109,11 +99,18 @@ def inspect_container(
     implicit_env: Mapping[str, str] | None = None,
     default_version: str | None = None,
     read_config: Callable[[str], str | None] | None = None,
+    stated_version: VersionEvidence | None = None,
 ) -> VllmContainer | None:
-    """A :class:`VllmContainer` when ``container`` runs vLLM, else None."""
+    """A :class:`VllmContainer` when ``container`` runs vLLM, else None.
+
+    The release comes from ``stated_version`` (the ``kv-planner.io/vllm-version`` annotation), else
+    from the image when its publisher maps it; ``default_version`` (the policy's assumption) only
+    chooses how the command line is parsed, it is not reported as the container's release.
+    """
     env = container_env(container, implicit_env)
     image = container.get("image") if isinstance(container.get("image"), str) else None
-    tag_version = image_version(image)
+    evidence = stated_version or image_release(image)
+    tag_version = evidence.version if evidence else None
     version = tag_version or default_version
     raw_command = string_list(container.get("command"))
     raw_args = string_list(container.get("args"))
@@ -126,6 +123,7 @@ def inspect_container(
         "name": name,
         "image": image,
         "vllm_version": tag_version,
+        "version_source": evidence.source if evidence else None,
         "env": env,
         "has_args": raw_args is not None,
     }

@@ -7,10 +7,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planner.gpus.share import GpuShare
 from planner.k8s.configfiles import ConfigMaps, file_reader
 from planner.k8s.detect import VllmContainer, find_vllm_containers
+from planner.k8s.dra import ClaimIndex, ClaimUse, container_claims, gpu_from_claims
 from planner.k8s.gpus import GpuCatalog, GpuResolution, resolve_gpu
+from planner.k8s.images import VersionEvidence, annotated_release
 from planner.k8s.nodes import NodeInfo
+from planner.k8s.platforms import group_of, mentions_vllm, read_platform
+from planner.k8s.platforms.base import ArgsTarget, PlatformNote, PlatformView, non_gpu_accelerator
+from planner.k8s.platforms.kserve import Runtimes
+from planner.k8s.sharing import resolve_share
 from planner.k8s.workloads import PodTemplateRef, get_path, owned_by_controller, pod_templates
 
 SKIP_ANNOTATION = "kv-planner.io/skip"
@@ -23,6 +30,18 @@ class ContainerFinding(BaseModel):
     template: PodTemplateRef
     container: VllmContainer
     gpu: GpuResolution
+    share: GpuShare | None = Field(default=None, description="the pod's share of a shared GPU, if shared")
+    claims: list[ClaimUse] = Field(default_factory=list, description="DRA claims the container uses")
+    replicas: int = Field(default=1, description="pods the workload runs (spec.replicas)")
+    platform: str | None = Field(default=None, description="the serving platform whose resource this is")
+    target: ArgsTarget | None = Field(default=None, description="platform view: where its args are written")
+    rebuilt: bool = Field(default=False, description="the container was rebuilt from platform fields")
+    no_write: str | None = Field(default=None, description="why this container cannot be changed")
+
+    @property
+    def writable(self) -> bool:
+        """Whether changes may be written: a real container, or a platform field that takes them."""
+        return self.no_write is None and (self.target is not None or not self.rebuilt)
 
 
 class TemplateFinding(BaseModel):
@@ -42,7 +61,9 @@ class WorkloadFinding(BaseModel):
     namespace: str | None
     name: str | None
     skip: SkipReason | None = None
+    platform: str | None = None
     templates: list[TemplateFinding] = Field(default_factory=list)
+    notes: list[PlatformNote] = Field(default_factory=list, description="what was seen but not planned, and why")
 
     @property
     def vllm_containers(self) -> list[ContainerFinding]:
@@ -65,6 +86,8 @@ def inspect_workload(
     default_version: str | None = None,
     configmaps: ConfigMaps | None = None,
     namespace: str | None = None,
+    runtimes: Runtimes | None = None,
+    claims: ClaimIndex | None = None,
 ) -> WorkloadFinding:
     """Read ``obj``: its templates, their vLLM containers and GPUs (never raises on odd shapes)."""
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
@@ -80,40 +103,147 @@ def inspect_workload(
         return WorkloadFinding(skip="opted-out", **header)
     if header["kind"] in ("Pod", "ReplicaSet") and owned_by_controller(obj):
         return WorkloadFinding(skip="owned-by-controller", **header)
-    refs = pod_templates(obj)
-    if not refs:
-        return WorkloadFinding(skip="no-pod-template", **header)
+    stated, problem = annotated_release(meta.get("annotations"))
+    notes: list[PlatformNote] = []
+    if problem:
+        notes.append(PlatformNote(reason="bad-version-annotation", text=problem))
+    read = read_platform(obj, runtimes=runtimes)
+    if read is not None:
+        platform: str | None = read.platform
+        views = list(read.views)
+        notes += read.notes
+    else:
+        platform = None
+        views = [PlatformView(platform="kubernetes", template=ref) for ref in pod_templates(obj)]
+        if not views and group_of(obj) not in _BUILTIN_GROUPS and mentions_vllm(obj):
+            kind = header["kind"]
+            text = f"{kind} mentions vLLM but kv-planner has no reader for it"
+            notes.append(PlatformNote(reason="unsupported-kind", text=text))
+    header["platform"] = platform
+    if not views:
+        return WorkloadFinding(skip="no-pod-template", notes=notes, **header)
 
+    replicas = _replicas(obj)
     templates: list[TemplateFinding] = []
-    for ref in refs:
-        pod_spec = get_path(obj, ref.spec_path)
+    for view in views:
+        ref = view.template
+        pod_spec = view.pod_spec if view.pod_spec is not None else get_path(obj, ref.spec_path)
         template_meta = get_path(obj, ref.metadata_path)
         if not isinstance(pod_spec, Mapping):
             continue
         if _opted_out(template_meta):
             templates.append(TemplateFinding(template=ref))
             continue
+        template_stated, template_problem = annotated_release(_annotations(template_meta))
+        if template_problem and template_problem not in [n.text for n in notes]:
+            notes.append(PlatformNote(reason="bad-version-annotation", where=ref.name, text=template_problem))
+        version: VersionEvidence | None = stated or template_stated or view.stated_version
         reader = _reader(pod_spec, ns, configmaps) if configmaps else None
         containers = find_vllm_containers(
-            pod_spec, implicit_env=ref.implicit_env, default_version=default_version, read_file=reader
+            pod_spec,
+            implicit_env=ref.implicit_env,
+            default_version=default_version,
+            read_file=reader,
+            stated_version=version,
         )
         peer = get_path(obj, ref.peer_spec_path) if ref.peer_spec_path else None
         findings = []
         for found in containers:
             raw = pod_spec["containers"][found.index]
+            accelerator = _non_gpu(raw)
+            if accelerator:
+                notes.append(
+                    PlatformNote(
+                        reason="non-gpu-accelerator",
+                        where=found.name,
+                        text=f"{accelerator}: kv-planner plans GPUs only, not checked",
+                    )
+                )
+                continue
             gpu = resolve_gpu(
                 container=raw,
                 pod_spec=pod_spec,
-                annotations=[meta.get("annotations"), _annotations(template_meta)],
+                annotations=[_annotations(meta), _annotations(template_meta)],
                 catalog=catalog,
                 group_size=ref.group_size,
                 peer_spec=peer if isinstance(peer, Mapping) else None,
                 inventory=inventory,
                 default_gpu=default_gpu,
             )
-            findings.append(ContainerFinding(template=ref, container=found, gpu=gpu))
+            gpu = _platform_gpu(gpu, view, catalog)
+            uses = container_claims(pod_spec, raw, ns, claims)
+            if uses:
+                gpu = gpu_from_claims(uses, catalog, gpu) or gpu
+            annotations = [meta.get("annotations"), _annotations(template_meta)]
+            share = resolve_share(
+                container=raw,
+                pod_spec=pod_spec,
+                annotations=[a if isinstance(a, Mapping) else None for a in annotations],
+                gpu=gpu,
+                inventory=inventory,
+                claims=uses,
+                replicas=replicas,
+                namespace=ns,
+            )
+            target = view.targets.get(found.index)
+            rebuilt = view.pod_spec is not None
+            no_write = view.no_write if (rebuilt and target is None) else None
+            if rebuilt and target is None and no_write is None:
+                no_write = "the platform keeps no field for vLLM's arguments"
+            findings.append(
+                ContainerFinding(
+                    template=ref,
+                    container=found,
+                    gpu=gpu,
+                    share=share,
+                    claims=uses,
+                    replicas=replicas,
+                    platform=view.platform,
+                    target=target,
+                    rebuilt=rebuilt,
+                    no_write=no_write,
+                )
+            )
         templates.append(TemplateFinding(template=ref, containers=findings))
-    return WorkloadFinding(templates=templates, **header)
+    return WorkloadFinding(templates=templates, notes=notes, **header)
+
+
+# API groups of Kubernetes' own kinds (never "an LLM server we cannot read").
+_BUILTIN_GROUPS = ("", "apps", "batch", "autoscaling", "policy", "networking.k8s.io", "rbac.authorization.k8s.io")
+_NON_GPU_IMAGES = ("vllm/vllm-tpu", "vllm-neuron", "vllm-gaudi", "vllm-hpu")
+
+
+def _non_gpu(container: Mapping[str, Any]) -> str | None:
+    """A TPU / Neuron / Gaudi resource or image of a vLLM container (the planner models GPUs)."""
+    resource = non_gpu_accelerator(container.get("resources"))
+    if resource:
+        return resource
+    image = container.get("image")
+    if isinstance(image, str) and any(name in image.lower() for name in _NON_GPU_IMAGES):
+        return f"image {image.rsplit('/', 1)[-1][:60]}"
+    return None
+
+
+def _platform_gpu(gpu: GpuResolution, view: PlatformView, catalog: GpuCatalog) -> GpuResolution:
+    """Apply what the platform says: its GPU name (below the user's annotation and the node
+    selectors, above the CLI default) and the GPUs of the whole serving group."""
+    update: dict[str, Any] = {}
+    if view.gpu_hint is not None and gpu.source in (None, "cli", "inventory"):
+        spec = catalog.lookup(view.gpu_hint.name)
+        if spec is not None:
+            update.update(name=spec.name, label=view.gpu_hint.label, source="platform", spec=spec, unknown_label=False)
+    if view.group_gpus is not None:
+        update["group_gpus"] = view.group_gpus
+    return gpu.model_copy(update=update) if update else gpu
+
+
+def _replicas(obj: Mapping[str, Any]) -> int:
+    """Pods the object runs at once: ``spec.replicas`` of Deployments, StatefulSets and ReplicaSets
+    (the API default 1 when absent), 1 for everything else."""
+    if obj.get("kind") not in ("Deployment", "StatefulSet", "ReplicaSet", "ReplicationController"):
+        return 1
+    value = get_path(obj, ("spec", "replicas"))
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 1
 
 
 def _annotations(meta: Any) -> Mapping[str, Any] | None:

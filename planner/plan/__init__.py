@@ -10,17 +10,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from planner.errors import PlannerInputError
 from planner.gpus.spec import GpuSpec
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.models.spec import ModelSpec
 from planner.plan.build import plan_without_recommendation
+from planner.plan.engine import TermCorrections
 from planner.plan.models import Plan
-from planner.plan.recommend import alternatives, recommendation, recommendation_from_alternative
+from planner.plan.recommend import alternatives, recommendation, recommendation_from_alternative, safe_cache
 from planner.vllm.args import ServingArgs
 
 if TYPE_CHECKING:
-    from planner.calibration.corrections import Corrections
-    from planner.workload import WorkloadProfile
+    from planner.workload.profile import WorkloadProfile
 
 __all__ = ["Plan", "make_plan"]
 
@@ -35,7 +36,7 @@ def make_plan(
     workload: WorkloadProfile | None = None,
     gpu_count: int | None = None,
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
-    corrections: Corrections | None = None,
+    corrections: TermCorrections | None = None,
     bigger_gpus: Sequence[GpuSpec] = (),
     with_alternatives: bool = True,
 ) -> Plan:
@@ -46,8 +47,6 @@ def make_plan(
     settings vLLM refuses before sizing anything.
     """
     if not 0 <= headroom < 1:
-        from planner.errors import PlannerInputError
-
         raise PlannerInputError(f"headroom must be in [0, 1), got {headroom}")
     plan, prediction = plan_without_recommendation(
         model,
@@ -62,10 +61,11 @@ def make_plan(
     basis: str | None = None
     notes: list[str] = []
     if workload is not None and plan.fits:
-        from planner.workload import risk_bounded_concurrency
+        from planner.workload.concurrency import risk_bounded_concurrency  # numpy: only with a workload
 
+        # The blocks the recommendation may count on: the low end of the KV band (planner/plan/margin.py).
         advice = risk_bounded_concurrency(
-            plan.kv_cache, workload, headroom=headroom, max_model_len=plan.kv_cache.max_model_len, with_curve=False
+            safe_cache(plan), workload, headroom=headroom, max_model_len=plan.kv_cache.max_model_len, with_curve=False
         )
         workload_limit, basis = advice.max_num_seqs, "workload"
         notes = [

@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from planner.errors import InvalidArgumentError
+from planner.errors import InvalidArgumentError, KvPlannerError
+from planner.findings import Code, Finding, fix_args
 from planner.gpus.spec import GpuSpec
 from planner.kv.capacity import KvLayout, capacity, fit_error_text, no_memory_text
 from planner.kv.dtypes import is_approximate
 from planner.kv.specs import attention_bytes_per_token, mamba_state_bytes
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.models.spec import ModelSpec
-from planner.plan.engine import EngineLayout, compute_engine, kv_layout
+from planner.plan.engine import EngineLayout, TermCorrections, compute_engine, kv_layout
+from planner.plan.margin import activation_kind, kv_band
 from planner.plan.models import (
     GpuReport,
+    KvBand,
     KvCacheReport,
     KvGroupReport,
     MemoryReport,
@@ -25,10 +27,7 @@ from planner.units import GiB
 from planner.vllm.args import ServingArgs
 from planner.vllm.checks import check_parallelism, check_values, derived_length, resolve_max_model_len
 from planner.vllm.defaults import ResolvedArgs, resolve_args
-from planner.vllm.releases import Release, Version, resolve_release
-
-if TYPE_CHECKING:
-    from planner.calibration.corrections import Corrections
+from planner.vllm.releases import RELEASES, Release, Version, resolve_release
 
 
 @dataclass
@@ -43,22 +42,34 @@ class Prediction:
     max_model_len: int
     fits: bool
     fit_error: str | None
-    warnings: list[str]
+    warnings: list[Finding]
 
 
-def _unmodelled_warnings(args: ServingArgs, release: Release, kv_name: str) -> list[str]:
+def _unmodelled_warnings(args: ServingArgs, release: Release, kv_name: str) -> list[Finding]:
     warnings = []
     if args.speculative_config:
         warnings.append(
-            "KVP201 speculative decoding: the draft model's weights and KV blocks are not modelled; "
-            "real capacity is lower"
+            Finding.of(
+                Code.SPECULATIVE_NOT_MODELLED,
+                "speculative decoding: the draft model's weights and KV blocks are not modelled; "
+                "real capacity is lower",
+            )
         )
     if args.kv_transfer_config:
-        warnings.append("KVP202 KV transfer (disaggregated prefill/decode) is not modelled")
+        warnings.append(
+            Finding.of(Code.KV_TRANSFER_NOT_MODELLED, "KV transfer (disaggregated prefill/decode) is not modelled")
+        )
     if args.kv_offloading_size:
-        warnings.append("KVP203 KV offloading to CPU adds capacity kv-planner does not count")
+        warnings.append(
+            Finding.of(Code.CPU_OFFLOAD_NOT_COUNTED, "KV offloading to CPU adds capacity kv-planner does not count")
+        )
     if is_approximate(kv_name):
-        warnings.append(f"KVP204 --kv-cache-dtype {kv_name}: packed layout approximated by its nominal bits")
+        warnings.append(
+            Finding.of(
+                Code.PACKED_DTYPE_APPROXIMATED,
+                f"--kv-cache-dtype {kv_name}: packed layout approximated by its nominal bits",
+            )
+        )
     if args.kv_cache_memory_bytes is not None and not release.kv_cache_memory_bytes_flag:
         raise InvalidArgumentError(
             "unrecognized arguments: --kv-cache-memory-bytes (added in vLLM 0.10.2)", flag="--kv-cache-memory-bytes"
@@ -68,9 +79,15 @@ def _unmodelled_warnings(args: ServingArgs, release: Release, kv_name: str) -> l
             raise InvalidArgumentError(
                 "unrecognized arguments: --swap-space (removed in vLLM 0.18.0)", flag="--swap-space"
             )
-        warnings.append("KVP205 --swap-space only matters for the V0 engine; V1 never swaps")
+        warnings.append(
+            Finding.of(Code.SWAP_SPACE_V0_ONLY, "--swap-space only matters for the V0 engine; V1 never swaps")
+        )
     if args.data_parallel_size > 1:
-        warnings.append(f"KVP206 data parallel: {args.data_parallel_size} engines, each with the capacity below")
+        warnings.append(
+            Finding.of(
+                Code.DATA_PARALLEL, f"data parallel: {args.data_parallel_size} engines, each with the capacity below"
+            )
+        )
     return warnings
 
 
@@ -82,7 +99,7 @@ def predict(
     vllm_version: str | None = None,
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
     available_override: list[int] | None = None,
-    corrections: Corrections | None = None,
+    corrections: TermCorrections | None = None,
 ) -> Prediction:
     """Run vLLM's startup arithmetic. ``available_override`` replaces the predicted per-stage KV
     memory (used when a log gives the real figure)."""
@@ -105,9 +122,13 @@ def predict(
     engine = compute_engine(model, gpu, args, release, resolved, coefficients=coefficients, deltas=deltas)
     warnings += engine.warnings + _unmodelled_warnings(args, release, engine.kv_dtype.name)
     if deltas is not None:
-        warnings.append("KVP108 memory terms corrected with measurements from the calibration file")
+        warnings.append(
+            Finding.of(Code.CORRECTED, "memory terms corrected with measurements from the calibration file")
+        )
     if engine.weights_estimated:
-        warnings.append("KVP105 weights estimated from the architecture (no exact checkpoint size)")
+        warnings.append(
+            Finding.of(Code.WEIGHTS_ESTIMATED, "weights estimated from the architecture (no exact checkpoint size)")
+        )
     if available_override is not None:
         available = list(available_override)
     elif args.kv_cache_memory_bytes is not None:
@@ -137,7 +158,13 @@ def predict(
             )
         else:
             if fit < max_len:
-                warnings.append(f"KVP106 --max-model-len auto: vLLM will reduce the context from {max_len} to {fit}")
+                warnings.append(
+                    Finding.of(
+                        Code.AUTO_FIT_CONTEXT,
+                        f"--max-model-len auto: vLLM will reduce the context from {max_len} to {fit}",
+                        fix=fix_args(["--max-model-len", str(fit)]),
+                    )
+                )
             max_len, fits = min(max_len, fit), True
     else:
         fits = layout.fits(max_len)
@@ -229,6 +256,69 @@ def model_report(model: ModelSpec, prediction: Prediction) -> ModelReport:
     )
 
 
+def version_spread(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    args: ServingArgs,
+    prediction: Prediction,
+    *,
+    coefficients: MemoryCoefficients,
+    corrections: TermCorrections | None,
+) -> int:
+    """How much less KV memory (limiting stage) any checked V1 release computes for the same flags than
+    the release planned: the uncertainty of a plan whose vLLM version is unknown. The utilization is
+    pinned to the planned one, since the recommended flags spell it out."""
+    pinned = args.model_copy(update={"gpu_memory_utilization": prediction.resolved.gpu_memory_utilization})
+    planned = min(prediction.layout.stages, key=lambda s: s.available_bytes).available_bytes
+    least = planned
+    for row in RELEASES:
+        if not row.v1_default:
+            continue
+        try:
+            other = predict(
+                model, gpu, pinned, vllm_version=row.since, coefficients=coefficients, corrections=corrections
+            )
+        except KvPlannerError:
+            continue  # a flag that release does not have: it would not run these flags at all
+        least = min(least, *(stage.kv_bytes for stage in other.engine.memory))
+    return planned - least
+
+
+def margin_band(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    args: ServingArgs,
+    prediction: Prediction,
+    memory: MemoryReport,
+    *,
+    version_known: bool,
+    coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+    corrections: TermCorrections | None = None,
+) -> KvBand:
+    """The KV band of :mod:`planner.plan.margin`, with what vLLM would make of its low end."""
+    spread = (
+        None
+        if version_known or args.kv_cache_memory_bytes is not None
+        else version_spread(model, gpu, args, prediction, coefficients=coefficients, corrections=corrections)
+    )
+    band = kv_band(
+        memory,
+        release_since=prediction.release.since,
+        tensor_parallel_size=args.tensor_parallel_size,
+        quantized=model.quantization is not None or args.quantization is not None,
+        activation_kind=activation_kind(model),
+        version_spread_bytes=spread,
+    )
+    low = [stage.available_bytes - band.down_bytes for stage in prediction.layout.stages]
+    layout = kv_layout(prediction.engine, prediction.release, prediction.resolved, args, low)
+    derived = derived_length(model, prediction.version)
+    blocks = layout.num_gpu_blocks if min(low) > 0 else 0
+    band.num_gpu_blocks_low = blocks
+    band.max_model_len_fits_low = blocks > 0 and layout.fits(prediction.max_model_len)
+    band.estimated_max_model_len_low = layout.max_len_that_fits(max(derived, prediction.max_model_len)) if blocks else 0
+    return band
+
+
 def plan_without_recommendation(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -237,7 +327,7 @@ def plan_without_recommendation(
     vllm_version: str | None = None,
     gpu_count: int | None = None,
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
-    corrections: Corrections | None = None,
+    corrections: TermCorrections | None = None,
 ) -> tuple[Plan, Prediction]:
     prediction = predict(
         model, gpu, args, vllm_version=vllm_version, coefficients=coefficients, corrections=corrections
@@ -245,8 +335,11 @@ def plan_without_recommendation(
     warnings = list(prediction.warnings)
     if gpu_count is not None and gpu_count != args.gpus_per_engine * args.data_parallel_size:
         warnings.append(
-            f"KVP107 the pod gets {gpu_count} GPUs but TP x PP x DP = {args.gpus_total}: vLLM needs exactly "
-            "TP x PP GPUs per engine"
+            Finding.of(
+                Code.GPU_COUNT_MISMATCH,
+                f"the pod gets {gpu_count} GPUs but TP x PP x DP = {args.gpus_total}: vLLM needs exactly "
+                "TP x PP GPUs per engine",
+            )
         )
     plan = Plan(
         model=model_report(model, prediction),
@@ -262,6 +355,16 @@ def plan_without_recommendation(
         kv_cache=kv_report(model, prediction),
         fits=prediction.fits,
         fit_error=prediction.fit_error,
-        warnings=warnings,
+        findings=warnings,
+    )
+    plan.margin = margin_band(
+        model,
+        gpu,
+        args,
+        prediction,
+        plan.memory,
+        version_known=vllm_version is not None,
+        coefficients=coefficients,
+        corrections=corrections,
     )
     return plan, prediction

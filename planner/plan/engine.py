@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from planner.errors import InvalidArgumentError
+from planner.findings import Code, Finding
 from planner.gpus.spec import GpuSpec
 from planner.kv.capacity import KvLayout, StageKv
 from planner.kv.dtypes import KvDtype, resolve_kv_dtype
@@ -36,6 +38,18 @@ class TermDeltas:
     non_torch_bytes: int = 0
     activation_peak_bytes: int = 0
     cuda_graph_bytes: int = 0
+
+
+class TermCorrections(Protocol):
+    """Measured corrections for a deployment, as the plan needs them.
+
+    :class:`planner.calibration.corrections.Corrections` (a corrections file) implements it; the plan
+    only asks for the deltas, so it does not depend on the calibration package that sits above it.
+    """
+
+    def deltas_for(
+        self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs, *, max_num_batched_tokens: int, max_num_seqs: int
+    ) -> TermDeltas | None: ...
 
 
 @dataclass
@@ -68,12 +82,12 @@ class EngineLayout:
     parameters: int
     weights_estimated: bool
     memory: list[StageMemory] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
 
 
-def hybrid_manager_enabled(model: ModelSpec, args: ServingArgs, release: Release) -> tuple[bool, list[str]]:
+def hybrid_manager_enabled(model: ModelSpec, args: ServingArgs, release: Release) -> tuple[bool, list[Finding]]:
     """Whether vLLM keeps sliding/chunked layers in their own groups (the hybrid KV cache manager)."""
-    notes: list[str] = []
+    notes: list[Finding] = []
     if args.disable_hybrid_kv_cache_manager:
         return False, notes
     if "C" in model.layer_pattern:
@@ -81,14 +95,20 @@ def hybrid_manager_enabled(model: ModelSpec, args: ServingArgs, release: Release
         allowed = release.chunked_local_hybrid_default if env is None else env.lower() in ("1", "true")
         if not allowed:
             notes.append(
-                "KVP110 chunked local attention sized as full attention (vLLM disables the hybrid "
-                "KV cache manager for it in this release)"
+                Finding.of(
+                    Code.CHUNKED_AS_FULL,
+                    "chunked local attention sized as full attention (vLLM disables the hybrid "
+                    "KV cache manager for it in this release)",
+                )
             )
             return False, notes
     if args.kv_transfer_config and ("S" in model.layer_pattern or "C" in model.layer_pattern):
         notes.append(
-            "KVP111 a KV connector turns the hybrid KV cache manager off: sliding-window layers "
-            "are sized as full attention"
+            Finding.of(
+                Code.CONNECTOR_NO_HYBRID,
+                "a KV connector turns the hybrid KV cache manager off: sliding-window layers "
+                "are sized as full attention",
+            )
         )
         return False, notes
     return True, notes
@@ -294,7 +314,7 @@ def compute_engine(
             if not release.v1_default
             else "fp8 KV cache without FlashAttention 3, float32, a pre-Ampere GPU, or VLLM_USE_V1=0"
         )
-        notes.append(f"KVP112 planned for vLLM's V0 engine ({reason})")
+        notes.append(Finding.of(Code.V0_ENGINE, f"planned for vLLM's V0 engine ({reason})"))
     rank, grouping = build_rank_layout(model, gpu, args, release, resolved, kv_dtype, hybrid)
     partition = pp_partition(model.num_layers, pp, args.env.get("VLLM_PP_LAYER_PARTITION"))
     expert_shards = tp * args.data_parallel_size if args.enable_expert_parallel else tp

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from planner.units import cdiv
+from planner.findings import Finding
+from planner.units import GiB, cdiv
 
 GroupKind = Literal["full", "sliding_window", "chunked_local", "mamba"]
 
@@ -110,6 +111,41 @@ class KvCacheReport(_Report):
         return max(0, self.num_gpu_blocks - 1)
 
 
+class MarginTerm(_Report):
+    name: str
+    low_bytes: int = Field(description="how much less KV memory vLLM may find because of this term")
+    high_bytes: int = Field(description="how much more")
+    basis: str
+
+
+class KvBand(_Report):
+    """The predicted KV memory per GPU (limiting rank) and the range vLLM's figure falls in when the
+    prediction errs as much as it did on the calibration data."""
+
+    kv_cache_bytes: int
+    low_bytes: int
+    high_bytes: int
+    release_measured: bool = Field(description="the release has calibration records of its own")
+    terms: list[MarginTerm]
+    num_gpu_blocks_low: int | None = Field(default=None, description="blocks vLLM would make of low_bytes")
+    max_model_len_fits_low: bool | None = Field(default=None, description="the context still fits at low_bytes")
+    estimated_max_model_len_low: int | None = Field(
+        default=None, description="the longest context one sequence can have at low_bytes"
+    )
+
+    @property
+    def down_bytes(self) -> int:
+        return self.kv_cache_bytes - self.low_bytes
+
+    @property
+    def up_bytes(self) -> int:
+        return self.high_bytes - self.kv_cache_bytes
+
+    def describe(self) -> str:
+        """``54.99 GiB +0.20/-0.40`` (per GPU)."""
+        return f"{self.kv_cache_bytes / GiB:.2f} GiB +{self.up_bytes / GiB:.2f}/-{self.down_bytes / GiB:.2f}"
+
+
 class Recommendation(_Report):
     max_model_len: int
     max_num_seqs: int
@@ -122,10 +158,55 @@ class Recommendation(_Report):
 
 class Alternative(_Report):
     change: str
+    args: list[str] = Field(default_factory=list, description="the vLLM flags this change sets (none for a GPU)")
     vllm_args: list[str]
     fits: bool
     max_model_len: int | None = None
     max_concurrency: float | None = None
+
+
+class SharingReport(_Report):
+    """A plan on a shared GPU (time-slicing, MPS, HAMi, fractions, DRA): what this pod may use and what
+    it leaves the card's other tenants (per GPU)."""
+
+    mechanism: str
+    source: str
+    card_bytes: int = Field(description="memory of the shared card (or MIG slice)")
+    visible_bytes: int = Field(description="the total vLLM sees inside the container")
+    budget_bytes: int | None = Field(description="memory this pod can count on; None when not known")
+    isolated: bool = Field(description="an enforced limit keeps co-tenants out of this pod's memory")
+    replicas: int | None = None
+    demand_bytes: int = Field(description="what this pod takes from the card as planned (budget or sum of terms)")
+    co_tenant_bytes: int = Field(description="card memory left for the other pods on the card")
+    over_budget: bool = Field(description="the pod would take more than its share")
+    max_gpu_memory_utilization: float | None = Field(
+        description="the largest --gpu-memory-utilization that passes vLLM's startup check within the share"
+    )
+    recommended_kv_cache_memory_bytes: int | None = None
+    recommended_gpu_memory_utilization: float | None = None
+    explanation: str
+
+
+class BudgetAdvice(_Report):
+    """The answer of :func:`smallest_budget` (``budget`` in ``planner recommend --target-seqs`` JSON)."""
+
+    target_seqs: int
+    max_model_len: int
+    headroom: float
+    basis: Literal["worst-case", "workload"]
+    target_risk: float | None = None
+    risk: float | None = Field(default=None, description="overflow probability at target_seqs (workload basis)")
+    blocks_per_sequence: int = Field(description="blocks one sequence of max_model_len holds (all groups)")
+    num_gpu_blocks: int = Field(description="the smallest block count that holds target_seqs")
+    bytes_per_block: int
+    kv_cache_memory_bytes: int | None = Field(description="blocks x bytes per block; None before vLLM 0.10.2")
+    gpu_memory_utilization: float | None = Field(
+        description="the smallest utilization (2 digits) whose plan has those blocks; None if even 1.0 is short"
+    )
+    vllm_args: list[str]
+    pod_bytes: int = Field(description="what the pod then takes per GPU (all terms + context)")
+    left_for_co_tenants_bytes: int = Field(description="card memory the pod leaves free, per GPU")
+    fits_on_gpu: bool = Field(description="the budget fits the GPU at some --gpu-memory-utilization <= 1")
 
 
 class Plan(_Report):
@@ -138,4 +219,22 @@ class Plan(_Report):
     fit_error: str | None = Field(default=None, description="the error vLLM would raise, verbatim")
     recommendation: Recommendation | None = None
     alternatives: list[Alternative] = Field(default_factory=list)
-    warnings: list[str] = Field(default_factory=list)
+    sharing: SharingReport | None = Field(default=None, description="set when the GPU is shared")
+    budget: BudgetAdvice | None = Field(default=None, description="set by --target-seqs: the smallest KV budget")
+    margin: KvBand | None = Field(
+        default=None,
+        description="the KV memory band the planner's measured error allows (planner/plan/margin.py); "
+        "the recommendation fits at its low end",
+    )
+    findings: list[Finding] = Field(
+        default_factory=list, description="typed notes: code, severity, message and fix (see planner.findings)"
+    )
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The findings as the strings of DESIGN's ``"warnings": [str, ...]`` (``KVPnnn text``).
+
+        A tuple, so that appending to it (a note that would be lost) fails: add to ``findings`` instead.
+        """
+        return tuple(finding.message for finding in self.findings)

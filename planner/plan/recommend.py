@@ -1,7 +1,13 @@
 """Safe limits from a plan, and what would make a plan fit when it does not.
 
-* ``--max-model-len``: the context in force when it fits; otherwise the longest one sequence can
-  have (vLLM's own estimate), rounded down to a multiple of 1,024 tokens (of the block size below 4k).
+Both limits are computed at the low end of the plan's KV band (:mod:`planner.plan.margin`): the KV
+memory vLLM finds when the prediction errs as much as it did on the calibration data. So a
+recommendation starts, and its pool is not over-subscribed, whenever the prediction is within its
+measured error.
+
+* ``--max-model-len``: the context in force when it fits at the low end; otherwise the longest one
+  sequence can have there (vLLM's own estimate), rounded down to a multiple of 1,024 tokens (of the
+  block size below 4k).
 * ``--max-num-seqs``: with a workload profile, the risk-bounded concurrency of
   :mod:`planner.workload`; without one, the worst case — every sequence at the full context — keeping
   ``headroom`` of the usable blocks free, capped at vLLM's default (never above what vLLM would run).
@@ -34,6 +40,38 @@ def worst_case_max_num_seqs(kv: KvCacheReport, headroom: float) -> int:
     """Sequences that fit with every one at ``max_model_len`` and ``headroom`` of the blocks kept free."""
     usable = kv.usable_blocks * (1.0 - headroom)
     return int(usable // max(1, kv.blocks_per_request))
+
+
+def safe_cache(plan: Plan) -> KvCacheReport:
+    """The plan's KV cache at the low end of its band: the blocks recommendations may count on."""
+    band = plan.margin
+    if band is None or band.num_gpu_blocks_low is None:
+        return plan.kv_cache
+    return plan.kv_cache.model_copy(
+        update={"num_gpu_blocks": min(plan.kv_cache.num_gpu_blocks, band.num_gpu_blocks_low)}
+    )
+
+
+def safe_max_model_len(plan: Plan) -> int | None:
+    """The context to recommend: the one in force when it fits at the low end of the band, else the
+    longest that does (rounded), None when nothing fits."""
+    kv, band = plan.kv_cache, plan.margin
+    fits_low = plan.fits if band is None or band.max_model_len_fits_low is None else band.max_model_len_fits_low
+    longest = kv.estimated_max_model_len
+    if band is not None and band.estimated_max_model_len_low is not None:
+        longest = min(longest, band.estimated_max_model_len_low)
+    if plan.fits and fits_low:
+        return kv.max_model_len
+    if longest > 0 and safe_cache(plan).num_gpu_blocks > 0:
+        return min(kv.max_model_len, round_context(longest, kv.block_size))
+    return None
+
+
+def safe_max_num_seqs(plan: Plan, max_len: int, headroom: float) -> int:
+    """Worst case at the low end of the band: every sequence at ``max_len``, ``headroom`` kept free."""
+    kv = safe_cache(plan)
+    per_request = max(1, kv.blocks_for_sequence(max_len))
+    return int(kv.usable_blocks * (1.0 - headroom) // per_request)
 
 
 def vllm_args_for(
@@ -96,43 +134,41 @@ def recommendation(
     workload_basis: str | None,
 ) -> Recommendation | None:
     """Safe limits, or None when not even one token fits (see the alternatives)."""
-    kv = plan.kv_cache
-    if plan.fits:
-        max_len = kv.max_model_len
-    elif kv.estimated_max_model_len > 0 and kv.num_gpu_blocks > 0:
-        max_len = round_context(kv.estimated_max_model_len, kv.block_size)
-    else:
+    found = safe_max_model_len(plan)
+    if found is None:
         return None
+    max_len = found
     default_seqs = prediction.resolved.max_num_seqs
     if workload_limit is not None:
         seqs, basis = max(1, min(workload_limit, default_seqs)), workload_basis or "workload"
     else:
-        per_request = max(1, kv.blocks_for_sequence(max_len))
-        worst = int(kv.usable_blocks * (1.0 - headroom) // per_request)
+        worst = safe_max_num_seqs(plan, max_len, headroom)
         seqs, basis = max(1, min(worst, default_seqs)), "worst-case"
     requested_dtype = args.kv_cache_dtype
     return Recommendation(
         max_model_len=max_len,
         max_num_seqs=seqs,
         gpu_memory_utilization=plan.memory.gpu_memory_utilization,
-        kv_cache_dtype=requested_dtype if requested_dtype != "auto" else kv.kv_cache_dtype,
+        kv_cache_dtype=requested_dtype if requested_dtype != "auto" else plan.kv_cache.kv_cache_dtype,
         vllm_args=vllm_args_for(args, max_len, seqs, plan.memory.gpu_memory_utilization, requested_dtype),
         basis=basis,
     )
 
 
 def _try(
-    change: str, args: ServingArgs, model: ModelSpec, gpu: GpuSpec, replan: PlanFn
+    change: str, flags: list[str], args: ServingArgs, model: ModelSpec, gpu: GpuSpec, replan: PlanFn
 ) -> tuple[Alternative, Plan] | None:
     try:
         plan = replan(model, gpu, args)
     except KvPlannerError:
         return None
     kv = plan.kv_cache
-    seqs = max(1, worst_case_max_num_seqs(kv, 0.0))
+    max_len = safe_max_model_len(plan) or kv.max_model_len
+    seqs = max(1, safe_max_num_seqs(plan, max_len, 0.0))
     return Alternative(
         change=change,
-        vllm_args=vllm_args_for(args, kv.max_model_len, seqs, plan.memory.gpu_memory_utilization, args.kv_cache_dtype),
+        args=flags,
+        vllm_args=vllm_args_for(args, max_len, seqs, plan.memory.gpu_memory_utilization, args.kv_cache_dtype),
         fits=plan.fits,
         max_model_len=kv.max_model_len,
         max_concurrency=kv.max_concurrency,
@@ -157,9 +193,11 @@ def alternatives(
         return []
     out: list[tuple[Alternative, Plan]] = []
 
-    def offer(change: str, changed: ServingArgs, target: GpuSpec = gpu, *, quiet: bool = False) -> bool:
+    def offer(
+        change: str, flags: list[str], changed: ServingArgs, target: GpuSpec = gpu, *, quiet: bool = False
+    ) -> bool:
         """Add the option (``quiet``: only if it fits, alone or with a shorter context)."""
-        tried = _try(change, changed, model, target, replan)
+        tried = _try(change, flags, changed, model, target, replan)
         if tried is None:
             return False
         alt, alt_plan = tried
@@ -170,6 +208,7 @@ def alternatives(
             shorter = round_context(estimated, alt_plan.kv_cache.block_size)
             combined = _try(
                 f"{change} and --max-model-len {shorter}",
+                [*flags, "--max-model-len", str(shorter)],
                 changed.model_copy(update={"max_model_len": shorter}),
                 model,
                 target,
@@ -183,12 +222,21 @@ def alternatives(
     kv = plan.kv_cache
     if kv.estimated_max_model_len > 0 and kv.num_gpu_blocks > 0:
         shorter = round_context(kv.estimated_max_model_len, kv.block_size)
-        offer(f"shorter context: --max-model-len {shorter}", args.model_copy(update={"max_model_len": shorter}))
+        offer(
+            f"shorter context: --max-model-len {shorter}",
+            ["--max-model-len", str(shorter)],
+            args.model_copy(update={"max_model_len": shorter}),
+        )
     if not kv.kv_cache_dtype.startswith("fp8") and gpu.vendor == "nvidia":
-        offer("fp8 KV cache: --kv-cache-dtype fp8", args.model_copy(update={"kv_cache_dtype": "fp8"}))
+        offer(
+            "fp8 KV cache: --kv-cache-dtype fp8",
+            ["--kv-cache-dtype", "fp8"],
+            args.model_copy(update={"kv_cache_dtype": "fp8"}),
+        )
     if plan.memory.gpu_memory_utilization < 0.95:
         offer(
             "higher utilization: --gpu-memory-utilization 0.95",
+            ["--gpu-memory-utilization", "0.95"],
             args.model_copy(update={"gpu_memory_utilization": 0.95}),
         )
     for tp in (2, 4, 8):
@@ -196,11 +244,12 @@ def alternatives(
             continue
         if offer(
             f"more GPUs: --tensor-parallel-size {tp} ({tp * args.pipeline_parallel_size} GPUs)",
+            ["--tensor-parallel-size", str(tp)],
             args.model_copy(update={"tensor_parallel_size": tp}),
         ):
             break
     for bigger in bigger_gpus:
-        if offer(f"bigger GPU: {bigger.name}", args, bigger, quiet=True):
+        if offer(f"bigger GPU: {bigger.name}", [], args, bigger, quiet=True):
             break
     return out
 
@@ -209,8 +258,9 @@ def recommendation_from_alternative(alt: Alternative, alt_plan: Plan) -> Recomme
     """When the requested deployment does not fit: the limits of the first option that does."""
     kv = alt_plan.kv_cache
     seqs = int(alt.vllm_args[alt.vllm_args.index("--max-num-seqs") + 1])
+    max_len = int(alt.vllm_args[alt.vllm_args.index("--max-model-len") + 1])
     return Recommendation(
-        max_model_len=kv.max_model_len,
+        max_model_len=max_len,
         max_num_seqs=seqs,
         gpu_memory_utilization=alt_plan.memory.gpu_memory_utilization,
         kv_cache_dtype=kv.kv_cache_dtype,

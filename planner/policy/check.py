@@ -14,11 +14,13 @@ import jsonpatch
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.k8s.configfiles import configmaps_from_documents
+from planner.k8s.dra import claims_from_documents
 from planner.k8s.nodes import NodeInfo
 from planner.policy.decide import Decision, ObjectDecision, WorkloadEntry, decide
 from planner.policy.manifests import Document
 from planner.policy.model import ModelLookup, Policy, parse_policy
 from planner.policy.planning import PlanningBackend
+from planner.policy.sharing import cotenancy_findings
 
 # Offline there is no admission deadline; the Hub gets a CLI-sized budget.
 CHECK_MODEL_LOOKUP = ModelLookup(timeout_seconds=10.0, offline=False)
@@ -73,6 +75,7 @@ def run_check(
     report = CheckReport()
     contents = [d.content for d in documents if d.error is None]
     configmaps = configmaps_from_documents(contents)
+    claims = claims_from_documents(contents)
     namespaces = {
         str(c["metadata"]["name"]): c["metadata"]
         for c in contents
@@ -101,10 +104,35 @@ def run_check(
             namespace=namespace,
             allow_local_models=True,
             default_gpu=default_gpu,
+            claims=claims,
         )
         report.workloads += result.entries
         report.patched.append(jsonpatch.apply_patch(obj, result.patch) if result.patch else obj)
+    _cross_document_cotenancy(report, policy)
     return report
+
+
+def _cross_document_cotenancy(report: CheckReport, policy: Policy) -> None:
+    """Pods of different documents placed on one shared card (e.g. two Pods pinned to the same one-GPU
+    node): KVP007 when together they need more than the card has. Pairs inside one object were already
+    checked by :func:`decide`."""
+    tenants = [e.tenancy for e in report.workloads if e.tenancy is not None]
+    by_card: dict[str, set[int]] = {}
+    for item in tenants:
+        by_card.setdefault(item.placement, set()).add(id(item.entry))
+    crossing = [t for t in tenants if len(by_card[t.placement]) > 1]
+    for item, overcommitted in cotenancy_findings(crossing):
+        entry: WorkloadEntry = item.entry
+        if any(f.message == overcommitted.message for f in entry.findings):
+            continue
+        entry.findings = [*entry.findings, overcommitted]
+        entry.codes = list(dict.fromkeys([*entry.codes, overcommitted.code]))
+        entry.messages = list(dict.fromkeys([*entry.messages, overcommitted.message]))
+        effective = policy.for_namespace(entry.namespace)
+        if effective.validation_action == "Enforce":
+            entry.decision, entry.patch = "deny", []
+        elif entry.decision in ("allow", "skip"):
+            entry.decision = "warn"
 
 
 def summary(report: CheckReport) -> dict[Decision, int]:

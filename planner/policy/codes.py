@@ -1,98 +1,18 @@
-"""Stable reason codes of policy decisions, and the one-line messages that carry them.
+"""Findings of policy decisions: ``KVPnnn <container>: <text>``, with a structured fix where one exists.
 
-A message is ``KVPnnn <container>: <text>``, at most 120 characters (the Kubernetes API server asks
-admission warnings to stay under 120 and may truncate them past 256). Codes never change meaning; new
-situations get new codes. KVP0xx are decisions made here; KVP1xx/KVP2xx come from the planner core and
-are passed through unchanged.
+The codes themselves (severity, summary, generic fix) live in :mod:`planner.findings`, the one place
+for every KVP code. Messages are kept whole in JSON and tables; only the admission response shortens
+them (:func:`shorten`): the Kubernetes API server asks admission warnings to stay under 120 characters
+and may truncate them past 256.
 """
 
 from __future__ import annotations
 
-from enum import Enum
+from planner.findings import Code, Finding, Fix, Severity, fix_args
 
-from pydantic import BaseModel, ConfigDict
+__all__ = ["MAX_MESSAGE", "Code", "Finding", "Fix", "Severity", "finding", "fix_args", "passthrough", "shorten"]
 
 MAX_MESSAGE = 120
-
-
-class Severity(str, Enum):
-    """How a finding weighs in the decision (deny > mutate > warn > allow)."""
-
-    cannot_start = "cannot-start"  # Enforce: deny. Audit: warn.
-    mutate = "mutate"  # a change kv-planner made (or, for shell commands, would make)
-    warn = "warn"
-    info = "info"  # recorded in JSON output, not sent as an admission warning
-
-
-class Code(str, Enum):
-    WEIGHTS_DO_NOT_FIT = "KVP001"
-    CONTEXT_DOES_NOT_FIT = "KVP002"
-    TOO_FEW_GPUS = "KVP003"
-    IDLE_GPUS = "KVP004"
-    NO_GPU_REQUEST = "KVP005"
-    THRASH = "KVP010"
-    ABOVE_WORST_CASE = "KVP011"
-    FILLED_MAX_MODEL_LEN = "KVP020"
-    FILLED_MAX_NUM_SEQS = "KVP021"
-    FILLED_GPU_MEMORY_UTILIZATION = "KVP022"
-    CLAMPED_MAX_NUM_SEQS = "KVP023"
-    CLAMPED_MAX_MODEL_LEN = "KVP024"
-    RECORDED_PLAN = "KVP025"
-    SHELL_NOT_MUTATED = "KVP030"
-    CONFIG_FILE_UNKNOWN = "KVP031"
-    UNRESOLVED_VARIABLE = "KVP032"
-    SEVERAL_VLLM_CONTAINERS = "KVP033"
-    UNKNOWN_MODEL = "KVP040"
-    MODEL_LOOKUP_FAILED = "KVP041"
-    UNKNOWN_GPU = "KVP042"
-    COMMAND_LINE_REJECTED = "KVP043"
-    SETTING_REFUSED = "KVP044"
-    BAD_WORKLOAD_PROFILE = "KVP045"
-    NAMESPACE_OVERRIDE_IGNORED = "KVP046"
-    PATCH_DROPPED = "KVP048"
-    INTERNAL_ERROR = "KVP049"
-    PLANNER_NOTE = "KVP050"
-
-
-SEVERITY: dict[Code, Severity] = {
-    Code.WEIGHTS_DO_NOT_FIT: Severity.cannot_start,
-    Code.CONTEXT_DOES_NOT_FIT: Severity.cannot_start,
-    Code.TOO_FEW_GPUS: Severity.cannot_start,
-    Code.IDLE_GPUS: Severity.warn,
-    Code.NO_GPU_REQUEST: Severity.warn,
-    Code.THRASH: Severity.warn,
-    Code.ABOVE_WORST_CASE: Severity.warn,  # DESIGN: without a profile, --max-num-seqs is warned about
-    Code.FILLED_MAX_MODEL_LEN: Severity.mutate,
-    Code.FILLED_MAX_NUM_SEQS: Severity.mutate,
-    Code.FILLED_GPU_MEMORY_UTILIZATION: Severity.mutate,
-    Code.CLAMPED_MAX_NUM_SEQS: Severity.mutate,
-    Code.CLAMPED_MAX_MODEL_LEN: Severity.mutate,
-    Code.RECORDED_PLAN: Severity.info,
-    Code.SHELL_NOT_MUTATED: Severity.warn,
-    Code.CONFIG_FILE_UNKNOWN: Severity.warn,
-    Code.UNRESOLVED_VARIABLE: Severity.warn,
-    Code.SEVERAL_VLLM_CONTAINERS: Severity.info,
-    Code.UNKNOWN_MODEL: Severity.warn,
-    Code.MODEL_LOOKUP_FAILED: Severity.warn,
-    Code.UNKNOWN_GPU: Severity.warn,
-    Code.COMMAND_LINE_REJECTED: Severity.warn,
-    Code.SETTING_REFUSED: Severity.warn,
-    Code.BAD_WORKLOAD_PROFILE: Severity.warn,
-    Code.NAMESPACE_OVERRIDE_IGNORED: Severity.warn,
-    Code.PATCH_DROPPED: Severity.warn,
-    Code.INTERNAL_ERROR: Severity.warn,
-    Code.PLANNER_NOTE: Severity.info,
-}
-
-
-class Finding(BaseModel):
-    """One reason behind a decision."""
-
-    model_config = ConfigDict(frozen=True)
-
-    code: str
-    severity: Severity
-    message: str
 
 
 def shorten(text: str, limit: int = MAX_MESSAGE) -> str:
@@ -107,17 +27,11 @@ def shorten(text: str, limit: int = MAX_MESSAGE) -> str:
     return cut.rstrip(" ,;:") + "…"
 
 
-def finding(code: Code, container: str | None, text: str) -> Finding:
-    """A finding whose message is ``KVPnnn <container>: <text>``, at most 120 characters."""
-    prefix = f"{code.value} {container}: " if container else f"{code.value} "
-    if len(prefix) > 60:
-        prefix = f"{code.value} {container[:40] if container else ''}…: "
-    return Finding(code=code.value, severity=SEVERITY[code], message=shorten(prefix + text))
+def finding(code: Code, container: str | None, text: str, fix: Fix | None = None) -> Finding:
+    """A finding whose message is ``KVPnnn <container>: <text>`` (whole; see :func:`shorten`)."""
+    return Finding.of(code, text, container=container, fix=fix)
 
 
-def passthrough(container: str | None, warning: str) -> Finding:
-    """A planner-core warning (``KVP1xx ...``) as an info finding, code kept."""
-    code = warning.split(" ", 1)[0] if warning.startswith("KVP") else Code.PLANNER_NOTE.value
-    text = warning[len(code) :].strip() if warning.startswith("KVP") else warning
-    prefix = f"{code} {container}: " if container else f"{code} "
-    return Finding(code=code, severity=Severity.info, message=shorten(prefix + text))
+def passthrough(container: str | None, note: Finding) -> Finding:
+    """A planner-core note (``KVP1xx ...``) on ``container``, code and fix kept, as info."""
+    return Finding.of(note.code, note.text, container=container, fix=note.fix, severity=Severity.info)

@@ -26,13 +26,25 @@ from typing import Any
 
 import yaml
 
-from planner.errors import KvPlannerError, ModelResolutionError, PlannerInputError, UnknownModelError
+from planner.errors import (
+    InputCapError,
+    KvPlannerError,
+    ModelResolutionError,
+    PlannerInputError,
+    RepoNotAllowedError,
+    UnknownModelError,
+)
 from planner.k8s.inspect import ContainerFinding
-from planner.policy.codes import Code, Finding, Severity, finding
+from planner.plan.models import Plan
+from planner.policy.caps import cap_finding, check_model_name
+from planner.policy.codes import Code, Finding, Fix, Severity, finding, fix_args
 from planner.policy.limits import LimitContext, decide_limits, parallel_text
 from planner.policy.model import WORKLOAD_ANNOTATION, EffectivePolicy
 from planner.policy.outcome import ContainerOutcome
 from planner.policy.planning import PlanningBackend
+from planner.policy.rightsize import target_step
+from planner.policy.sharing import share_step, with_report
+from planner.policy.versions import ReleaseSpread, VersionBasis, assumption_findings, release_spread, soften
 from planner.vllm.args import ServingArgs
 from planner.vllm.argv import format_args
 
@@ -87,6 +99,14 @@ def _yaml(text: str) -> Any:
     return json.loads(_yaml_json(text))
 
 
+def _applied(args: ServingArgs, result: ContainerOutcome) -> ServingArgs:
+    """``args`` with the limits ``result`` adds (the object as it will be admitted)."""
+    update: dict[str, Any] = {}
+    for dest, value in result.changes.items():
+        update[dest] = float(value) if dest == "gpu_memory_utilization" else int(value)
+    return args.model_copy(update=update)
+
+
 def workload_profile(
     annotations: list[Mapping[str, Any] | None],
     policy: EffectivePolicy,
@@ -137,7 +157,7 @@ def evaluate(
             finding(
                 Code.COMMAND_LINE_REJECTED,
                 name,
-                f"vLLM {command.release} would reject the command line: {command.errors[0]}",
+                f"vLLM {container.vllm_version or command.release} would reject the command line: {command.errors[0]}",
             )
         )
         mutable = False
@@ -171,10 +191,24 @@ def evaluate(
     if not command.model:
         out.findings.append(finding(Code.UNKNOWN_MODEL, name, "no model on the command line: not checked"))
         return out
+    try:
+        check_model_name(command.model, policy.limits)
+    except InputCapError as error:
+        out.findings.append(cap_finding(error, name))
+        return out
 
     gpu = found.gpu
     needed = serving.gpus_total
-    if gpu.count is None:
+    if gpu.count is None and found.claims:
+        claim = found.claims[0]
+        out.findings.append(
+            finding(
+                Code.NO_GPU_REQUEST,
+                name,
+                f"GPUs come from DRA {claim.kind} {claim.object_name}, not readable here: TP x PP not checked",
+            )
+        )
+    elif gpu.count is None:
         out.findings.append(
             finding(Code.NO_GPU_REQUEST, name, "no nvidia.com/gpu or amd.com/gpu request: TP x PP not checked")
         )
@@ -186,6 +220,7 @@ def evaluate(
                 name,
                 f"{parallel_text(serving)} = {needed} GPUs but {where} gets {gpu.group_gpus}: "
                 f"request {needed} GPUs or lower --tensor-parallel-size",
+                Fix(text=f"request {needed} GPUs or lower --tensor-parallel-size"),
             )
         )
     elif gpu.group_gpus is not None and needed < gpu.group_gpus:
@@ -195,11 +230,19 @@ def evaluate(
                 name,
                 f"the pod gets {gpu.group_gpus} GPUs, vLLM uses {parallel_text(serving)} = "
                 f"{needed}: {gpu.group_gpus - needed} idle",
+                Fix(text=f"request {needed} GPUs or raise --tensor-parallel-size to use {gpu.group_gpus}"),
             )
         )
     if gpu.spec is None:
         label = f"{gpu.label!r} is not in the catalog" if gpu.label else "no GPU label or inventory"
-        out.findings.append(finding(Code.UNKNOWN_GPU, name, f"GPU type unknown ({label}): set kv-planner.io/gpu"))
+        out.findings.append(
+            finding(
+                Code.UNKNOWN_GPU,
+                name,
+                f"GPU type unknown ({label}): set kv-planner.io/gpu",
+                Fix(text="set the kv-planner.io/gpu annotation (e.g. H100-80GB)"),
+            )
+        )
         return out
 
     try:
@@ -208,7 +251,13 @@ def evaluate(
             timeout=policy.model_lookup.timeout_seconds,
             offline=policy.model_lookup.offline,
             allow_local=allow_local_models,
+            allow_repos=policy.model_lookup.allow_repos,
         )
+    except RepoNotAllowedError:
+        out.findings.append(
+            finding(Code.MODEL_NOT_ALLOWED, name, f"model {command.model} is not in allowRepos: not checked")
+        )
+        return out
     except UnknownModelError:
         out.findings.append(finding(Code.UNKNOWN_MODEL, name, f"model {command.model} is unknown: not checked"))
         return out
@@ -234,10 +283,33 @@ def evaluate(
         backend=backend,
         version=container.vllm_version or policy.vllm_version,
     )
-    style_ok = container.style in ("argv", "image")
+    basis, spread = _version_basis(ctx, serving)
+    if basis == "range" and spread is not None:
+        ctx = ctx.model_copy(update={"version": spread.worst, "version_known": False})
+    style_ok = container.style in ("argv", "image") and found.writable
     if any(f.severity == Severity.cannot_start for f in out.findings):
         mutable = False  # (TP x PP vs GPUs) no limits are filled into a workload that cannot start
-    result = decide_limits(ctx, serving, mutable and style_ok)
+    can_edit = mutable and style_ok
+    shared = share_step(
+        ctx,
+        serving,
+        fill=can_edit and policy.mutation in ("fill", "clamp"),
+        clamp=can_edit and policy.mutation == "clamp",
+    )
+    out.findings += shared.findings
+    if any(f.severity == Severity.cannot_start for f in shared.findings):
+        can_edit = False
+    targeted = target_step(ctx, shared.args, fill=can_edit and policy.mutation in ("fill", "clamp"))
+    if targeted.changes:
+        shared.changes.update(targeted.changes)
+        shared.args = targeted.args
+        out.findings += targeted.findings
+    result = decide_limits(ctx, shared.args, can_edit)
+    result.changes = {**shared.changes, **result.changes}
+    result.plan = with_report(ctx, shared.args if not result.changes else _applied(shared.args, result), result.plan)
+    result.findings += assumption_findings(name, basis, ctx.version, spread, container.image)
+    if spread is not None and spread.mixed:
+        result.findings = soften(result.findings)
     if (
         mutable
         and not style_ok
@@ -246,11 +318,40 @@ def evaluate(
         and not any(f.severity == Severity.cannot_start for f in out.findings + result.findings)
     ):
         # A shell script is not edited (a word's position depends on the shell): say what would be added.
-        wanted = decide_limits(ctx, serving, True).changes
+        wanted_share = share_step(ctx, serving, fill=policy.mutation != "off", clamp=policy.mutation == "clamp")
+        wanted = {**wanted_share.changes, **decide_limits(ctx, wanted_share.args, True).changes}
         if wanted:
             words = " ".join(format_args(wanted))
-            result.findings.append(finding(Code.SHELL_NOT_MUTATED, name, f"shell command not changed; add {words}"))
+            fix = fix_args(format_args(wanted), f"add {words}")
+            if container.style == "shell":
+                result.findings.append(
+                    finding(Code.SHELL_NOT_MUTATED, name, f"shell command not changed; add {words}", fix)
+                )
+            else:
+                reason = found.no_write or "no field to write"
+                result.findings.append(finding(Code.PLATFORM_NOT_MUTATED, name, f"add {words} ({reason})", fix))
     result.findings = out.findings + result.findings
     result.args = out.args
     result.model_id = out.model_id
     return result
+
+
+def _version_basis(ctx: LimitContext, serving: ServingArgs) -> tuple[VersionBasis, ReleaseSpread | None]:
+    """Where the release comes from; with no evidence and no policy assumption, the spread of plans
+    over the candidate releases (DESIGN.md: with an unknown version nothing release-specific is filled)."""
+    if ctx.found.container.vllm_version is not None:
+        return "evidence", None
+    if ctx.policy.vllm_version is not None:
+        return "policy", None
+
+    assert ctx.found.gpu.spec is not None
+    gpu = ctx.found.gpu.spec
+    light = getattr(ctx.backend, "plan_fit", None)  # CoreBackend: no alternatives, memoized
+
+    def plan(version: str) -> Plan:
+        if light is not None:
+            result: Plan = light(ctx.model, gpu, serving, vllm_version=version, headroom=ctx.policy.headroom)
+            return result
+        return ctx.model_copy(update={"version": version}).plan(serving)
+
+    return "range", release_spread(plan, serving)

@@ -14,13 +14,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.errors import KvPlannerError
+from planner.errors import InputCapError, KvPlannerError
 from planner.k8s.configfiles import ConfigMaps
+from planner.k8s.dra import ClaimIndex
 from planner.k8s.inspect import ContainerFinding, WorkloadFinding, inspect_workload
 from planner.k8s.nodes import NodeInfo
+from planner.k8s.platforms.kserve import Runtimes
 from planner.k8s.workloads import get_path
 from planner.plan.models import Plan
-from planner.policy.codes import Code, Finding, Severity, finding
+from planner.policy.caps import cap_finding, screen
+from planner.policy.codes import Code, Finding, Severity, finding, shorten
 from planner.policy.container import evaluate
 from planner.policy.model import EffectivePolicy
 from planner.policy.outcome import ContainerOutcome
@@ -34,6 +37,9 @@ from planner.policy.patch import (
     pointer,
 )
 from planner.policy.planning import PlanningBackend
+from planner.policy.platform_notes import note_findings, skip_findings
+from planner.policy.platform_patch import check_targets, platform_operations
+from planner.policy.sharing import Tenant, cotenancy_findings, tenant
 from planner.vllm.argv import flag_edits
 
 Decision = Literal["allow", "warn", "mutate", "deny", "skip"]
@@ -70,8 +76,11 @@ class WorkloadEntry(BaseModel):
     codes: list[str] = Field(default_factory=list)
     messages: list[str] = Field(default_factory=list)
     patch: list[Operation] = Field(default_factory=list)
-    findings: list[Finding] = Field(default_factory=list, exclude=True)
+    findings: list[Finding] = Field(
+        default_factory=list, description="codes, messages and structured fixes (fix.args) behind the decision"
+    )
     plan: Plan | None = Field(default=None, exclude=True)
+    tenancy: Tenant | None = Field(default=None, exclude=True, description="its claim on a known shared card")
 
 
 class ObjectDecision(BaseModel):
@@ -86,15 +95,20 @@ class ObjectDecision(BaseModel):
 
     @property
     def warnings(self) -> list[str]:
-        """Admission warnings: every finding except info, deny reasons excluded when denying."""
+        """Admission warnings: every finding except info, deny reasons excluded when denying.
+
+        Shortened to 120 characters: the API server asks for that and may truncate longer ones
+        (everywhere else, JSON and tables, messages are whole).
+        """
         out: list[str] = []
         for item in self.findings:
             if item.severity == Severity.info:
                 continue
             if self.decision == "deny" and item.severity == Severity.cannot_start:
                 continue
-            if item.message not in out:
-                out.append(item.message)
+            short = shorten(item.message)
+            if short not in out:
+                out.append(short)
         return out
 
     @property
@@ -153,8 +167,21 @@ def decide(
     namespace: str | None = None,
     allow_local_models: bool = False,
     default_gpu: str | None = None,
+    runtimes: Runtimes | None = None,
+    claims: ClaimIndex | None = None,
 ) -> ObjectDecision:
-    """Decide for ``obj`` (a plain dict as received). Never raises for kv-planner's own failures."""
+    """Decide for ``obj`` (a plain dict as received). Never raises for kv-planner's own failures.
+
+    ``runtimes``: KServe ServingRuntimes by name (``planner check`` reads them from its input).
+    ``claims``: the DRA ResourceClaims / ResourceClaimTemplates kv-planner can read (``planner check``:
+    those in the same manifests).
+
+    The object is first screened against the policy's input caps (planner.policy.caps): over a cap, no
+    planning work is done and the decision is deny (Enforce) or warn (Audit) with the cap's reason code.
+    """
+    over = screen(obj, policy.limits)
+    if over:
+        return _capped(obj, namespace, over, policy)
     try:
         workload = inspect_workload(
             obj,
@@ -164,7 +191,11 @@ def decide(
             default_version=policy.vllm_version,
             configmaps=configmaps,
             namespace=namespace,
+            runtimes=runtimes,
+            claims=claims,
         )
+    except InputCapError as error:
+        return _capped(obj, namespace, [cap_finding(error)], policy)
     except (KvPlannerError, ValueError, TypeError, KeyError, AttributeError) as error:
         item = finding(Code.INTERNAL_ERROR, None, f"could not read the object ({type(error).__name__}): allowed")
         entry = _header_entry(obj, namespace)
@@ -176,6 +207,18 @@ def decide(
         )
         return ObjectDecision(decision="warn", entries=[entry], findings=[item])
     return _decide_workload(obj, workload, policy, backend, allow_local_models)
+
+
+def _capped(
+    obj: Mapping[str, Any], namespace: str | None, findings: list[Finding], policy: EffectivePolicy
+) -> ObjectDecision:
+    """The decision for an object over an input cap: nothing planned, nothing patched."""
+    entry = _header_entry(obj, namespace)
+    entry.decision = _entry_decision(findings, [], policy)
+    entry.codes = _unique(f.code for f in findings)
+    entry.messages = _unique(f.message for f in findings)
+    entry.findings = list(findings)
+    return ObjectDecision(decision=entry.decision, entries=[entry], findings=list(findings))
 
 
 def _header_entry(obj: Mapping[str, Any], namespace: str | None) -> WorkloadEntry:
@@ -199,8 +242,14 @@ def _decide_workload(
     notes = [finding(Code.NAMESPACE_OVERRIDE_IGNORED, None, note) for note in policy.notes]
     containers = workload.vllm_containers
     if workload.skip is not None or not containers:
+        # skip always carries a reason code; an LLM server kv-planner cannot read says why (a warning).
+        reasons = skip_findings(workload)
         entry = WorkloadEntry(**header, decision="skip")
-        return ObjectDecision(decision="skip", entries=[entry])
+        entry.findings = reasons
+        entry.codes = _unique(f.code for f in reasons)
+        entry.messages = _unique(f.message for f in reasons)
+        return ObjectDecision(decision="skip", entries=[entry], findings=reasons)
+    notes += note_findings(workload.notes)
 
     workload_annotations = get_path(obj, ("metadata", "annotations"))
     entries: list[WorkloadEntry] = []
@@ -279,6 +328,13 @@ def _decide_workload(
                     )
                 break
 
+    # Pods known to share one card (replicas on a shared ResourceClaim, or pinned to a one-GPU node).
+    for entry, found in zip(entries, containers, strict=True):
+        entry.tenancy = tenant(
+            found.share, entry.plan, entry.effective_args, found.replicas, found.container.name, entry
+        )
+    for item, overcommitted in cotenancy_findings([e.tenancy for e in entries if e.tenancy is not None]):
+        item.entry.findings = [*item.entry.findings, overcommitted]
     patch = [op for entry in entries for op in entry.patch]
     patch_findings: list[Finding] = []
     if patch:
@@ -330,15 +386,23 @@ def _entry(header: Mapping[str, Any], found: ContainerFinding, outcome: Containe
         vllm_version=found.container.vllm_version,
         args=outcome.args,
         effective_args=outcome.effective_args,
-        gpu=GpuEntry(name=gpu.name, label=gpu.label, count=gpu.count, group_size=gpu.group_size, source=gpu.source),
+        gpu=GpuEntry(
+            name=gpu.name,
+            label=gpu.label,
+            count=gpu.count,
+            group_size=gpu.group_size,
+            source=gpu.source,
+        ),
         plan=outcome.plan,
     )
 
 
 def _arg_ops(obj: Mapping[str, Any], found: ContainerFinding, outcome: ContainerOutcome) -> list[Operation]:
     command = found.container.command
-    if command is None:
+    if command is None or not found.writable:
         return []
+    if found.target is not None:
+        return platform_operations(found, outcome.changes)
     raw = get_path(obj, (*found.template.spec_path, "containers", str(found.container.index)))
     if not isinstance(raw, Mapping):
         return []
@@ -350,8 +414,11 @@ def allowed_prefixes(containers: Sequence[ContainerFinding]) -> list[str]:
     """The only places a kv-planner patch may touch."""
     prefixes: list[str] = []
     for found in containers:
-        base = (*found.template.spec_path, "containers", str(found.container.index))
-        prefixes += [pointer((*base, "args")), pointer((*base, "command"))]
+        if found.target is not None:
+            prefixes.append(pointer(found.target.path))
+        elif not found.rebuilt:
+            base = (*found.template.spec_path, "containers", str(found.container.index))
+            prefixes += [pointer((*base, "args")), pointer((*base, "command"))]
         meta = found.template.metadata_path
         prefixes += [
             pointer((*meta, "annotations", PLAN_ANNOTATION)),
@@ -368,6 +435,7 @@ def _validate(obj: Mapping[str, Any], patch: Sequence[Operation], containers: Se
     result = apply_patch(obj, patch)
     # Parents that existed before may only gain our keys: check paths under metadata precisely.
     check_result(obj, result, _tighten(obj, allowed_prefixes(containers)))
+    check_targets(result, containers)
 
 
 def _tighten(obj: Mapping[str, Any], prefixes: Sequence[str]) -> list[str]:

@@ -6,17 +6,18 @@ module's docstring for the rules.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from planner.errors import PlannerInputError
+from planner.gpus.spec import GpuSpec
 from planner.k8s.inspect import ContainerFinding
 from planner.models.spec import ModelSpec
 from planner.plan.models import Plan
-from planner.policy.codes import Code, Finding, finding, passthrough
+from planner.plan.shared import visible_gpu
+from planner.policy.codes import Code, Finding, Fix, finding, fix_args, passthrough
 from planner.policy.model import WORKLOAD_ANNOTATION, EffectivePolicy
 from planner.policy.outcome import ContainerOutcome
 from planner.policy.planning import PlanningBackend
@@ -33,6 +34,7 @@ class LimitContext(BaseModel):
     policy: EffectivePolicy
     backend: Any
     version: str | None
+    version_known: bool = True  # False: planned for a candidate release; nothing release-specific is filled
 
     @property
     def name(self) -> str:
@@ -49,12 +51,23 @@ class LimitContext(BaseModel):
         backend: PlanningBackend = self.backend
         return backend.plan(
             self.model,
-            self.found.gpu.spec,
+            self.gpu_spec,
             args,
             vllm_version=self.version,
             headroom=self.policy.headroom,
             workload=self.profile if with_workload else None,
         )
+
+    @property
+    def shared(self) -> bool:
+        return self.found.share is not None
+
+    @property
+    def gpu_spec(self) -> GpuSpec:
+        """The GPU as vLLM sees it in this pod (a HAMi or Run:ai limit shows as the card's total)."""
+        assert self.found.gpu.spec is not None
+        share = self.found.share
+        return visible_gpu(self.found.gpu.spec, share) if share is not None else self.found.gpu.spec
 
     def effective(self, args: ServingArgs, plan: Plan) -> dict[str, Any]:
         assert self.found.gpu.spec is not None
@@ -62,7 +75,7 @@ class LimitContext(BaseModel):
         try:
             return backend.effective_args(
                 self.model,
-                self.found.gpu.spec,
+                self.gpu_spec,
                 args,
                 vllm_version=self.version,
                 max_model_len=plan.kv_cache.max_model_len,
@@ -78,15 +91,31 @@ def parallel_text(args: ServingArgs) -> str:
     return text
 
 
-def _fix_hint(plan: Plan, *, besides: str | None = None) -> str:
-    """The first two alternatives that fit, as flags (``besides``: a fix already named)."""
-    fixes: list[str] = []
+def _fix_options(plan: Plan, *, besides: str | None = None) -> list[tuple[str, list[str]]]:
+    """The first two alternatives that fit: (as text, their flags); ``besides``: a fix already named."""
+    fixes: list[tuple[str, list[str]]] = []
     for alternative in plan.alternatives:
         # "more GPUs: --tensor-parallel-size 2 (2 GPUs)" -> "--tensor-parallel-size 2"
-        fix = re.sub(r"\s*\(.*\)$", "", alternative.change.split(":", 1)[-1].strip())
-        if alternative.fits and fix not in fixes and not (besides and fix.split()[0] == besides.split()[0]):
-            fixes.append(fix)
-    return " or ".join(fixes[:2]) if fixes else "more GPUs or a bigger GPU"
+        fix = _without_parenthetical(alternative.change.split(":", 1)[-1].strip())
+        named = [text for text, _ in fixes]
+        if alternative.fits and fix not in named and not (besides and fix.split()[0] == besides.split()[0]):
+            fixes.append((fix, alternative.args))
+    return fixes[:2]
+
+
+def _fix_hint(plan: Plan, *, besides: str | None = None) -> str:
+    """The first two alternatives that fit, as flags (``besides``: a fix already named)."""
+    fixes = _fix_options(plan, besides=besides)
+    return " or ".join(text for text, _ in fixes) if fixes else "more GPUs or a bigger GPU"
+
+
+def _fix(plan: Plan, *, first: tuple[str, list[str]] | None = None) -> Fix:
+    """The structured fix: ``first`` (or the first fitting alternative) as flags, every option in words."""
+    options = ([first] if first else []) + _fix_options(plan, besides=first[0] if first else None)
+    if not options:
+        return Fix(text="more GPUs or a bigger GPU")
+    args = next((flags for _, flags in options if flags), [])
+    return Fix(args=args, text=" or ".join(text for text, _ in options))
 
 
 def _with(args: ServingArgs, changes: Mapping[str, str]) -> ServingArgs:
@@ -106,7 +135,7 @@ def decide_limits(ctx: LimitContext, args: ServingArgs, mutable: bool) -> Contai
         out.findings.append(finding(Code.SETTING_REFUSED, name, f"vLLM would refuse: {error.message}"))
         out.effective_args = _effective_as_given(args)
         return out
-    out.findings += [passthrough(name, w) for w in plan.warnings]
+    out.findings += [passthrough(name, note) for note in plan.findings]
     out.plan = plan
     # What vLLM would run with; replaced below when limits are filled or clamped.
     out.effective_args = _effective(args, plan, ctx.effective(args, plan))
@@ -126,6 +155,7 @@ def decide_limits(ctx: LimitContext, args: ServingArgs, mutable: bool) -> Contai
                     f"weights {memory.weights_bytes / GiB:.1f} GiB/GPU exceed "
                     f"{memory.gpu_memory_utilization:g} x {memory.total_bytes / GiB:.1f} GiB "
                     f"({ctx.gpu_name}); fix: {_fix_hint(plan)}",
+                    _fix(plan),
                 )
             )
             return out
@@ -141,17 +171,24 @@ def decide_limits(ctx: LimitContext, args: ServingArgs, mutable: bool) -> Contai
                     Code.CLAMPED_MAX_MODEL_LEN,
                     name,
                     f"lowered --max-model-len {kv.max_model_len} -> {fit}: {blocks}",
+                    fix_args(["--max-model-len", str(fit)]),
                 )
             else:
                 notes["max_model_len"] = finding(
                     Code.FILLED_MAX_MODEL_LEN,
                     name,
                     f"added --max-model-len {fit}: default {kv.max_model_len} needs {blocks}",
+                    fix_args(["--max-model-len", str(fit)]),
                 )
         else:
             first = f"--max-model-len {fit}" if fit else None
             fixes = ([first] if first else []) + [_fix_hint(plan, besides=first)]
-            out.findings.append(finding(Code.CONTEXT_DOES_NOT_FIT, name, f"{need}; fix: {' or '.join(fixes)}"))
+            shorter = (first, ["--max-model-len", str(fit)]) if first else None
+            out.findings.append(
+                finding(
+                    Code.CONTEXT_DOES_NOT_FIT, name, f"{need}; fix: {' or '.join(fixes)}", _fix(plan, first=shorter)
+                )
+            )
             return out
     elif fill and args.max_model_len is None:
         changes["max_model_len"] = str(kv.max_model_len)
@@ -159,14 +196,23 @@ def decide_limits(ctx: LimitContext, args: ServingArgs, mutable: bool) -> Contai
             Code.FILLED_MAX_MODEL_LEN,
             name,
             f"added --max-model-len {kv.max_model_len} (the model's default; it fits)",
+            fix_args(["--max-model-len", str(kv.max_model_len)]),
         )
-    if fill and args.gpu_memory_utilization is None and args.kv_cache_memory_bytes is None:
+    # Never the release's whole-card default on a shared GPU: the share step fills its share instead.
+    if (
+        fill
+        and ctx.version_known
+        and args.gpu_memory_utilization is None
+        and args.kv_cache_memory_bytes is None
+        and not ctx.shared
+    ):
         value = f"{plan.memory.gpu_memory_utilization:g}"
         changes["gpu_memory_utilization"] = value
         notes["gpu_memory_utilization"] = finding(
             Code.FILLED_GPU_MEMORY_UTILIZATION,
             name,
             f"added --gpu-memory-utilization {value} (vLLM {plan.vllm_version} default)",
+            fix_args(["--gpu-memory-utilization", value]),
         )
 
     if changes:
@@ -179,6 +225,7 @@ def decide_limits(ctx: LimitContext, args: ServingArgs, mutable: bool) -> Contai
                         Code.CONTEXT_DOES_NOT_FIT,
                         name,
                         f"--max-model-len {kv.max_model_len} does not fit; fix: {_fix_hint(plan)}",
+                        _fix(plan),
                     )
                 )
                 return out
@@ -243,21 +290,29 @@ def _max_num_seqs(
                     Code.FILLED_MAX_NUM_SEQS,
                     name,
                     f"added --max-num-seqs {limit}: the workload profile preempts at vLLM's default {default}",
+                    fix_args(["--max-num-seqs", str(limit)]),
                 )
             if given is not None and clamp:
                 return limit, finding(
                     Code.CLAMPED_MAX_NUM_SEQS,
                     name,
                     f"lowered --max-num-seqs {given} -> {limit} (workload profile)",
+                    fix_args(["--max-num-seqs", str(limit)]),
                 )
             return None, finding(
                 Code.THRASH,
                 name,
                 f"--max-num-seqs {configured} needs more KV blocks than {ctx.gpu_name} holds "
                 f"for this workload; safe: {limit}",
+                fix_args(["--max-num-seqs", str(limit)]),
             )
         if given is None and fill:
-            return limit, finding(Code.FILLED_MAX_NUM_SEQS, name, f"added --max-num-seqs {limit} (workload profile)")
+            return limit, finding(
+                Code.FILLED_MAX_NUM_SEQS,
+                name,
+                f"added --max-num-seqs {limit} (workload profile)",
+                fix_args(["--max-num-seqs", str(limit)]),
+            )
         return None
     worst = int(kv.usable_blocks * (1.0 - ctx.policy.headroom) // max(1, kv.blocks_per_request))
     if configured > worst:
@@ -269,12 +324,18 @@ def _max_num_seqs(
             Code.ABOVE_WORST_CASE,
             name,
             f"--max-num-seqs {configured}: {detail}; add a {WORKLOAD_ANNOTATION} profile",
+            Fix(
+                args=["--max-num-seqs", str(worst)] if worst >= 1 else [],
+                text=f"add a {WORKLOAD_ANNOTATION} profile"
+                + (f" or lower --max-num-seqs to {worst} (worst case)" if worst >= 1 else ""),
+            ),
         )
-    if given is None and fill:
+    if given is None and fill and ctx.version_known:  # vLLM's default differs by release
         return default, finding(
             Code.FILLED_MAX_NUM_SEQS,
             name,
             f"added --max-num-seqs {default} (vLLM's default; the worst case fits)",
+            fix_args(["--max-num-seqs", str(default)]),
         )
     return None
 
@@ -312,3 +373,9 @@ def _effective(args: ServingArgs, plan: Plan, effective: Mapping[str, Any]) -> d
         "quantization": args.quantization,
         "dtype": effective.get("dtype", args.dtype),
     }
+
+
+def _without_parenthetical(text: str) -> str:
+    """``text`` without a trailing ``(...)`` remark (no regex: the module reads manifest values)."""
+    start = text.find("(")
+    return text[:start].rstrip() if start != -1 and text.endswith(")") else text

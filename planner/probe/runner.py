@@ -31,7 +31,7 @@ from planner.errors import PlannerInputError, ScrapeError, WorkloadProfileError
 from planner.probe.client import TOKEN_ID_HIGH, TOKEN_ID_LOW, RequestResult, fetch_model, stream_completion
 from planner.probe.metrics import MetricsSnapshot, scrape
 from planner.probe.report import PlannerComparison, ProbeLimits, ProbeReport, ProbeStep, StopReason
-from planner.workload import WorkloadProfile, kv_report_for_blocks, parse_workload, risk_bounded_concurrency
+from planner.workload import WorkloadProfile, capacity_for_blocks, parse_workload, risk_bounded_concurrency
 
 
 class ProbeConfig(BaseModel):
@@ -447,7 +447,7 @@ def _planner(
 ) -> PlannerComparison | None:
     assert first.num_gpu_blocks is not None and first.block_size is not None
     try:
-        kv = kv_report_for_blocks(first.num_gpu_blocks, first.block_size, max_len)
+        kv = capacity_for_blocks(first.num_gpu_blocks, first.block_size, max_len)
         advice = risk_bounded_concurrency(kv, lengths.comparison_profile(), headroom=headroom)
     except WorkloadProfileError as error:
         warnings.append(f"no planner comparison: {error}")

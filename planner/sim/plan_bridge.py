@@ -76,6 +76,6 @@ def _model_spec(name: str) -> ModelSpec:
     try:
         return lookup_model(name)
     except UnknownModelError:
-        from planner.models.resolve import resolve_model
+        from planner.hub.resolve import resolve_model
 
         return resolve_model(name).spec

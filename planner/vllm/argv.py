@@ -4,8 +4,8 @@ vLLM's ``FlexibleArgumentParser`` (vllm X/utils/argparse_utils.py, earlier vllm/
 preprocesses argv before argparse sees it: underscores in ``--flag_names`` become dashes (only the part
 before the first ``.``), ``-O3`` becomes an optimization level, ``--json-arg.key value`` is merged into
 ``--json-arg '{"key": value}'``, ``--config FILE.yaml`` is expanded in place (CLI > config > defaults),
-and with ``vllm serve`` a ``--model`` option is refused (<= 0.11) or moved to the positional model
-(>= 0.12). argparse then accepts unambiguous prefixes of long options (``allow_abbrev``), ``--k=v`` and
+and with ``vllm serve`` a ``--model`` option is refused (<= 0.11.0) or moved to the positional model
+(>= 0.11.1). argparse then accepts unambiguous prefixes of long options (``allow_abbrev``), ``--k=v`` and
 ``--k v``, and the last occurrence of a flag wins. The option strings and their arity come from
 :mod:`planner.vllm.argv_flags`, generated from each release's own source.
 
@@ -17,11 +17,11 @@ entrypoint is vLLM. :func:`set_flag` edits an argv list minimally, in the user's
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+import re2
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -55,8 +55,8 @@ Entrypoint = Literal["serve", "api_server", "image"]
 
 _API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 _CLI_MODULE = "vllm.entrypoints.cli.main"
-_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's _negative_number_matcher
-_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+_NEGATIVE_NUMBER = re2.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's _negative_number_matcher
+_PYTHON = re2.compile(r"^python(\d+(\.\d+)?)?$")
 
 
 class ParsedFlag(BaseModel):
@@ -326,8 +326,11 @@ def _parse(
     # (Not for "image": whether the image's entrypoint is `vllm serve` or the api_server module is
     # unknown here, and the api_server accepts --model.)
     refused = entrypoint == "serve" and table.serve_model_option == "refused"
-    if refused and any(t.text == "--model" and t.source == "argv" for t in tokens):
-        errors.append("vLLM refuses `vllm serve --model`: give the model as the first positional argument")
+    if refused and any(t.original == "--model" and t.source == "argv" for t in tokens):
+        errors.append(
+            f"vLLM {table.in_force} refuses `vllm serve --model` (accepted from 0.11.1): "
+            "give the model as the first positional argument"
+        )
 
     i = 0
     only_positionals = False

@@ -21,15 +21,24 @@ class FlagTable(BaseModel):
 
     release: str
     options: dict[str, tuple[str, Kind]]
+    requested: str | None = None  # the release in force (a patch release may differ from the table's)
 
     @property
     def version_key(self) -> tuple[int, ...]:
         return _version_key(self.release)
 
     @property
+    def in_force(self) -> str:
+        """The release whose rules apply: the one asked for, else the table's."""
+        return self.requested or self.release
+
+    @property
     def serve_model_option(self) -> Literal["refused", "moved", "accepted"]:
-        # vllm <= 0.11 utils: `vllm serve ... --model X` raises ValueError; 0.12+ moves it to the front.
-        return "moved" if self.version_key >= (0, 12) else "refused"
+        # vllm 0.8.5 .. 0.11.0 vllm/utils: FlexibleArgumentParser.parse_args raises ValueError when a
+        # word of `vllm serve ...` equals "--model" (`--model=X` passes); vllm 0.11.1 and later
+        # vllm/utils/argparse_utils.py: FlexibleArgumentParser.parse_args logs a deprecation warning
+        # and moves `--model X` / `--model=X` to the front as the positional model.
+        return "moved" if _version_key(self.in_force) >= (0, 11, 1) else "refused"
 
     @property
     def config_lists(self) -> bool:  # load_config_file expands YAML lists since 0.10.2
@@ -88,4 +97,4 @@ def flag_table(version: str | None = None) -> FlagTable:
     for release in releases:
         if _version_key(release) <= wanted:
             chosen = release
-    return tables[chosen]
+    return tables[chosen].model_copy(update={"requested": version})

@@ -8,13 +8,14 @@ same table for humans, with the file and function behind every field.
 
 from __future__ import annotations
 
-import re
 from functools import total_ordering
 from typing import Literal
 
+import re2
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.errors import UnknownVllmVersionError
+from planner.findings import Code, Finding
 
 TokensFormula = Literal["blocks_x_block_size", "blocks_div_groups", "concurrency_x_len"]
 InFlight = Literal["mnbt", "concurrent_batches"]
@@ -36,7 +37,7 @@ class Version(BaseModel):
     def parse(cls, text: str) -> Version:
         """``X.Y.Z`` with an optional leading ``v`` and an optional fourth part (``0.8.5.post1``,
         ``0.10.1.1``) or local/dev suffix, which do not change behaviour."""
-        match = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+\-][0-9A-Za-z.+\-]*)?\s*$", text or "")
+        match = re2.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+\-][0-9A-Za-z.+\-]*)?\s*$", text or "")
         if not match:
             raise UnknownVllmVersionError(
                 f"vLLM version {text!r} is not X.Y.Z (a leading 'v' and a fourth part are accepted)"
@@ -332,20 +333,23 @@ _LATEST = Version.parse(LATEST_KNOWN)
 _STARTS = [(Version.parse(row.since), row) for row in RELEASES]
 
 
-def resolve_release(version: str | None) -> tuple[Version, Release, list[str]]:
+def resolve_release(version: str | None) -> tuple[Version, Release, list[Finding]]:
     """The behaviour row for ``version`` (default: the newest release kv-planner knows).
 
     Returns the parsed version, its row and warnings (a version newer than any known release is
     planned with the newest behaviour, and says so).
     """
-    warnings: list[str] = []
+    warnings: list[Finding] = []
     parsed = Version.parse(version or LATEST_KNOWN)
     if parsed < OLDEST:
         raise UnknownVllmVersionError(f"vLLM {parsed} is older than the oldest release kv-planner models ({OLDEST})")
     if parsed > _LATEST:
         warnings.append(
-            f"KVP104 vLLM {parsed} is newer than the newest release checked ({LATEST_KNOWN}); "
-            "planned with that release's behaviour"
+            Finding.of(
+                Code.NEWER_RELEASE,
+                f"vLLM {parsed} is newer than the newest release checked ({LATEST_KNOWN}); "
+                "planned with that release's behaviour",
+            )
         )
     row = RELEASES[0]
     for start, candidate in _STARTS:

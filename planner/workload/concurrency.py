@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from planner.errors import WorkloadProfileError
-from planner.plan.models import KvCacheReport
+from planner.workload.capacity import KvCapacity
 from planner.workload.convolution import TruncatedSums
 from planner.workload.distribution import FloatArray, IntArray
 from planner.workload.occupancy import Occupancy, running_occupancy
@@ -140,7 +140,7 @@ def _to_units(block_pmf: FloatArray, unit: int) -> FloatArray:
 
 
 def risk_bounded_concurrency(
-    kv: KvCacheReport,
+    kv: KvCapacity,
     profile: WorkloadProfile,
     *,
     headroom: float = 0.1,

@@ -6,7 +6,7 @@ Model (docs/workload.md, "What a running sequence holds"):
   refuses prompts of ``max_model_len`` tokens or more, and stops an output at ``max_model_len - P``
   tokens, so a request runs ``min(O, M - P)`` decode steps.
 * While it generates its ``t``-th token it holds ``blocks_for_sequence(P + t)`` blocks (all KV groups,
-  whole blocks, sliding windows capped, Mamba state constant: :meth:`KvCacheReport.blocks_for_sequence`).
+  whole blocks, sliding windows capped, Mamba state constant: :meth:`KvCapacity.blocks_for_sequence`).
 * In steady state a running request seen at a random decode step is **length-biased**: a request that
   runs twice as many steps is twice as likely to be seen. Seen at a uniformly random one of its steps,
   the step ``T`` it is at has ``P(T = t) = P(O >= t) / E[O]`` (the renewal "equilibrium" law), and for
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.errors import WorkloadProfileError
-from planner.plan.models import KvCacheReport
+from planner.workload.capacity import KvCapacity
 from planner.workload.convolution import convolve
 from planner.workload.distribution import FloatArray, IntArray, LengthDistribution
 from planner.workload.profile import WorkloadProfile
@@ -66,7 +66,7 @@ class Occupancy:
         return int(np.searchsorted(cumulative, level - 1e-12, side="left"))
 
 
-def block_lookup(kv: KvCacheReport, tokens: IntArray) -> IntArray:
+def block_lookup(kv: KvCapacity, tokens: IntArray) -> IntArray:
     """``kv.blocks_for_sequence(t)`` for every ``t`` in ``tokens``, calling it once per block boundary.
 
     Every group's block count is a function of ``ceil(t / block_size_g)`` (or constant), and each
@@ -85,7 +85,7 @@ def block_lookup(kv: KvCacheReport, tokens: IntArray) -> IntArray:
     return result
 
 
-def running_occupancy(kv: KvCacheReport, profile: WorkloadProfile, *, max_model_len: int) -> Occupancy:
+def running_occupancy(kv: KvCapacity, profile: WorkloadProfile, *, max_model_len: int) -> Occupancy:
     """The block distribution of one running sequence under ``profile`` (see the module docstring)."""
     m = max_model_len
     if m < 2:

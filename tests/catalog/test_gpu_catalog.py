@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
 
-from planner.errors import CatalogDataError, PlannerInputError, UnknownGPUError
+from planner.calibration.dataset import dataset_records
+from planner.errors import AmbiguousGPUError, CatalogDataError, PlannerInputError, UnknownGPUError
 from planner.gpus import (
     all_gpus,
     gpu_for_instance_type,
@@ -90,14 +90,13 @@ def test_known_figures_as_vllm_and_torch_report_them(name: str, gib: float) -> N
     assert round(lookup_gpu(name).memory_bytes / GiB, 2) == gib
 
 
-def test_calibration_records_agree_with_the_catalog(calibration_file: Path) -> None:
+def test_calibration_records_agree_with_the_catalog() -> None:
     seen = 0
-    for line in calibration_file.read_text().splitlines():
-        record = json.loads(line)
-        if record.get("total_gpu_memory_gib") is None:
+    for record in dataset_records():
+        if record.total_gpu_memory_gib is None:
             continue
-        gpu = lookup_gpu(record["gpu"])
-        assert round(gpu.memory_bytes / GiB, 2) == record["total_gpu_memory_gib"], record["id"]
+        gpu = lookup_gpu(record.gpu or "")
+        assert round(gpu.memory_bytes / GiB, 2) == record.total_gpu_memory_gib, record.id
         seen += 1
     assert seen > 0
 
@@ -180,7 +179,7 @@ def test_ambiguous_names_need_the_memory() -> None:
     with pytest.raises(UnknownGPUError) as info:
         lookup_gpu("a100")  # karpenter's name for both p4d (40 GB) and p4de (80 GB)
     assert info.value.suggestions == ["A100-40GB", "A100-80GB"]
-    assert "more than one card" in str(info.value)
+    assert isinstance(info.value, AmbiguousGPUError) and "Ambiguous GPU" in str(info.value)
     assert lookup_gpu("a100", memory_bytes=81920 * MiB).name == "A100-80GB"  # nvidia.com/gpu.memory=81920
     assert lookup_gpu("A100", memory_bytes=40960 * MiB).name == "A100-40GB"
     assert lookup_gpu("v100", memory_bytes=32 * GiB).name == "V100-32GB"

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from planner.calibration.dataset import dataset_records
 from planner.errors import CatalogDataError, UnknownModelError
+from planner.models import weights
 from planner.models.catalog import DATA_DIR, all_models, build_index, lookup_model
+from planner.models.config import parse_config
 from planner.models.spec import ModelSpec
 from tests.conftest import load_shared_config
 
@@ -220,8 +222,7 @@ DERIVED = [
 
 def _parse(shared: str, model_id: str) -> ModelSpec:
     config = load_shared_config(shared)
-    config_module = pytest.importorskip("planner.models.config")
-    spec: ModelSpec = config_module.parse_config(config, model_id=model_id)
+    spec: ModelSpec = parse_config(config, model_id=model_id)
     return spec
 
 
@@ -260,7 +261,6 @@ def test_checkpoint_bytes_agree_with_parameters() -> None:
 def test_parameter_counts_match_the_architecture() -> None:
     """Exact HF parameter counts check the hand-written facts: the weight estimator, fed the catalog's
     architecture, must land on them (MTP modules, vision towers and stored copies of tied heads aside)."""
-    weights = pytest.importorskip("planner.models.weights")
     checked = 0
     for model in all_models():
         if (
@@ -302,11 +302,10 @@ def test_every_shared_config_with_a_catalog_entry_is_cross_checked(model_configs
         assert path.stem in covered, f"{path.name} has a catalog entry but is not cross-checked"
 
 
-def test_calibration_models_are_in_the_catalog(calibration_file: Path) -> None:
-    for line in calibration_file.read_text().splitlines():
-        record = json.loads(line)
-        names = [record["model"]] + ([record["base_model"]] if record.get("base_model") else [])
-        assert any(_known(name) for name in names), record["id"]
+def test_calibration_models_are_in_the_catalog() -> None:
+    for record in dataset_records():
+        names = [record.model] + ([record.base_model] if record.base_model else [])
+        assert any(_known(name) for name in names), record.id
 
 
 def _known(name: str) -> bool:
@@ -366,7 +365,7 @@ def test_unknown_model_suggests_close_ids() -> None:
 
 
 def test_the_yaml_files_are_packaged() -> None:
-    tomllib = pytest.importorskip("tomllib")
+    tomllib = pytest.importorskip("tomllib", reason="tomllib is in the standard library from Python 3.11")
     pyproject = tomllib.loads((DATA_DIR.parents[2] / "pyproject.toml").read_text())
     package_data = pyproject["tool"]["setuptools"]["package-data"]
     assert "data/*.yaml" in package_data["planner.models"]

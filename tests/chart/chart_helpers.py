@@ -7,8 +7,6 @@ once per session and shared by the tests that inspect it.
 from __future__ import annotations
 
 import copy
-import os
-import shutil
 import subprocess
 from functools import cache
 from pathlib import Path
@@ -17,10 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.conftest import find_tool, require_tool
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART = REPO_ROOT / "charts"
 CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
-TOOLS_BIN = REPO_ROOT / ".tools" / "bin"
 NAMESPACE = "kv-planner-system"
 RELEASE = "kvp"
 # Built-in kinds are validated with kubernetes-validate; these are custom resources.
@@ -32,28 +31,12 @@ SCENARIOS: list[tuple[str, tuple[str, ...]]] = [("defaults", ())] + [
 ]
 
 
-def find_tool(name: str) -> str | None:
-    """A tool from .tools/bin (installed by scripts/install-test-tools) or from PATH."""
-    local = TOOLS_BIN / name
-    if local.is_file() and os.access(local, os.X_OK):
-        return str(local)
-    return shutil.which(name)
-
-
 HELM = find_tool("helm")
-HELM3 = find_tool("helm3")
 
 
 def helm_binaries() -> list[Any]:
-    """pytest params for every Helm major version available (Helm 4 is required, Helm 3 optional)."""
-    return [
-        pytest.param(HELM, id="helm4"),
-        pytest.param(
-            HELM3,
-            id="helm3",
-            marks=pytest.mark.skipif(HELM3 is None, reason="helm3 not installed (scripts/install-test-tools)"),
-        ),
-    ]
+    """pytest params (for the indirect `binary` fixture) of every Helm major version the chart supports."""
+    return [pytest.param("helm", id="helm4"), pytest.param("helm3", id="helm3")]
 
 
 class RenderError(Exception):
@@ -133,6 +116,4 @@ def component(docs: list[dict[str, Any]], kind: str, comp: str) -> dict[str, Any
 
 
 def require_helm() -> str:
-    if HELM is None:
-        pytest.skip("helm is not installed (scripts/install-test-tools)")
-    return HELM
+    return require_tool("helm")

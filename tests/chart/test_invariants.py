@@ -11,8 +11,12 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
-from tests.chart.chart_helpers import CHART, HELM, NAMESPACE, RELEASE, SCENARIOS, component, find, one, render
+from planner.policy.model import load_policy
+from tests.chart.chart_helpers import CHART, NAMESPACE, RELEASE, SCENARIOS, component, find, one, render, require_helm
 
 pytestmark = [pytest.mark.needs_helm, pytest.mark.usefixtures("helm")]
 
@@ -144,10 +148,9 @@ def test_policy_configmap_is_the_policy_block(values_files: tuple[str, ...], tmp
     expected = {**defaults, **override, "modelLookup": {**defaults["modelLookup"], **override.get("modelLookup", {})}}
     assert policy == expected
     # The webhook and `planner check --policy` load the file with planner.policy.model.load_policy.
-    model = pytest.importorskip("planner.policy.model")
     path = tmp_path / "policy.yaml"
     path.write_text(cm["data"]["policy.yaml"])
-    loaded = model.load_policy(path)
+    loaded = load_policy(path)
     assert loaded.validation_action == policy["validationAction"]
     assert loaded.mutation == policy["mutation"]
     assert loaded.headroom == policy["headroom"]
@@ -249,6 +252,14 @@ def test_webhook_args_and_image() -> None:
         "--tls-key-file=/etc/kv-planner/tls/tls.key",
         "--policy-file=/etc/kv-planner/policy/policy.yaml",
         "--metrics-port=9090",
+        "--tls-min-version=1.2",
+        "--workers=2",
+        "--review-budget=1",
+        "--max-waiting=16",
+        "--worker-max-memory=209715200",
+        "--request-timeout=10",
+        "--keep-alive=5",
+        "--max-connections=1000",
     ]
     digest = "sha256:" + "a" * 64
     docs = render(set_values=("image.tag=1.2.3", f"image.digest={digest}"))
@@ -299,6 +310,7 @@ def test_webhook_args_and_image() -> None:
                 'json:policy.workload={"prompt_tokens": {"p50": 800}, "target_risk": 0.05}',
                 "exporter.events.enabled=false",
                 "exporter.annotateRecommendations=true",
+                "exporter.rbac.namespaces[0]=team-a",
             ),
             [
                 "exporter",
@@ -309,6 +321,7 @@ def test_webhook_args_and_image() -> None:
                 "--retune-target-risk=0.05",
                 "--no-retune-events",
                 "--retune-annotate",
+                "--retune-namespaces=team-a",
             ],
         ),
     ],
@@ -375,47 +388,88 @@ def exporter_grants(*values: str) -> set[tuple[str, str, str]]:
     return grants(rules_of(render(set_values=values), "exporter"))
 
 
-def test_exporter_default_is_read_only_plus_events() -> None:
+def test_exporter_default_writes_nothing() -> None:
     got = exporter_grants()
-    writes = {g for g in got if g[2] not in ("get", "list", "watch")}
-    assert writes == {("", "events", "create"), ("events.k8s.io", "events", "create")}
-    for resource in ("pods", "nodes", "namespaces", "deployments", "statefulsets", "leaderworkersets"):
+    assert {g for g in got if g[2] not in ("get", "list", "watch")} == set()
+    for resource in ("pods", "nodes", "namespaces"):
         assert any(g[1] == resource and g[2] == "watch" for g in got), resource
+    assert not {g for g in got if g[1] in ("deployments", "statefulsets", "replicasets", "leaderworkersets")}
+    docs = render()
+    assert not find(docs, "Role") and not find(docs, "RoleBinding")
+    args = component(docs, "Deployment", "exporter")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [a for a in args if a.startswith("--retune-namespaces")]
+
+
+@pytest.mark.parametrize("values_files", SCENARIO_PARAMS)
+def test_exporter_never_writes_cluster_wide(values_files: tuple[str, ...]) -> None:
+    docs = render(values_files)
+    for role in find(docs, "ClusterRole"):
+        if role["metadata"]["labels"]["app.kubernetes.io/component"] == "exporter":
+            assert {v for rule in role["rules"] for v in rule["verbs"]} <= {"get", "list", "watch"}, role
+
+
+LISTED = ("exporter.rbac.namespaces[0]=team-a", "exporter.rbac.namespaces[1]=team-b")
+
+
+def roles_by_namespace(docs: list[dict[str, Any]]) -> dict[str, set[tuple[str, str, str]]]:
+    return {r["metadata"]["namespace"]: grants(r["rules"]) for r in find(docs, "Role")}
 
 
 @pytest.mark.parametrize(
     ("values", "patches"),
     [
         (("exporter.retune=recommend",), False),
-        (("exporter.retune=off", "exporter.annotateRecommendations=true"), False),  # no retuner, no writes
         (("exporter.retune=recommend", "exporter.annotateRecommendations=true"), True),
         (("exporter.retune=apply",), True),
     ],
 )
-def test_exporter_patches_only_when_it_writes_workloads(values: tuple[str, ...], patches: bool) -> None:
-    patch = {g for g in exporter_grants(*values) if g[2] == "patch"}
-    assert patch == ({("apps", "deployments", "patch"), ("apps", "statefulsets", "patch")} if patches else set())
+def test_exporter_patches_only_in_listed_namespaces_and_only_when_it_writes_workloads(
+    values: tuple[str, ...], patches: bool
+) -> None:
+    docs = render(set_values=(*values, *LISTED))
+    roles = roles_by_namespace(docs)
+    assert sorted(roles) == ["team-a", "team-b"]
+    for got in roles.values():
+        patch = {g for g in got if g[2] == "patch"}
+        assert patch == ({("apps", "deployments", "patch"), ("apps", "statefulsets", "patch")} if patches else set())
+        # The owner chain the retuner verifies (Pod -> ReplicaSet -> Deployment | StatefulSet), read by name.
+        assert {("", "pods", "get"), ("apps", "replicasets", "get"), ("apps", "deployments", "get")} <= got
+        assert not {g for g in got if g[2] in ("list", "watch")}
+    bindings = find(docs, "RoleBinding")
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    assert all(
+        b["roleRef"]
+        == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{RELEASE}-kv-planner-exporter-retuner"}
+        for b in bindings
+    )
+    args = component(docs, "Deployment", "exporter")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert [a for a in args if a.startswith("--retune-namespaces")] == [
+        "--retune-namespaces=team-a",
+        "--retune-namespaces=team-b",
+    ]
 
 
 def test_exporter_events_only_when_enabled() -> None:
-    assert not {g for g in exporter_grants("exporter.events.enabled=false") if g[1] == "events"}
-    assert not {g for g in exporter_grants("exporter.retune=off") if g[1] == "events"}
+    roles = roles_by_namespace(render(set_values=("exporter.events.enabled=false", *LISTED)))
+    assert roles and not {g for got in roles.values() for g in got if g[1] == "events"}
+    with_events = roles_by_namespace(render(set_values=LISTED))
+    assert all(("", "events", "create") in got for got in with_events.values())
+    assert not find(render(set_values=("exporter.retune=off", *LISTED)), "Role")  # no retuner, no writes
     container = component(render(set_values=("exporter.events.enabled=false",)), "Deployment", "exporter")["spec"][
         "template"
     ]["spec"]["containers"][0]
     assert "--no-retune-events" in container["args"]
 
 
-def test_exporter_namespaced_rbac_when_namespaces_are_listed() -> None:
+def test_apply_scenario_writes_in_its_two_namespaces_only() -> None:
     docs = render((str(CHART / "ci" / "11-apply-mode-values.yaml"),))
-    bindings = find(docs, "RoleBinding")
-    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
-    assert all(b["roleRef"]["name"] == f"{RELEASE}-kv-planner-exporter-workloads" for b in bindings)
-    workload_crbs = [b for b in find(docs, "ClusterRoleBinding") if b["metadata"]["name"].endswith("-workloads")]
-    assert not workload_crbs  # pods/workloads/patch are granted only in the listed namespaces
+    assert sorted(roles_by_namespace(docs)) == ["team-a", "team-b"]
     cluster = one(docs, "ClusterRoleBinding", f"{RELEASE}-kv-planner-exporter-cluster")
     role = one(docs, "ClusterRole", cluster["roleRef"]["name"])
+    # Prometheus mode: no pod listing either.
     assert grants(role["rules"]) == {("", r, v) for r in ("nodes", "namespaces") for v in ("get", "list", "watch")}
+    pod = component(docs, "Deployment", "exporter")["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is True
 
 
 def test_static_targets_without_retuner_need_no_token() -> None:
@@ -430,15 +484,12 @@ def test_static_targets_without_retuner_need_no_token() -> None:
 
 
 def load_cert(pem: bytes) -> Any:
-    x509 = pytest.importorskip("cryptography.x509")
     return x509.load_pem_x509_certificate(pem)
 
 
 def test_self_signed_fresh_install() -> None:
     """Without a cluster `lookup` finds nothing: a fresh CA and serving certificate, consistent with the
     caBundle of both webhooks. (Reuse on `helm upgrade` needs a cluster: e2e/kind.sh proves it.)"""
-    ec = pytest.importorskip("cryptography.hazmat.primitives.asymmetric.ec")
-    x509 = pytest.importorskip("cryptography.x509")
     docs = render()
     secret = one(docs, "Secret")
     assert secret["type"] == "kubernetes.io/tls"
@@ -451,9 +502,7 @@ def test_self_signed_fresh_install() -> None:
     sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
     service = f"{RELEASE}-kv-planner-webhook"
     assert f"{service}.{NAMESPACE}.svc" in sans and f"{service}.{NAMESPACE}.svc.cluster.local" in sans
-    key = pytest.importorskip("cryptography.hazmat.primitives.serialization").load_pem_private_key(
-        data["tls.key"], password=None
-    )
+    key = serialization.load_pem_private_key(data["tls.key"], password=None)
     assert isinstance(key, ec.EllipticCurvePrivateKey)
     assert key.public_key().public_numbers() == cert.public_key().public_numbers()
     not_after = dt.datetime.fromisoformat(secret["metadata"]["annotations"]["kv-planner.io/tls-not-after"])
@@ -550,8 +599,7 @@ def test_webhook_alerts_cover_fail_open_errors_and_latency() -> None:
 
 def test_rules_files_are_wrapped_whole() -> None:
     files = sorted((CHART / "files" / "rules").glob("*.yaml"))
-    if not files:
-        pytest.skip("charts/files/rules/ has no rules yet (written by the dashboards work)")
+    assert files, "charts/files/rules/ holds the rules generated by dashboards/"
     expected = [g for f in files for g in yaml.safe_load(f.read_text())["groups"]]
     rule = one(render(set_values=("monitoring.prometheusRule.enabled=true",)), "PrometheusRule")
     assert rule["spec"]["groups"][: len(expected)] == expected
@@ -624,8 +672,7 @@ def test_labels_and_names() -> None:
 
 
 def notes(*set_values: str) -> str:
-    assert HELM is not None
-    cmd = [HELM, "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client"]
+    cmd = [require_helm(), "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client"]
     for item in set_values:
         cmd += ["--set", item]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=True)

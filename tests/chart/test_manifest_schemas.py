@@ -14,15 +14,16 @@ from __future__ import annotations
 import functools
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate.utils as kubernetes_validate
 import pytest
 import yaml
 
 from tests.chart.chart_helpers import CHART, CUSTOM_KINDS, REPO_ROOT, SCENARIOS, render
+from tests.conftest import missing, require_tool
 
 pytestmark = [pytest.mark.needs_helm, pytest.mark.usefixtures("helm")]
 
@@ -41,7 +42,6 @@ def min_kube_version() -> str:
 
 
 def kube_versions() -> list[str]:
-    kubernetes_validate = pytest.importorskip("kubernetes_validate.utils")
     latest: str = kubernetes_validate.latest_version()
     return [min_kube_version(), latest]
 
@@ -51,7 +51,6 @@ def rendered_documents() -> dict[str, list[dict[str, Any]]]:
 
 
 def test_lowest_supported_version_has_schemas() -> None:
-    kubernetes_validate = pytest.importorskip("kubernetes_validate.utils")
     shipped = {v.rsplit(".", 1)[0] for v in kubernetes_validate.all_versions()}
     assert min_kube_version().rsplit(".", 1)[0] in shipped
 
@@ -61,7 +60,6 @@ def test_builtin_objects_validate_strictly(version: str, monkeypatch: pytest.Mon
     # The library call behind the `kubernetes-validate --strict` CLI, in-process: the CLI re-reads the
     # (multi-megabyte) schema files for every document, here they are read once; and identical
     # documents (most of them, across scenarios) are validated once.
-    kubernetes_validate = pytest.importorskip("kubernetes_validate.utils")
     monkeypatch.setattr(kubernetes_validate, "schema_contents", functools.cache(kubernetes_validate.schema_contents))
     unique: dict[str, tuple[str, dict[str, Any]]] = {}
     for label, docs in rendered_documents().items():
@@ -84,7 +82,6 @@ def test_builtin_objects_validate_strictly(version: str, monkeypatch: pytest.Mon
 
 
 def test_strict_validation_is_not_vacuous() -> None:
-    kubernetes_validate = pytest.importorskip("kubernetes_validate.utils")
     deployment = next(d for d in render() if d["kind"] == "Deployment")
     deployment["spec"]["template"]["spec"]["containers"][0]["securityContext"]["runAsNonRot"] = True
     with pytest.raises(kubernetes_validate.ValidationError, match="runAsNonRot"):
@@ -92,9 +89,9 @@ def test_strict_validation_is_not_vacuous() -> None:
 
 
 def test_custom_resources_match_their_crd_types(tmp_path: Path) -> None:
-    node = shutil.which("node")
-    if node is None or not (NODE_MODULES / "@kubernetes-models").is_dir():
-        pytest.skip("node or the @kubernetes-models validators are missing (scripts/install-test-tools)")
+    node = require_tool("node")
+    if not (NODE_MODULES / "@kubernetes-models").is_dir():
+        missing(f"{NODE_MODULES}/@kubernetes-models", "scripts/install-test-tools installs the CRD validators")
     custom: list[dict[str, Any]] = []
     for label, docs in rendered_documents().items():
         custom += [{"label": label, "object": d} for d in docs if d["kind"] in CUSTOM_KINDS]
@@ -118,9 +115,9 @@ def test_custom_resources_match_their_crd_types(tmp_path: Path) -> None:
 
 def test_crd_validators_catch_a_broken_object() -> None:
     """The validators are not vacuous: a wrong scrape interval and a Certificate without issuer fail."""
-    node = shutil.which("node")
-    if node is None or not (NODE_MODULES / "@kubernetes-models").is_dir():
-        pytest.skip("node or the @kubernetes-models validators are missing (scripts/install-test-tools)")
+    node = require_tool("node")
+    if not (NODE_MODULES / "@kubernetes-models").is_dir():
+        missing(f"{NODE_MODULES}/@kubernetes-models", "scripts/install-test-tools installs the CRD validators")
     docs = render(set_values=("monitoring.serviceMonitor.enabled=true", "webhook.tls.mode=cert-manager"))
     monitor = next(d for d in docs if d["kind"] == "ServiceMonitor")
     monitor["spec"]["endpoints"][0]["interval"] = "30 seconds"

@@ -189,7 +189,7 @@ def rfc3339(delta: dt.timedelta) -> str:
     return (dt.datetime.now(dt.timezone.utc) + delta).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-@pytest.mark.parametrize("binary", helm_binaries())
+@pytest.mark.parametrize("binary", helm_binaries(), indirect=True)
 def test_upgrade_reuses_a_valid_ca_and_renews_near_expiry(binary: str, kubeconfig: Path) -> None:
     fresh = render_against_cluster(binary, kubeconfig, None)
     data, _, bundles = tls_state(fresh)

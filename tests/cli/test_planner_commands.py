@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy
 import pytest
+import safetensors.numpy as safetensors_numpy
 import yaml
 from typer.testing import CliRunner
 
+from planner.calibration.dataset import dataset_files, dataset_records
 from planner.cli import app
 
 runner = CliRunner()
@@ -175,8 +178,26 @@ def test_validate_reports_per_record_and_summary(calibration_file: Path, tmp_pat
     first = report["records"][0]
     assert set(first) >= {"id", "supported", "reason", "layout", "budget", "full"}
     assert set(report["summary"]) >= {"records", "supported", "layout_exact", "layout_scored", "budget", "full"}
-    assert "line 4: not JSON" in err and "line 5" in err
+    flat = " ".join(err.split())  # rich wraps stderr at 80 columns, wherever the temporary path ends
+    assert "line 4: not JSON" in flat and "line 5" in flat
     assert report["records"][3]["id"] == "line 4"
+
+
+def test_validate_without_a_file_checks_the_shipped_data() -> None:
+    code, out, err = run("validate", "--output", "json")
+    assert code == 0, err
+    summary = json.loads(out)["summary"]
+    assert summary["records"] == len(dataset_records()) and summary["supported"] == summary["records"]
+    assert summary["full"]["abs_median"] <= 0.01
+
+
+def test_validate_reads_the_shipped_schema_too(tmp_path: Path) -> None:
+    shipped = dataset_files()[0].read_text().splitlines()[:2]
+    data_file = tmp_path / "ours.jsonl"
+    data_file.write_text("\n".join(shipped) + "\n")
+    code, out, err = run("validate", str(data_file), "--output", "json")
+    assert code == 0, err
+    assert [r["supported"] for r in json.loads(out)["records"]] == [True, True]
 
 
 def test_validate_unreadable_file_exits_2(tmp_path: Path) -> None:
@@ -226,8 +247,6 @@ def test_calibrate_rejects_a_file_that_is_not_a_vllm_log(tmp_path: Path) -> None
 
 
 def test_local_checkpoint_directory_gives_exact_weight_bytes(tmp_path: Path) -> None:
-    numpy = pytest.importorskip("numpy")
-    safetensors_numpy = pytest.importorskip("safetensors.numpy")
     config = {
         "architectures": ["LlamaForCausalLM"],
         "model_type": "llama",
@@ -318,3 +337,25 @@ def test_recommend_emits_autoscaler_thresholds_from_the_workload() -> None:
         "recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--emit", "keda"
     )
     assert code == 2 and "--emit needs --workload" in err
+
+
+def test_recommend_json_keeps_warning_strings_and_adds_typed_findings() -> None:
+    # --max-model-len auto on a context that does not fit: KVP106 with the length vLLM will pick as its fix.
+    code, out, _ = run(
+        "recommend",
+        "--gpu",
+        "L4",
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--max-model-len",
+        "auto",
+        "-o",
+        "json",
+    )
+    assert code == 0
+    plan = json.loads(out)
+    assert plan["warnings"] == [f["message"] for f in plan["findings"]]  # DESIGN: "warnings": [str, ...]
+    (auto,) = [f for f in plan["findings"] if f["code"] == "KVP106"]
+    fitted = str(plan["kv_cache"]["max_model_len"])
+    assert auto["severity"] == "info" and auto["fix"]["args"] == ["--max-model-len", fitted]
+    assert auto["message"].startswith("KVP106 --max-model-len auto: vLLM will reduce the context from 131072 to ")

@@ -1,5 +1,6 @@
-"""The planner against real vLLM startup reports (../shared/calibration): the figures docs/accuracy.md
-publishes must hold, so a change that makes the planner less faithful fails here."""
+"""The planner against real vLLM startup reports (the calibration data shipped in planner/data/calibration):
+the figures docs/accuracy.md publishes must hold, so a change that makes the planner less faithful fails
+here. The data travels with the repository, so these run on a fresh clone."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from planner.calibration.dataset import dataset_records
 from planner.calibration.fit import fit_report
 from planner.calibration.records import StartupRecord, load_records
 from planner.calibration.validate import ValidationReport, validate_records
@@ -15,8 +17,18 @@ from planner.models.catalog import lookup_model
 
 
 @pytest.fixture(scope="module")
-def records(calibration_file: Path) -> list[StartupRecord]:
-    return [r for r in load_records(calibration_file) if isinstance(r, StartupRecord)]
+def records() -> list[StartupRecord]:
+    return dataset_records()
+
+
+def test_shipped_data_holds_the_shared_reports_numbers(calibration_file: Path) -> None:
+    """Every shared report is in the shipped data with the same numbers (the text fields are not)."""
+    shipped = {r.id: r for r in dataset_records()}
+    text = {"notes", "log_excerpt", "cuda_graph_estimated_gib"}
+    for record in load_records(calibration_file):
+        assert isinstance(record, StartupRecord)
+        assert record.model_dump(exclude=text) == shipped[record.id].model_dump(exclude=text)
+        assert record.graph_estimate_gib == shipped[record.id].graph_estimate_gib
 
 
 @pytest.fixture(scope="module")

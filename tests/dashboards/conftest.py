@@ -2,17 +2,18 @@
 
 The generator and the schema validator use grafana-foundation-sdk, which needs Python >= 3.11; on
 older interpreters these tests skip (the generated files they check are committed). promtool and
-prometheus come from scripts/install-test-tools; without them the tests skip locally and fail in CI.
+prometheus come from scripts/install-test-tools; without them the tests skip locally and fail in CI
+(tests/conftest.py `missing`).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import require_tool
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # `dashboards/` is a maintainer tool, not part of the installed package: import it from the checkout.
@@ -23,16 +24,6 @@ if str(REPO_ROOT) not in sys.path:
 collect_ignore_glob = ["test_*.py"] if sys.version_info < (3, 11) else []
 
 
-def _tool(name: str) -> str:
-    path = shutil.which(name)
-    if path is None:
-        message = f"{name} is not installed (scripts/install-test-tools installs it)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    return path
-
-
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT
@@ -40,9 +31,9 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def promtool() -> str:
-    return _tool("promtool")
+    return require_tool("promtool")
 
 
 @pytest.fixture(scope="session")
 def prometheus_bin() -> str:
-    return _tool("prometheus")
+    return require_tool("prometheus")

@@ -135,6 +135,10 @@ def prometheus_config(
                 # The exporter's series carry the vLLM pod's namespace/pod: honor_labels keeps them.
                 "job_name": "kv-planner-exporter",
                 "honor_labels": True,
+                # Each scrape of the exporter scrapes every simulator first: on a loaded 2-core machine
+                # that took over the global 1 s timeout, and the exporter's series went stale.
+                "scrape_interval": "2s",
+                "scrape_timeout": "2s",
                 "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"], "labels": exporter_labels}],
             },
         ],

@@ -21,9 +21,11 @@ from planner.sim import SimulatorSettings, start_simulator
     [
         ([], "--targets URL..., --discover or --prometheus-url"),
         (["--targets", "h:1", "--discover"], "cannot be combined"),
-        (["--targets", "h:1", "--retune", "apply"], "add --discover"),
+        (["--targets", "h:1", "--retune", "apply"], "list the namespaces it may write in (--retune-namespaces)"),
+        (["--targets", "h:1", "--retune-annotate"], "list the namespaces it may write in"),
+        (["--targets", "h:1", "--retune-namespaces", "*"], "not a namespace name"),
         (["--targets", "h:1#nope=1"], "unknown option"),
-        (["--targets", "h:1", "--retune-low-usage", "0.99"], "must be below"),
+        (["--targets", "h:1", "--retune-min-seqs", "9", "--retune-max-seqs", "4"], "is below min_seqs"),
         (["--targets", "h:1", "--retune", "sometimes"], "sometimes"),
     ],
 )

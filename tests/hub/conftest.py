@@ -14,7 +14,7 @@ import pytest
 from hub_fake_server import FakeHub
 from huggingface_hub import constants
 
-from planner.models.resolve import clear_resolution_cache
+from planner.hub.resolve import clear_resolution_cache
 
 _ENV = (
     "HF_HOME",

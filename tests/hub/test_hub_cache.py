@@ -19,7 +19,7 @@ from planner.errors import (
     ModelResolutionError,
     ResolutionTimeoutError,
 )
-from planner.models.resolve import clear_resolution_cache, resolve_model
+from planner.hub.resolve import clear_resolution_cache, resolve_model
 
 REPO = "acme/tiny-llama"
 

@@ -11,7 +11,7 @@ from hub_builders import config_bytes, llama_config, llama_tensors
 from safetensors.numpy import save_file
 
 from planner.errors import InvalidModelConfigError, ModelNotFoundError, ModelResolutionError
-from planner.models.resolve import resolve_model
+from planner.hub.resolve import resolve_model
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from hub_fake_server import FakeHub
 
 from planner.errors import GatedModelError, HubUnavailableError, ModelNotFoundError, ResolutionTimeoutError
 from planner.hub.memo import BRANCH_TTL_S, NEGATIVE_TTL_S, Memo, SingleFlight, run_with_deadline, ttl_for
-from planner.models.resolve import resolve_model
+from planner.hub.resolve import resolve_model
 
 
 class Clock:

@@ -10,7 +10,7 @@ from hub_fake_server import Blob, FakeHub, Repo
 from rich.console import Console
 
 from planner.hub.progress import NullProgress, RichProgress, hub_progress
-from planner.models.resolve import resolve_model
+from planner.hub.resolve import resolve_model
 
 
 def test_no_display_when_not_a_terminal() -> None:

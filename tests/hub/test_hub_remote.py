@@ -21,8 +21,8 @@ from hub_builders import (
 from hub_fake_server import Blob, FakeHub, Repo
 
 from planner.errors import GatedModelError, ModelNotFoundError, UnknownModelError
+from planner.hub.resolve import clear_resolution_cache, resolve_model
 from planner.models.config import parse_config
-from planner.models.resolve import clear_resolution_cache, resolve_model
 
 LLAMA_31_8B = {"layers": 32, "hidden": 4096, "inter": 14336, "vocab": 128256, "heads": 32, "kv": 8}
 

@@ -115,7 +115,8 @@ def test_non_vllm_image_without_command_is_not_vllm(catalog: GpuCatalog) -> None
         ("vllm/vllm-openai:v0.10.1.1", "0.10.1"),  # DESIGN: X.Y.Z
         ("vllm/vllm-openai:0.19.0", "0.19.0"),
         ("docker.io/vllm/vllm-openai:v0.8.5.post1", "0.8.5"),
-        ("registry.local:5000/ml/vllm-openai:v0.19.0", "0.19.0"),
+        ("registry.local:5000/dockerhub/vllm/vllm-openai:v0.19.0", "0.19.0"),  # a mirror keeping the path
+        ("registry.local:5000/ml/vllm-openai:v0.19.0", None),  # renamed: could be any derivative
         ("rocm/vllm:rocm6.3.1_vllm_0.8.5_20250521", "0.8.5"),
         ("vllm/vllm-openai:latest", None),
         ("vllm/vllm-openai@sha256:0123abcd", None),

@@ -18,6 +18,7 @@ from planner.errors import ScrapeError, WorkloadProfileError
 from planner.probe.metrics import parse_metrics
 from planner.probe.sources import load_workload_source
 from planner.sim import SimulatorSettings, start_simulator
+from tests.conftest import require_tool
 
 NEW_PAGE = """\
 # HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
@@ -126,9 +127,7 @@ def _free_port() -> int:
 
 @pytest.fixture
 def prometheus_and_simulator(tmp_path: Path) -> Iterator[tuple[str, str]]:
-    binary = "prometheus"
-    if subprocess.run(["which", binary], capture_output=True, check=False).returncode != 0:
-        pytest.skip("prometheus is not installed (scripts/install-test-tools)")
+    binary = require_tool("prometheus")
     with start_simulator(
         SimulatorSettings(num_gpu_blocks=400, max_model_len=1024, time_scale=0.0, served_model_name="sim-model")
     ) as sim:

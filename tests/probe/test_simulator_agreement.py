@@ -16,7 +16,7 @@ import pytest
 
 from planner.probe import ProbeConfig, ProbeReport, run_probe
 from planner.sim import SimulatorSettings, start_simulator
-from planner.workload import kv_report_for_blocks, parse_workload, risk_bounded_concurrency
+from planner.workload import capacity_for_blocks, parse_workload, risk_bounded_concurrency
 
 pytestmark = pytest.mark.slow
 
@@ -63,14 +63,14 @@ def _preemptions(sim: object) -> int:
 
 def test_planner_answer_for_these_numbers() -> None:
     advice = risk_bounded_concurrency(
-        kv_report_for_blocks(NUM_GPU_BLOCKS, BLOCK_SIZE, MAX_MODEL_LEN), WORKLOAD, headroom=0.0
+        capacity_for_blocks(NUM_GPU_BLOCKS, BLOCK_SIZE, MAX_MODEL_LEN), WORKLOAD, headroom=0.0
     )
     assert advice.max_num_seqs == 7
     assert advice.risk < 1e-3 and advice.risk_at(8) > 0.05 and advice.risk_at(9) > 0.5
 
 
 def test_probe_safe_concurrency_agrees_with_the_planner() -> None:
-    kv = kv_report_for_blocks(NUM_GPU_BLOCKS, BLOCK_SIZE, MAX_MODEL_LEN)
+    kv = capacity_for_blocks(NUM_GPU_BLOCKS, BLOCK_SIZE, MAX_MODEL_LEN)
     planned = risk_bounded_concurrency(kv, WORKLOAD, headroom=0.0).max_num_seqs
     with _simulator() as sim:  # type: ignore[attr-defined]
         report = _probe(sim.url, start_concurrency=2, max_concurrency=2 * planned)

@@ -6,11 +6,14 @@ import asyncio
 import math
 from typing import Any
 
+import pytest
+
 from admission.observations.model import EngineObservation, Snapshot, TargetObservation
 from admission.observations.targets import Target
 from admission.retuner import Retuner, RetunerSettings
 from admission.retuner.advice import AdviceInput, risk_bounded_max_num_seqs
 from admission.retuner.kube import ANNOTATION
+from admission.retuner.owners import Owner
 
 INF = math.inf
 PROMPT = [(100.0, 0.0), (200.0, 60.0), (500.0, 100.0), (INF, 100.0)]
@@ -89,7 +92,7 @@ def test_preemption_deltas_survive_counter_resets_and_sum_over_pods() -> None:
 
 def test_down_targets_and_other_workloads_are_kept_apart() -> None:
     retuner = Retuner(RetunerSettings(persist=1, min_dwell_s=0), advisor=lambda _: 10)
-    retuner.observe(Snapshot(targets=[obs("a", 0), obs("x", 0, workload="other", usage=0.2)]), now=0)
+    retuner.observe(Snapshot(targets=[obs("a", 0, usage=0.6), obs("x", 0, workload="other", usage=0.2)]), now=0)
     decisions = retuner.observe(
         Snapshot(targets=[obs("a", 4), obs("x", 0, workload="other", usage=0.2), obs("dead", 0, up=False)]), now=60
     )
@@ -148,13 +151,15 @@ class Writer:
 def _lowered(settings: RetunerSettings) -> tuple[Retuner, Writer]:
     writer = Writer()
     retuner = Retuner(settings, advisor=lambda _: 10, writer=writer)  # type: ignore[arg-type]
-    retuner.observe(Snapshot(targets=[obs("a", 0, usage=0.6)]), now=0)
-    retuner.publish(retuner.observe(Snapshot(targets=[obs("a", 5)]), now=60))
+    # Pod a resolved (through the API) to Deployment chat: the only kind of owner the retuner writes to.
+    owners = {("ml", "a"): Owner(namespace="ml", kind="Deployment", name="chat", uid="u", verdict="verified")}
+    retuner.observe(Snapshot(targets=[obs("a", 0, usage=0.6)]), now=0, owners=owners)
+    retuner.publish(retuner.observe(Snapshot(targets=[obs("a", 5)]), now=60, owners=owners))
     return retuner, writer
 
 
 def test_outputs_by_mode() -> None:
-    base = dict(persist=1, min_dwell_s=0)
+    base = dict(persist=1, min_dwell_s=0, namespaces=("ml",))
     _, writer = _lowered(RetunerSettings(mode="recommend", **base))  # type: ignore[arg-type]
     assert writer.calls == [("event", "PreemptionsPersist")]
     _, writer = _lowered(RetunerSettings(mode="recommend", annotate=True, **base))  # type: ignore[arg-type]
@@ -209,3 +214,67 @@ def test_the_loop_survives_a_failed_round_and_stops() -> None:
         return exporter.calls
 
     assert asyncio.run(main()) == 4
+
+
+def _engine(**kw: Any) -> EngineObservation:
+    base: dict[str, Any] = dict(
+        engine="0",
+        kv_cache_usage=0.5,
+        num_gpu_blocks=2178,
+        block_size=16,
+        preemptions_total=0.0,
+        running=16,
+        waiting=4,
+        prompt_tokens=[(2000.0, 40.0), (INF, 40.0)],
+        prompt_tokens_sum=40 * 1024.0,
+        generation_tokens=[(2000.0, 40.0), (INF, 40.0)],
+        generation_tokens_sum=40 * 1024.0,
+    )
+    base.update(kw)
+    return EngineObservation(**base)
+
+
+def _target_obs(pod: str, *engines: EngineObservation, max_num_seqs: int = 16) -> TargetObservation:
+    target = Target(url=f"http://{pod}/metrics", namespace="ml", pod=pod, workload="chat", max_num_seqs=max_num_seqs)
+    return TargetObservation(target=target, up=True, engines=list(engines))
+
+
+def test_signals_use_exact_mean_lengths_and_the_occupancy() -> None:
+    retuner = Retuner(RetunerSettings(), advisor=lambda _: None)
+    # Buckets say "up to 2,000 tokens"; the sums say 1,024 exactly: 2,047 tokens = 128 blocks of 16.
+    signals = retuner._signals([_target_obs("a", _engine(), _engine(engine="1", kv_cache_usage=0.9, running=12))])
+    assert signals.footprint_blocks == 128 and signals.requests == 80
+    assert signals.usable_blocks == 2177  # the null block is not the requests'
+    assert signals.occupancy_blocks == pytest.approx(0.9 * 2177 / 12)  # the fuller engine
+    # Without sums (the Prometheus API mode reads only buckets): each bucket's upper bound, on the safe side.
+    bare = _engine(prompt_tokens_sum=None, generation_tokens_sum=None)
+    assert retuner._signals([_target_obs("b", bare)]).footprint_blocks == math.ceil(3999 / 16)
+
+
+def test_a_pod_that_appears_after_the_first_round_counts_its_preemptions() -> None:
+    retuner = Retuner(RetunerSettings(persist=1, min_dwell_s=0), advisor=lambda _: None)
+    # First round: the counters are a baseline (these preemptions happened before the retuner watched).
+    first = retuner.observe(Snapshot(targets=[_target_obs("a", _engine(preemptions_total=50.0))]), now=0)
+    assert first[("ml", "chat")].reason != "PreemptionsPersist"
+    # A rollout: pod b is new, its counter started at 0 after the first round, so all of it is new.
+    second = retuner.observe(Snapshot(targets=[_target_obs("b", _engine(preemptions_total=3.0))]), now=60)
+    assert second[("ml", "chat")].reason == "PreemptionsPersist"
+    assert second[("ml", "chat")].recommended == 15  # floor(2177 x 0.9 / 128)
+
+
+def test_capacity_and_footprint_are_exported() -> None:
+    retuner = Retuner(RetunerSettings(), advisor=lambda _: None)
+    retuner.observe(Snapshot(targets=[_target_obs("a", _engine())]), now=0)
+    families = {f.name: f for f in retuner.families()}
+    assert [s.value for s in families["kv_planner_max_num_seqs_capacity"].samples] == [15.0]
+    assert [s.value for s in families["kv_planner_kv_blocks_per_sequence"].samples] == [128.0]
+
+
+def test_unverified_workloads_are_advised_but_never_written() -> None:
+    writer = Writer()
+    settings = RetunerSettings(persist=1, min_dwell_s=0, namespaces=("ml",), annotate=True)
+    retuner = Retuner(settings, advisor=lambda _: 10, writer=writer)  # type: ignore[arg-type]
+    retuner.observe(Snapshot(targets=[obs("a", 0, usage=0.6)]), now=0)
+    decisions = retuner.observe(Snapshot(targets=[obs("a", 5)]), now=60)  # no owners: not resolved
+    retuner.publish(decisions)
+    assert decisions[("ml", "chat")].recommended == 32 and writer.calls == []

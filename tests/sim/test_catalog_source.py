@@ -1,9 +1,9 @@
 """The simulator's metric catalogue, release by release, against vLLM's own source.
 
-For every release whose source is on disk (``/work/vllm-src/<version>/vllm``), the families a default
-``vllm serve`` registers must be exactly the catalogue's for the release the simulator maps that
-version to: names, types, extra label names, bucket families; plus finish reasons and the label names
-of ``vllm:cache_config_info``. Skips when the source is absent.
+For every release recorded from its wheel (``tests/sim/vllm_metric_facts.json``, written and checked by
+``scripts/vllm_facts.py``), the families a default ``vllm serve`` registers must be exactly the
+catalogue's for the release the simulator maps that version to: names, types, extra label names, bucket
+families; plus finish reasons and the label names of ``vllm:cache_config_info``.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from planner.sim.cache_config import field_names
 from planner.sim.versions import MODELLED_RELEASES, modelled_release, parse_version
 from planner.vllm import metrics_catalog as catalog
 from tests.sim import vllm_source as src
-
-pytestmark = pytest.mark.skipif(not src.VLLM_SRC.is_dir(), reason=f"{src.VLLM_SRC} (vLLM source) is absent")
 
 # Registered only with an option the simulator does not model (see planner/sim/catalog.py docstring),
 # or, in the V0 engine, registered without any sample unless LoRA / speculative decoding is configured.
@@ -34,7 +32,7 @@ V0_NOT_MODELLED = {
 
 
 def _source_versions() -> list[str]:
-    """Releases on disk that the simulator models (0.8.5 on; 0.6/0.7 sources may also be unpacked there)."""
+    """Recorded releases that the simulator models (0.8.5 on)."""
     oldest = parse_version(MODELLED_RELEASES[0][0])
     return [v for v in src.available_versions() if parse_version(v) >= oldest]
 
@@ -92,8 +90,6 @@ def test_finish_reasons_and_cache_config_labels_match_the_source(version: str) -
 
 @pytest.mark.parametrize("version", [v for v in _source_versions() if parse_version(v) < (0, 11, 0)])
 def test_v0_families_match_the_source(version: str) -> None:
-    if src.source_dir(version) is None or not (src.source_dir(version) / "engine/metrics.py").is_file():  # type: ignore[operator]
-        pytest.skip("no V0 metrics source")
     _, parsed = modelled_release(version)
     source = {f.name: f for f in src.v0_families(version) if not f.conditions}
     modelled = {f.name: f for f in catalog.families(parsed, "v0")}
@@ -105,11 +101,9 @@ def test_v0_families_match_the_source(version: str) -> None:
 def test_every_modelled_release_has_its_source_checked() -> None:
     available = set(_source_versions())
     missing = [source for _, source in MODELLED_RELEASES if source not in available]
-    assert not missing, f"modelled releases without source under {src.VLLM_SRC}: {missing}"
+    assert not missing, f"modelled releases not recorded in {src.RECORD.name}: {missing}"
 
 
 def test_static_buckets_match_the_0_33_bucket_module() -> None:
-    if src.source_dir("0.33.0") is None:
-        pytest.skip("0.33.0 source absent")
     for family, buckets in catalog.STATIC_BUCKETS.items():
         assert src.static_bucket_source("0.33.0", family) == [float(b) for b in buckets], family

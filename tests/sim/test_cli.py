@@ -97,17 +97,13 @@ def test_serve_runs_a_real_server_process() -> None:
 
 
 def test_model_and_gpu_size_the_cache_with_the_planner(monkeypatch: pytest.MonkeyPatch) -> None:
-    from planner.errors import UnknownModelError
     from planner.gpus.catalog import lookup_gpu
     from planner.models.catalog import lookup_model
     from planner.plan import make_plan
     from planner.sim import server
     from planner.vllm.args import ServingArgs
 
-    try:
-        model = lookup_model("Qwen/Qwen2.5-7B-Instruct")
-    except UnknownModelError:
-        pytest.skip("Qwen/Qwen2.5-7B-Instruct is not in the catalog")
+    model = lookup_model("Qwen/Qwen2.5-7B-Instruct")
     served: list[object] = []
     monkeypatch.setattr(server, "serve_forever", lambda settings, **_: served.append(settings))
     result = CliRunner().invoke(

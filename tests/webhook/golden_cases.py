@@ -1,7 +1,7 @@
 """The AdmissionReviews of the golden tests (``golden/<case>.in.json``), built here once.
 
 Run ``python3 tests/webhook/golden_cases.py`` to (re)write the inputs; the expected responses
-(``golden/<case>.out.json``) are written by ``KV_PLANNER_UPDATE_GOLDEN=1 pytest tests/webhook`` and
+(``golden/<case>.out.json``) are written by ``pytest tests/webhook --regen-golden`` and
 reviewed by hand. Each input also names the policy and namespace metadata the webhook runs with.
 """
 

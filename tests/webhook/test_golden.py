@@ -1,6 +1,6 @@
 """Golden AdmissionReviews: each ``golden/<case>.in.json`` through the webhook's reviewer, compared with
-``golden/<case>.out.json`` (patch shown decoded). Set ``KV_PLANNER_UPDATE_GOLDEN=1`` to rewrite the
-expected outputs after a deliberate change, then review the diff.
+``golden/<case>.out.json`` (patch shown decoded). A missing expectation fails; after a deliberate change
+run ``pytest tests/webhook --regen-golden`` to (re)write the expected outputs, then review the diff.
 
 Every case also checks the response contract: the uid is echoed, ``patchType`` comes with a patch and
 only then, warnings stay under 120 characters with a KVPnnn code, the patch applies to the received
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -20,25 +19,38 @@ import jsonpatch
 import pytest
 
 from admission.webhook.caches import StaticCache
-from admission.webhook.handler import PolicyHolder, Reviewer, parse_review
+from admission.webhook.handler import PolicyHolder, Reviewer, namespace_of, parse_review
 from planner.policy.model import parse_policy
 from planner.policy.planning import CoreBackend
 
 GOLDEN = Path(__file__).parent / "golden"
 CASES = sorted(p.name[: -len(".in.json")] for p in GOLDEN.glob("*.in.json"))
-UPDATE = os.environ.get("KV_PLANNER_UPDATE_GOLDEN") == "1"
 BACKEND = CoreBackend()
 
 
-def _reviewer(case: dict[str, Any]) -> Reviewer:
-    policy = PolicyHolder(None, parse_policy(case.get("policy")))
-    cache = StaticCache(namespaces={"ml": case.get("namespace", {})})
-    return Reviewer(policy=policy, cache=cache, backend=BACKEND)
+class _Case:
+    """A reviewer with the case's policy and namespace, as the server's event loop + a worker run it."""
+
+    def __init__(self, case: dict[str, Any]) -> None:
+        self.policy = PolicyHolder(None, parse_policy(case.get("policy")))
+        self.cache = StaticCache(namespaces={"ml": case.get("namespace", {})})
+        self.reviewer = Reviewer(backend=BACKEND)
+
+    def answer(self, parsed: Any, endpoint: str) -> Any:
+        request = parsed.request
+        namespace = request.namespace or namespace_of(request.object or {})
+        effective = self.policy.policy.for_namespace(namespace, self.cache.namespace(namespace))
+        decision = self.reviewer.decide(request, effective, self.cache.nodes())
+        return self.reviewer.respond(request, endpoint, decision)  # type: ignore[arg-type]
 
 
-def _answer(reviewer: Reviewer, review: dict[str, Any], endpoint: str = "mutate") -> dict[str, Any]:
+def _reviewer(case: dict[str, Any]) -> _Case:
+    return _Case(case)
+
+
+def _answer(reviewer: _Case, review: dict[str, Any], endpoint: str = "mutate") -> dict[str, Any]:
     parsed = parse_review(json.dumps(review).encode())
-    outcome = reviewer.respond(parsed.request, endpoint, reviewer.decide(parsed.request))  # type: ignore[arg-type]
+    outcome = reviewer.answer(parsed, endpoint)
     body: dict[str, Any] = json.loads(outcome.body)
     return body
 
@@ -50,16 +62,39 @@ def _readable(body: dict[str, Any]) -> dict[str, Any]:
     return {**body, "response": response}
 
 
+def expect_golden(actual: dict[str, Any], expected_path: Path, *, regen: bool) -> None:
+    """``actual`` equals the recorded expectation; ``regen`` (re)writes it instead. A missing expectation
+    is a failure: writing it here would make a new case pass unreviewed."""
+    if regen:
+        expected_path.write_text(json.dumps(actual, indent=2, sort_keys=True) + "\n")
+    if not expected_path.is_file():
+        pytest.fail(f"{expected_path} is missing: run `pytest tests/webhook --regen-golden`, then review it")
+    assert actual == json.loads(expected_path.read_text())
+
+
+def test_a_missing_expectation_fails_and_writes_nothing(tmp_path: Path) -> None:
+    expected = tmp_path / "case.out.json"
+    with pytest.raises(pytest.fail.Exception, match="--regen-golden"):
+        expect_golden({"a": 1}, expected, regen=False)
+    assert not expected.exists()
+    expect_golden({"a": 1}, expected, regen=True)
+    expect_golden({"a": 1}, expected, regen=False)
+    with pytest.raises(AssertionError):
+        expect_golden({"a": 2}, expected, regen=False)
+
+
+def test_every_case_has_an_expectation() -> None:
+    assert CASES
+    assert sorted(p.name[: -len(".out.json")] for p in GOLDEN.glob("*.out.json")) == CASES
+
+
 @pytest.mark.parametrize("name", CASES)
-def test_golden_review(name: str) -> None:
+def test_golden_review(name: str, request: pytest.FixtureRequest) -> None:
     case = json.loads((GOLDEN / f"{name}.in.json").read_text())
     reviewer = _reviewer(case)
     body = _answer(reviewer, case["review"])
     readable = _readable(body)
-    expected_path = GOLDEN / f"{name}.out.json"
-    if UPDATE or not expected_path.exists():
-        expected_path.write_text(json.dumps(readable, indent=2, sort_keys=True) + "\n")
-    assert readable == json.loads(expected_path.read_text())
+    expect_golden(readable, GOLDEN / f"{name}.out.json", regen=request.config.getoption("--regen-golden"))
 
     request = case["review"]["request"]
     response = body["response"]

@@ -10,13 +10,13 @@ import pytest
 
 from planner.errors import WorkloadProfileError
 from planner.plan.models import KvCacheReport, KvGroupReport
-from planner.workload import ConcurrencyAdvice, kv_report_for_blocks, parse_workload, risk_bounded_concurrency
+from planner.workload import ConcurrencyAdvice, capacity_for_blocks, parse_workload, risk_bounded_concurrency
 from planner.workload.occupancy import block_lookup
 
 CHAT = parse_workload(
     {"prompt_tokens": {"p50": 800, "p90": 3000, "p99": 12000}, "output_tokens": {"p50": 200, "p90": 800, "p99": 2000}}
 )
-KV = kv_report_for_blocks(num_gpu_blocks=30_000, block_size=16, max_model_len=32_768)
+KV = capacity_for_blocks(num_gpu_blocks=30_000, block_size=16, max_model_len=32_768)
 
 
 @pytest.fixture(scope="module")
@@ -85,17 +85,17 @@ def test_preemption_estimate(advice: ConcurrencyAdvice) -> None:
 
 def test_requests_longer_than_the_context_are_left_out_and_reported() -> None:
     long_prompts = parse_workload({"prompt_tokens": {"p50": 3000, "p90": 9000}, "output_tokens": 100})
-    advice = risk_bounded_concurrency(kv_report_for_blocks(5000, 16, 8192), long_prompts)
+    advice = risk_bounded_concurrency(capacity_for_blocks(5000, 16, 8192), long_prompts)
     assert 0.1 < advice.rejected_fraction < 0.2
     assert any("vLLM refuses them" in line for line in advice.explanation)
     too_long = parse_workload({"prompt_tokens": 9000, "output_tokens": 100})
     with pytest.raises(WorkloadProfileError, match="refuse all of them"):
-        risk_bounded_concurrency(kv_report_for_blocks(5000, 16, 8192), too_long)
+        risk_bounded_concurrency(capacity_for_blocks(5000, 16, 8192), too_long)
 
 
 def test_no_safe_concurrency_when_one_request_does_not_fit() -> None:
     profile = parse_workload({"prompt_tokens": 4000, "output_tokens": 100})
-    advice = risk_bounded_concurrency(kv_report_for_blocks(200, 16, 8192), profile, headroom=0.0)
+    advice = risk_bounded_concurrency(capacity_for_blocks(200, 16, 8192), profile, headroom=0.0)
     assert advice.max_num_seqs == 0 and advice.risk_at(1) == pytest.approx(1.0)
     assert "Even one running request" in advice.explanation[2]
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from planner.plan.models import KvCacheReport, KvGroupReport
-from planner.workload import kv_report_for_blocks, parse_workload, risk_bounded_concurrency
+from planner.workload import capacity_for_blocks, parse_workload, risk_bounded_concurrency
 from planner.workload.profile import WorkloadProfile
 
 BATCHES = 16
@@ -85,7 +85,7 @@ def _neighbourhood(advice_n: int) -> list[int]:
 
 
 def test_full_attention_chat_mix_matches_monte_carlo() -> None:
-    kv = kv_report_for_blocks(num_gpu_blocks=2200, block_size=16, max_model_len=8192)
+    kv = capacity_for_blocks(num_gpu_blocks=2200, block_size=16, max_model_len=8192)
     advice = risk_bounded_concurrency(kv, CHAT, headroom=0.1)
     assert 5 < advice.max_num_seqs < 200
     ns = _neighbourhood(advice.max_num_seqs)
@@ -138,7 +138,7 @@ def test_hybrid_groups_prefix_credit_and_histogram_match_monte_carlo() -> None:
 def test_unit_counting_on_large_pools_stays_close_and_conservative() -> None:
     # 120k blocks: counted in units of 2 blocks (mean-preserving split). Long requests hold ~1000+ blocks,
     # so the added variance is small; the answer may only err towards safety.
-    kv = kv_report_for_blocks(num_gpu_blocks=120_001, block_size=16, max_model_len=65_536)
+    kv = capacity_for_blocks(num_gpu_blocks=120_001, block_size=16, max_model_len=65_536)
     profile = parse_workload(
         {
             "prompt_tokens": {"p50": 16_000, "p90": 30_000, "p99": 50_000},
@@ -161,7 +161,7 @@ def test_unit_counting_on_large_pools_stays_close_and_conservative() -> None:
 def test_requests_at_the_context_limit_give_vllms_worst_case(headroom: float) -> None:
     # Prompt M - 1 and one output token: every running request holds blocks_for_sequence(M) blocks, so the
     # risk-bounded answer must equal the worst case exactly, whatever the target.
-    kv = kv_report_for_blocks(num_gpu_blocks=1000, block_size=16, max_model_len=2048)
+    kv = capacity_for_blocks(num_gpu_blocks=1000, block_size=16, max_model_len=2048)
     profile = parse_workload({"prompt_tokens": 2047, "output_tokens": 1, "target_risk": 0.3})
     advice = risk_bounded_concurrency(kv, profile, headroom=headroom)
     assert advice.max_num_seqs == advice.worst_case_max_num_seqs == math.floor(999 * (1 - headroom)) // 128

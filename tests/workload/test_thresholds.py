@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate as validate
 import pytest
 import yaml
 
 from planner.errors import PlannerInputError
-from planner.workload import ConcurrencyAdvice, kv_report_for_blocks, parse_workload, risk_bounded_concurrency
+from planner.workload import ConcurrencyAdvice, capacity_for_blocks, parse_workload, risk_bounded_concurrency
 from planner.workload.thresholds import ThresholdOptions, compute_thresholds, render_thresholds
+from tests.conftest import missing, require_tool
 
 NODE_MODULES = Path(__file__).resolve().parents[2] / ".tools" / "node" / "node_modules"
 OPTIONS = ThresholdOptions(
@@ -30,7 +31,7 @@ def advice() -> ConcurrencyAdvice:
             "output_tokens": {"p50": 200, "p90": 800, "p99": 2000},
         }
     )
-    return risk_bounded_concurrency(kv_report_for_blocks(30_000, 16, 32_768), profile, headroom=0.1)
+    return risk_bounded_concurrency(capacity_for_blocks(30_000, 16, 32_768), profile, headroom=0.1)
 
 
 def documents(advice: ConcurrencyAdvice, *targets: str, options: ThresholdOptions = OPTIONS) -> list[Any]:
@@ -67,9 +68,9 @@ def test_keda_scaled_object(advice: ConcurrencyAdvice) -> None:
 
 
 def test_keda_scaled_object_matches_the_crd(advice: ConcurrencyAdvice) -> None:
-    node = shutil.which("node")
-    if node is None or not (NODE_MODULES / "@kubernetes-models" / "keda").is_dir():
-        pytest.skip("node or @kubernetes-models/keda is missing (scripts/install-test-tools)")
+    node = require_tool("node")
+    if not (NODE_MODULES / "@kubernetes-models" / "keda").is_dir():
+        missing(f"{NODE_MODULES}/@kubernetes-models/keda", "scripts/install-test-tools installs the CRD validators")
     good = documents(advice, "keda")[0]
     broken = json.loads(json.dumps(good))
     broken["spec"]["triggers"][0]["metadata"]["threshold"] = 12  # must be a string in the CRD
@@ -88,7 +89,6 @@ def test_keda_scaled_object_matches_the_crd(advice: ConcurrencyAdvice) -> None:
 
 
 def test_hpa_is_a_valid_autoscaling_v2_object(advice: ConcurrencyAdvice) -> None:
-    validate = pytest.importorskip("kubernetes_validate")
     (hpa,) = documents(advice, "hpa")
     validate.validate(hpa, "1.29.0", strict=True)
     metrics = {m["pods"]["metric"]["name"]: m["pods"]["target"] for m in hpa["spec"]["metrics"]}
@@ -140,7 +140,7 @@ def test_errors(advice: ConcurrencyAdvice) -> None:
     with pytest.raises(PlannerInputError, match="unknown --emit"):
         render_thresholds(advice, [])
     none_fit = risk_bounded_concurrency(
-        kv_report_for_blocks(200, 16, 8192), parse_workload({"prompt_tokens": 4000, "output_tokens": 100})
+        capacity_for_blocks(200, 16, 8192), parse_workload({"prompt_tokens": 4000, "output_tokens": 100})
     )
     with pytest.raises(PlannerInputError, match="nothing to emit"):
         render_thresholds(none_fit, ["keda"])

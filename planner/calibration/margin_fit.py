@@ -1,0 +1,123 @@
+"""Measure the planner's error per budget term and per release: the bounds of the safety margin.
+
+For every calibration record the planner predicts the first stage's terms from the GPU alone (as
+``planner validate`` does in ``full``) and compares them with what vLLM logged. Each term's largest miss
+in each direction, per release-table row, becomes :class:`planner.plan.margin.ReleaseBounds`; misses are
+relative for terms that scale (weights, activation peak, CUDA graphs) and absolute for non-torch memory.
+Records that do not log a breakdown contribute their non-weight miss as ``unattributed``.
+
+Run ``python scripts/fit_margin.py > planner/data/margin.json`` after any change to the memory
+model or the calibration data; a test keeps the shipped file equal to a fresh measurement.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from planner.calibration.records import StartupRecord
+from planner.calibration.validate import resolve_record_model, serving_args
+from planner.errors import KvPlannerError
+from planner.gpus.spec import GpuSpec
+from planner.models.spec import ModelSpec
+from planner.plan.build import predict
+from planner.plan.margin import UNFITTED_MARGIN, MarginModel, ReleaseBounds, TermBounds, activation_kind
+from planner.units import GiB
+
+ModelLookup = Callable[[str], ModelSpec]
+GpuLookup = Callable[[str], GpuSpec]
+
+
+@dataclass(frozen=True)
+class TermMiss:
+    """One record's misses (logged minus predicted: positive = the term was larger than predicted)."""
+
+    record_id: str
+    release: str
+    weights_kind: str
+    activation_kind: str
+    weights: float | None
+    activation: float | None
+    non_torch: float | None
+    cuda_graph: float | None
+    unattributed: float | None
+
+
+def _relative(logged_gib: float | None, predicted: int) -> float | None:
+    if logged_gib is None or predicted <= 0:
+        return None
+    return (logged_gib * GiB - predicted) / predicted
+
+
+def measure(record: StartupRecord, lookup_model: ModelLookup, lookup_gpu: GpuLookup) -> TermMiss | None:
+    try:
+        spec, online = resolve_record_model(record, lookup_model)
+        gpu = lookup_gpu(record.gpu or "")
+        args = serving_args(record, online_quantization=online)
+        prediction = predict(spec, gpu, args, vllm_version=record.vllm_version)
+    except (KvPlannerError, LookupError):
+        return None
+    stage = prediction.engine.memory[0]
+    quantized = spec.quantization is not None or args.quantization is not None
+    kind = "estimated" if prediction.engine.weights_estimated else ("quantized" if quantized else "exact")
+    graphs = record.graph_estimate_gib if record.graph_estimate_gib is not None else record.cuda_graph_gib
+    unattributed = None
+    if record.kv_cache_memory_gib is not None and (record.activation_peak_gib is None or record.non_torch_gib is None):
+        # KV = budget - terms: what the KV miss leaves after the weights' (and counted graphs') own misses.
+        kv_short = stage.kv_bytes - record.kv_cache_memory_gib * GiB
+        weights_short = (record.weights_gib * GiB - stage.weights_bytes) if record.weights_gib is not None else 0.0
+        unattributed = kv_short - weights_short
+    return TermMiss(
+        record_id=record.id,
+        release=prediction.release.since,
+        weights_kind=kind,
+        activation_kind=activation_kind(spec),
+        weights=_relative(record.weights_gib, stage.weights_bytes),
+        activation=_relative(record.activation_peak_gib, stage.activation_peak_bytes),
+        non_torch=None if record.non_torch_gib is None else record.non_torch_gib * GiB - stage.non_torch_bytes,
+        cuda_graph=_relative(graphs, stage.cuda_graph_bytes),
+        unattributed=unattributed,
+    )
+
+
+def _largest(values: Sequence[float | None], sign: float, digits: int = 4) -> float | None:
+    """The largest miss in one direction (0 when none went that way; None when nothing was measured)."""
+    measured = [sign * v for v in values if v is not None]
+    return round(max([0.0, *measured]), digits) if measured else None
+
+
+def _bytes(value: float | None) -> int | None:
+    return None if value is None else int(value)
+
+
+def _bounds(misses: Sequence[TermMiss], sign: float, graph_misses: Sequence[TermMiss]) -> TermBounds:
+    def weights(kind: str) -> float | None:
+        return _largest([m.weights for m in misses if m.weights_kind == kind], sign)
+
+    def activation(kind: str) -> float | None:
+        return _largest([m.activation for m in misses if m.activation_kind == kind], sign)
+
+    return TermBounds(
+        weights_exact=weights("exact"),
+        weights_quantized=weights("quantized"),
+        weights_estimated=weights("estimated"),
+        activation_dense=activation("dense"),
+        activation_moe=activation("moe"),
+        activation_mla=activation("mla"),
+        non_torch_bytes=_bytes(_largest([m.non_torch for m in misses], sign, 0)),
+        # vLLM's graph estimator is the same code whether or not the release subtracts it: measured on
+        # every record that logs it.
+        cuda_graph=_largest([m.cuda_graph for m in graph_misses], sign),
+        unattributed_bytes=_bytes(_largest([m.unattributed for m in misses], sign, 0)),
+    )
+
+
+def fit_margin(records: Sequence[StartupRecord], *, lookup_model: ModelLookup, lookup_gpu: GpuLookup) -> MarginModel:
+    misses = [m for m in (measure(r, lookup_model, lookup_gpu) for r in records) if m is not None]
+    by_release: dict[str, ReleaseBounds] = {}
+    for release in sorted({m.release for m in misses}):
+        rows = [m for m in misses if m.release == release]
+        by_release[release] = ReleaseBounds(
+            records=len(rows), short=_bounds(rows, 1.0, misses), over=_bounds(rows, -1.0, misses)
+        )
+    return UNFITTED_MARGIN.model_copy(update={"by_release": by_release})

@@ -1,0 +1,145 @@
+"""What a platform reader hands to :mod:`planner.k8s.inspect`: views of vLLM pods, and named reasons.
+
+A serving platform (KServe, KubeAI, Ray, AIBrix, Dynamo, ...) does not always keep a pod template in
+its resource: its controller builds the vLLM command line from fields such as ``url: hf://...``,
+``resourceProfile: nvidia-gpu-l4:1`` and ``args``. A reader rebuilds, from the resource alone, the
+container that controller would run (a *view*) so that the same decisions apply as to a Deployment,
+and says where a change may be written:
+
+* an :class:`ArgsTarget` — a list of strings in the resource that the controller appends to vLLM's
+  command line (KubeAI ``spec.args``, KServe ``predictor.model.args``, a Dynamo worker's ``args``);
+  vLLM's argparse lets the last occurrence of a flag win, so a flag the controller sets itself is
+  overridden by appending it there;
+* or no field at all (``no_write``): the change becomes a warning naming the flags to add.
+
+Readers never raise on odd shapes; what they cannot read becomes a :class:`PlatformNote` with a reason
+(DESIGN.md: an LLM server kv-planner cannot read is a warning with a code, never a silent skip).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner.k8s.images import VersionEvidence
+from planner.k8s.workloads import PodTemplateRef, Pointer
+
+NoteReason = Literal[
+    "unsupported-kind",  # an LLM-serving resource kv-planner has no reader for
+    "non-gpu-accelerator",  # TPU, Neuron, Gaudi, CPU: the planner models GPUs only
+    "no-model",  # an LLM server whose model is not in the resource
+    "not-vllm",  # the resource serves with another engine (SGLang, TGI, llama.cpp, ...)
+    "unreadable-config",  # a platform config (Ray serveConfigV2, ...) that does not parse
+    "bad-version-annotation",  # kv-planner.io/vllm-version is not a release
+]
+
+
+class PlatformNote(BaseModel):
+    """Why part of a resource was not planned (``reason`` maps to a reason code in planner.policy)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    reason: NoteReason
+    where: str | None = Field(default=None, description="the role / component / container concerned")
+    text: str
+
+
+class ArgsTarget(BaseModel):
+    """The list of strings in the resource that ends vLLM's command line."""
+
+    model_config = ConfigDict(frozen=True)
+
+    path: Pointer = Field(description="JSON pointer tokens of the list in the resource")
+    exists: bool = Field(description="False: the list is created by the patch")
+    positions: tuple[int | None, ...] = Field(
+        description="for each word of the view's command line: its index in the list, None when the "
+        "platform supplies it (those are overridden by appending, never edited)"
+    )
+
+
+class GpuHint(BaseModel):
+    """The GPU a platform field names (KubeAI resource profile, Ray Serve accelerator_type, ...)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str = Field(description="a GPU name the catalog can look up")
+    label: str = Field(description="the raw value, for the report")
+
+
+class PlatformView(BaseModel):
+    """One pod template of a platform resource, as its controller would build it."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    platform: str
+    template: PodTemplateRef
+    pod_spec: dict[str, Any] | None = Field(
+        default=None, description="the rebuilt PodSpec; None: the template at template.spec_path is real"
+    )
+    targets: dict[int, ArgsTarget] = Field(
+        default_factory=dict, description="container index -> where its args are written"
+    )
+    no_write: str | None = Field(
+        default=None, description="why containers without a target cannot be changed (None: ordinary container)"
+    )
+    gpu_hint: GpuHint | None = None
+    group_gpus: int | None = Field(default=None, description="GPUs across the serving group, when the platform says")
+    stated_version: VersionEvidence | None = None
+
+
+class PlatformRead(BaseModel):
+    """What a reader found in one resource."""
+
+    model_config = ConfigDict(frozen=True)
+
+    platform: str
+    views: list[PlatformView] = Field(default_factory=list)
+    notes: list[PlatformNote] = Field(default_factory=list)
+
+
+def mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` when it is a mapping, else an empty one (readers never trust shapes)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def strings(value: Any) -> list[str] | None:
+    """A list of strings as Kubernetes would accept it (numbers and booleans as YAML scalars), else None."""
+    if not isinstance(value, list):
+        return None
+    out: list[str] = []
+    for item in value:
+        if isinstance(item, bool):
+            out.append("true" if item else "false")
+        elif isinstance(item, (str, int, float)):
+            out.append(str(item))
+        else:
+            return None
+    return out
+
+
+def model_from_uri(uri: Any) -> str | None:
+    """The Hugging Face id in ``hf://org/name`` (a revision after ``@`` or ``:`` is dropped); other
+    schemes (``s3://``, ``gs://``, ``pvc://``, ``oci://``) are paths, returned as they are."""
+    if not isinstance(uri, str) or not uri.strip():
+        return None
+    text: str = uri.strip()
+    if text.lower().startswith("hf://"):
+        ref = text[5:].strip("/").split("@", 1)[0]
+        return ref or None
+    return text
+
+
+# Accelerators vLLM can run on that the planner does not model (its catalog and memory model are GPUs').
+NON_GPU_RESOURCES = ("google.com/tpu", "aws.amazon.com/neuron", "aws.amazon.com/neuroncore", "habana.ai/gaudi")
+
+
+def non_gpu_accelerator(resources: Any) -> str | None:
+    """The first TPU / Neuron / Gaudi resource a resources block asks for, else None."""
+    for section in ("limits", "requests"):
+        values = mapping(mapping(resources).get(section))
+        for key in sorted(k for k in values if isinstance(k, str)):
+            if key.startswith(NON_GPU_RESOURCES):
+                return key
+    return None

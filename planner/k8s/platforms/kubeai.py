@@ -1,0 +1,159 @@
+"""KubeAI ``Model`` (kubeai.org/v1), read the way KubeAI's model controller builds the vLLM pod.
+
+kubeai-project/kubeai internal/modelcontroller/engine_vllm.go (vLLMPodForModel) runs
+``python3 -m vllm.entrypoints.openai.api_server --model=<ref> --served-model-name=<name>
+[--load-format=runai_streamer] <spec.args...> [--enable-lora]``, where ``<ref>`` is the repository of
+``hf://org/name``, the URL itself for ``s3://``, ``/model`` for ``pvc://`` and the cache directory with a
+cacheProfile. model_config.go (parseResourceProfile, getModelConfig) reads ``resourceProfile`` as
+``<profile>:<count>`` (one pod, the profile's resources times count) or ``<profile>:<tp>:<pp>`` (a
+LeaderWorkerSet of ``pp`` pods with ``tp`` GPUs each; lws_plan.go appends
+``--tensor-parallel-size=<tp> --pipeline-parallel-size=<pp> --distributed-executor-backend=ray`` after
+the user's args). The image is ``spec.image``, else the cluster's ``modelServers.VLLM.images`` entry
+for the profile's ``imageName``: not in the Model, so the release is unknown unless ``spec.image`` or
+the ``kv-planner.io/vllm-version`` annotation says.
+
+Changes are appended to ``spec.args`` (after KubeAI's own flags, so vLLM's last-wins parsing applies).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from planner.k8s.platforms.base import (
+    ArgsTarget,
+    GpuHint,
+    PlatformNote,
+    PlatformRead,
+    PlatformView,
+    mapping,
+    model_from_uri,
+    strings,
+)
+from planner.k8s.workloads import PodTemplateRef
+
+PLATFORM = "kubeai"
+
+# KubeAI's default resource profiles (charts/kubeai/values.yaml, resourceProfiles): profile ->
+# (GPU name for the catalog, GPU resource). The cluster may define others; a profile not listed here
+# gives no GPU type (set kv-planner.io/gpu on the Model).
+DEFAULT_PROFILES: dict[str, tuple[str | None, str | None]] = {
+    "nvidia-gpu-t4": ("T4", "nvidia.com/gpu"),
+    "nvidia-gpu-l4": ("L4", "nvidia.com/gpu"),
+    "nvidia-gpu-l40s": ("L40S", "nvidia.com/gpu"),
+    "nvidia-gpu-h100": ("H100-80GB", "nvidia.com/gpu"),
+    "nvidia-gpu-gh200": ("GH200", "nvidia.com/gpu"),
+    "nvidia-gpu-a100-80gb": ("A100-80GB", "nvidia.com/gpu"),
+    "nvidia-gpu-a100-40gb": ("A100-40GB", "nvidia.com/gpu"),
+    "nvidia-gpu-a16": ("A16", "nvidia.com/gpu"),
+    "nvidia-gpu-rtx4070-8gb": ("RTX-4070", "nvidia.com/gpu"),
+    "amd-gpu-mi300x": ("MI300X", "amd.com/gpu"),
+    "cpu": (None, None),
+}
+_NON_GPU_PROFILE_PREFIXES = ("cpu", "google-tpu", "tpu", "aws-neuron", "intel-gaudi")
+
+
+def read(obj: Mapping[str, Any]) -> PlatformRead:
+    spec = mapping(obj.get("spec"))
+    name = mapping(obj.get("metadata")).get("name")
+    engine = spec.get("engine")
+    if engine != "VLLM":
+        reason = "not-vllm" if isinstance(engine, str) else "no-model"
+        text = f"engine {engine!r} is not vLLM" if isinstance(engine, str) else "spec.engine is missing"
+        return PlatformRead(platform=PLATFORM, notes=[PlatformNote(reason=reason, text=text)])
+
+    profile_text = spec.get("resourceProfile")
+    profile, count, parallel = _profile(profile_text)
+    if profile is not None and profile.startswith(_NON_GPU_PROFILE_PREFIXES):
+        return PlatformRead(
+            platform=PLATFORM,
+            notes=[
+                PlatformNote(
+                    reason="non-gpu-accelerator",
+                    where=str(name) if name else None,
+                    text=f"resourceProfile {profile_text}: not a GPU, not planned",
+                )
+            ],
+        )
+
+    url = spec.get("url")
+    model = _vllm_model(url, spec)
+    if model is None:
+        return PlatformRead(
+            platform=PLATFORM,
+            notes=[PlatformNote(reason="no-model", text="spec.url is missing or not a model URL")],
+        )
+
+    prefix = [f"--model={model}", f"--served-model-name={name or 'model'}"]
+    if isinstance(url, str) and url.lower().startswith("s3://") and not spec.get("cacheProfile"):
+        prefix.append("--load-format=runai_streamer")
+    user_args = strings(spec.get("args")) or []
+    suffix: list[str] = []
+    if parallel is not None:
+        tp, pp = parallel
+        suffix += [
+            f"--tensor-parallel-size={tp}",
+            f"--pipeline-parallel-size={pp}",
+            "--distributed-executor-backend=ray",
+        ]
+    if spec.get("adapters"):
+        suffix.append("--enable-lora")
+    command = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
+    words = command + prefix + user_args + suffix
+    positions = [None] * (len(command) + len(prefix)) + list(range(len(user_args))) + [None] * len(suffix)
+
+    gpu_name, resource = DEFAULT_PROFILES.get(profile or "", (None, "nvidia.com/gpu"))
+    container: dict[str, Any] = {
+        "name": "server",
+        "command": command,
+        "args": words[len(command) :],
+        "env": [{"name": k, "value": str(v)} for k, v in sorted(mapping(spec.get("env")).items())],
+    }
+    if isinstance(spec.get("image"), str):
+        container["image"] = spec["image"]
+    if count is not None and resource is not None:
+        container["resources"] = {"limits": {resource: str(count)}}
+    template = PodTemplateRef(
+        name="model",
+        metadata_path=("metadata",),
+        spec_path=("spec",),
+        group_size=parallel[1] if parallel else 1,
+    )
+    target = ArgsTarget(path=("spec", "args"), exists=isinstance(spec.get("args"), list), positions=tuple(positions))
+    view = PlatformView(
+        platform=PLATFORM,
+        template=template,
+        pod_spec={"containers": [container]},
+        targets={0: target},
+        gpu_hint=GpuHint(name=gpu_name, label=str(profile_text)) if gpu_name else None,
+        group_gpus=(parallel[0] * parallel[1]) if parallel else None,
+    )
+    return PlatformRead(platform=PLATFORM, views=[view])
+
+
+def _profile(text: Any) -> tuple[str | None, int | None, tuple[int, int] | None]:
+    """(profile, GPUs per pod, (tp, pp) for multi-node) of ``<name>:<count>`` / ``<name>:<tp>:<pp>``."""
+    if not isinstance(text, str):
+        return None, None, None
+    parts = text.split(":")
+    if len(parts) not in (2, 3) or not all(p.strip().isdigit() for p in parts[1:]):
+        return parts[0] or None, None, None
+    count = int(parts[1])
+    if len(parts) == 3:
+        return parts[0], count, (count, int(parts[2]))
+    return parts[0], count, None
+
+
+def _vllm_model(url: Any, spec: Mapping[str, Any]) -> str | None:
+    """What KubeAI passes as ``--model`` (engine_vllm.go), keeping the HF id for hf:// with a cache
+    profile (the cache directory holds that repository)."""
+    if not isinstance(url, str) or "://" not in url:
+        return None
+    scheme = url.split("://", 1)[0].lower()
+    if scheme == "hf":
+        return model_from_uri(url)
+    if scheme == "pvc":
+        return "/model"
+    if scheme in ("s3", "gs", "oss"):
+        return url
+    return None  # ollama:// and others are not vLLM sources

@@ -1,0 +1,238 @@
+"""How wrong the planner may be about the KV memory vLLM will find, and the margin recommendations keep.
+
+The KV memory is what is left of ``ceil(total x util)`` after weights, non-torch memory, the activation
+peak and (from 0.20) CUDA graphs. The planner models each term; on the calibration data each term misses
+by a measured amount (``planner/calibration/margin_fit.py`` measures it, docs/accuracy.md shows it). A
+miss on the low side of a term means vLLM finds *less* KV memory than predicted — the dangerous
+direction: a ``--max-model-len`` at the predicted capacity then fails vLLM's startup check. So the band
+is built per term, in each direction, from the largest relative miss measured on that release's records:
+
+* weights: exact (unquantized, loaded size known), quantized checkpoints (kernels pad and repack), or
+  estimated from the architecture;
+* activation peak (relative), non-torch memory (absolute), CUDA graphs (relative, where counted);
+* rank asymmetry: vLLM sizes every rank with the minimum free memory over ranks
+  (``get_kv_cache_configs``), and the planner predicts one rank per pipeline stage;
+* an unknown vLLM release: the spread of what the checked releases compute for the same flags;
+* the 0.01 GiB the log prints, so a band is never tighter than the evidence.
+
+A release without calibration records gets the widest bounds measured on any release. With
+``--kv-cache-memory-bytes`` vLLM does not profile: the KV memory is exactly the given figure, band 0.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from planner.models.spec import ModelSpec
+from planner.plan.models import KvBand, MarginTerm, MemoryReport
+from planner.units import GiB
+
+MARGIN_VERSION = 1
+
+
+class TermBounds(BaseModel):
+    """Largest relative (or absolute) miss of each term in one direction, on one release's records.
+    None: no record of that kind on that release (filled from the other releases, then from the
+    term's other kinds, by :meth:`MarginModel.bounds`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    weights_exact: float | None = Field(description="weights with an exactly known loaded size, relative")
+    weights_quantized: float | None = Field(description="quantized checkpoints, relative")
+    weights_estimated: float | None = Field(description="weights estimated from the architecture, relative")
+    activation_dense: float | None = Field(description="activation peak of dense attention models, relative")
+    activation_moe: float | None = Field(description="activation peak of MoE models (fused-MoE workspace)")
+    activation_mla: float | None = Field(description="activation peak of MLA models (prefill workspaces)")
+    non_torch_bytes: int | None = Field(description="non-torch memory, absolute")
+    cuda_graph: float | None = Field(description="CUDA-graph estimate, relative (where the release counts it)")
+    unattributed_bytes: int | None = Field(
+        default=None, description="non-weight miss of records that log no per-term breakdown, absolute"
+    )
+
+    def value(self, name: str) -> float:
+        found = getattr(self, name)
+        return 0.0 if found is None else float(found)
+
+
+_SIBLINGS = {
+    "weights": ("weights_exact", "weights_quantized", "weights_estimated"),
+    "activation": ("activation_dense", "activation_moe", "activation_mla"),
+}
+
+
+def _fill(rows: list[TermBounds], own: TermBounds | None) -> TermBounds:
+    """``own`` with every missing value taken from the widest release, then from the widest sibling."""
+    fields = list(TermBounds.model_fields)
+    widest: dict[str, float | None] = {}
+    for name in fields:
+        values = [getattr(row, name) for row in rows if getattr(row, name) is not None]
+        widest[name] = max(values) if values else None
+    filled: dict[str, float | None] = {}
+    for name in fields:
+        value = getattr(own, name) if own is not None else None
+        filled[name] = value if value is not None else widest[name]
+    for siblings in _SIBLINGS.values():
+        known = [v for v in (filled[n] for n in siblings) if v is not None]
+        for name in siblings:
+            if filled[name] is None:
+                filled[name] = max(known) if known else None
+    return TermBounds.model_validate(filled)
+
+
+class ReleaseBounds(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    records: int
+    short: TermBounds = Field(description="terms larger than predicted: vLLM finds less KV memory")
+    over: TermBounds = Field(description="terms smaller than predicted: vLLM finds more KV memory")
+
+
+class MarginModel(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    by_release: dict[str, ReleaseBounds] = Field(description="release-table row (its 'since') -> measured bounds")
+    rank_spread_bytes: int = Field(
+        description="TP > 1: how much less KV memory another rank of the same stage may have than the one "
+        "planned (the layout of multi-rank records reproduced from rank 0's logged memory bounds it)"
+    )
+    print_precision_bytes: int = Field(description="vLLM prints the KV memory to 0.01 GiB")
+
+    def bounds(self, release_since: str) -> tuple[ReleaseBounds, bool]:
+        """(bounds, measured): the release's own where it has records of that kind, else the widest
+        over every measured release."""
+        own = self.by_release.get(release_since)
+        rows = list(self.by_release.values())
+        short = _fill([r.short for r in rows], own.short if own else None)
+        over = _fill([r.over for r in rows], own.over if own else None)
+        return ReleaseBounds(records=own.records if own else 0, short=short, over=over), own is not None
+
+
+def activation_kind(model: ModelSpec) -> str:
+    """Which activation error applies: MLA prefill workspaces, fused-MoE workspaces, or dense layers."""
+    if model.mla is not None:
+        return "mla"
+    return "moe" if model.moe is not None else "dense"
+
+
+def kv_band(
+    memory: MemoryReport,
+    *,
+    release_since: str,
+    tensor_parallel_size: int,
+    quantized: bool,
+    activation_kind: str,
+    version_spread_bytes: int | None,
+    model: MarginModel | None = None,
+) -> KvBand:
+    """The band around ``memory.kv_cache_bytes``. ``version_spread_bytes`` is how much less KV memory the
+    checked releases compute for the same flags when the release is unknown (None: release known)."""
+    margin = model or default_margin()
+    kv = memory.kv_cache_bytes
+    if memory.kv_cache_memory_bytes_given:
+        return KvBand(
+            kv_cache_bytes=kv,
+            low_bytes=kv,
+            high_bytes=kv,
+            release_measured=True,
+            terms=[MarginTerm(name="kv_cache_memory_bytes", low_bytes=0, high_bytes=0, basis="given, not profiled")],
+        )
+    bounds, measured = margin.bounds(release_since)
+    short, over = bounds.short, bounds.over
+    if memory.weights_estimated:
+        kind = "estimated"
+    elif quantized:
+        kind = "quantized"
+    else:
+        kind = "exact"
+    w_short, w_over = short.value(f"weights_{kind}"), over.value(f"weights_{kind}")
+    where = f"vLLM {release_since} records" if measured else "widest over measured releases"
+    a_short, a_over = short.value(f"activation_{activation_kind}"), over.value(f"activation_{activation_kind}")
+    terms = [
+        MarginTerm(
+            name="weights",
+            low_bytes=int(w_short * memory.weights_bytes),
+            high_bytes=int(w_over * memory.weights_bytes),
+            basis=f"{kind} weights, {where}",
+        ),
+        MarginTerm(
+            name="activation_peak",
+            low_bytes=int(a_short * memory.activation_peak_bytes),
+            high_bytes=int(a_over * memory.activation_peak_bytes),
+            basis=f"{activation_kind} models, {where}",
+        ),
+        MarginTerm(
+            name="non_torch",
+            low_bytes=int(short.value("non_torch_bytes")),
+            high_bytes=int(over.value("non_torch_bytes")),
+            basis=where,
+        ),
+        MarginTerm(
+            name="unattributed",
+            low_bytes=int(short.value("unattributed_bytes")),
+            high_bytes=int(over.value("unattributed_bytes")),
+            basis="records without a per-term breakdown",
+        ),
+    ]
+    if memory.cuda_graph_counted:
+        terms.append(
+            MarginTerm(
+                name="cuda_graph",
+                low_bytes=int(short.value("cuda_graph") * memory.cuda_graph_bytes),
+                high_bytes=int(over.value("cuda_graph") * memory.cuda_graph_bytes),
+                basis="vLLM's graph estimate vs the planner's, every record that logs it",
+            )
+        )
+    if tensor_parallel_size > 1:
+        terms.append(
+            MarginTerm(
+                name="rank_asymmetry",
+                low_bytes=margin.rank_spread_bytes,
+                high_bytes=0,
+                basis="vLLM sizes every rank with the minimum over ranks",
+            )
+        )
+    if version_spread_bytes is not None:
+        terms.append(
+            MarginTerm(
+                name="unknown_release",
+                low_bytes=max(0, version_spread_bytes),
+                high_bytes=0,
+                basis="no vLLM version given: the least KV memory any checked release computes",
+            )
+        )
+    terms.append(
+        MarginTerm(
+            name="print_precision",
+            low_bytes=margin.print_precision_bytes,
+            high_bytes=margin.print_precision_bytes,
+            basis="vLLM prints the KV memory to 0.01 GiB",
+        )
+    )
+    down = sum(t.low_bytes for t in terms)
+    up = sum(t.high_bytes for t in terms)
+    return KvBand(
+        kv_cache_bytes=kv,
+        low_bytes=max(0, kv - down),
+        high_bytes=kv + up,
+        release_measured=measured,
+        terms=terms,
+    )
+
+
+# The constants that are not measured per release; ``by_release`` is filled by the fit.
+UNFITTED_MARGIN = MarginModel(
+    by_release={},
+    rank_spread_bytes=int(0.02 * GiB),
+    print_precision_bytes=int(0.01 * GiB),
+)
+
+
+@lru_cache(maxsize=1)
+def default_margin() -> MarginModel:
+    """The margin measured on the shipped calibration data: ``planner/data/margin.json``, written by
+    ``python scripts/fit_margin.py`` (a test keeps it equal to a fresh measurement)."""
+    text = (resources.files("planner") / "data" / "margin.json").read_text()
+    return MarginModel.model_validate_json(text)

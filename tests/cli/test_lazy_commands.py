@@ -1,0 +1,71 @@
+"""`planner` imports a command's module only when that command runs (see planner/cli/_commands.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from planner.cli import app, load_all_commands
+from planner.cli._commands import COMMANDS
+
+_PROBE = """
+import json, sys
+from planner.cli import main
+sys.argv = ["planner", *json.loads(sys.argv[1])]
+try:
+    main()
+except SystemExit:
+    pass
+loaded = sorted(m for m in sys.modules if m.startswith(("planner.", "numpy", "fastapi", "uvicorn", "matplotlib")))
+print(json.dumps(loaded), file=sys.stderr)
+"""
+
+
+def _modules_loaded_by(*argv: str) -> set[str]:
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(list(argv))], capture_output=True, text=True, check=False
+    )
+    return set(json.loads(result.stderr.strip().splitlines()[-1]))
+
+
+def test_top_level_help_imports_no_command_module() -> None:
+    loaded = _modules_loaded_by("--help")
+    assert not {f"planner.cli.{entry.module}" for entry in COMMANDS.values()} & loaded
+    assert "planner.plan" not in loaded
+
+
+def test_a_plan_imports_neither_policy_nor_the_shells() -> None:
+    loaded = _modules_loaded_by("recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct")
+    assert "planner.cli.recommend" in loaded
+    forbidden = (
+        "planner.policy",
+        "planner.sim",
+        "planner.probe",
+        "planner.cli.check",
+        "fastapi",
+        "uvicorn",
+        "matplotlib",
+    )
+    assert not [m for m in loaded if m.startswith(forbidden)]
+
+
+def test_every_registered_command_is_in_the_table() -> None:
+    load_all_commands()
+    names = {info.name or info.callback.__name__ for info in app.registered_commands if info.callback}
+    names |= {info.name for info in app.registered_groups}
+    assert names == set(COMMANDS)
+
+
+def test_help_lists_every_command_with_its_help() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", "from planner.cli import main; main()", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)},
+    )
+    assert result.returncode == 0
+    for name, entry in COMMANDS.items():
+        assert name in result.stdout
+        assert entry.summary in result.stdout

@@ -1,0 +1,154 @@
+"""The safety margin: measured on the shipped calibration data, and enough for every record.
+
+The replay test is the contract of issue 12: every calibration record, planned with its own settings,
+gets a recommendation; fed the KV memory vLLM really logged, that recommendation starts (vLLM's fit check
+passes for the recommended --max-model-len) and its --max-num-seqs sequences at that length fit in the
+pool — with no headroom, so the margin alone carries it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.calibration.dataset import dataset_records
+from planner.calibration.margin_fit import fit_margin
+from planner.calibration.records import StartupRecord
+from planner.calibration.validate import resolve_record_model, serving_args
+from planner.gpus.catalog import lookup_gpu
+from planner.memory.coefficients import GiB
+from planner.models.catalog import lookup_model
+from planner.plan import make_plan
+from planner.plan.build import predict
+from planner.plan.margin import MarginModel, ReleaseBounds, TermBounds, default_margin, kv_band
+from planner.plan.models import MemoryReport
+
+RECORDS = dataset_records()
+
+
+def test_shipped_margin_is_the_measurement_of_the_shipped_data() -> None:
+    """planner/data/margin.json must be regenerated (scripts/fit_margin.py) when the model or data move."""
+    fresh = fit_margin(RECORDS, lookup_model=lookup_model, lookup_gpu=lookup_gpu)
+    assert fresh == default_margin()
+
+
+def _replay(record: StartupRecord, longest: bool) -> tuple[int, int, bool, int, int]:
+    """(recommended len, seqs, fits at the logged memory, blocks the seqs need, usable logged blocks).
+    ``longest``: ask for a context longer than the cache holds, so the recommendation is the longest
+    context that fits — where a prediction that is too high would fail vLLM's startup check."""
+    spec, online = resolve_record_model(record, lookup_model)
+    gpu = lookup_gpu(record.gpu or "")
+    args = serving_args(record, online_quantization=online)
+    if longest:
+        assert record.kv_cache_tokens is not None
+        args = args.model_copy(update={"max_model_len": 4 * record.kv_cache_tokens})
+    plan = make_plan(spec, gpu, args, vllm_version=record.vllm_version, headroom=0.0)
+    rec = plan.recommendation
+    assert rec is not None, record.id
+    replayed = args.model_copy(update={"max_model_len": rec.max_model_len, "max_num_seqs": rec.max_num_seqs})
+    planned = predict(spec, gpu, replayed, vllm_version=record.vllm_version)
+    assert record.kv_cache_memory_gib is not None
+    logged = int(record.kv_cache_memory_gib * GiB)
+    # The logged figure is the first stage's; later stages keep their predicted difference to it.
+    stages = [stage.kv_bytes for stage in planned.engine.memory]
+    real = predict(
+        spec,
+        gpu,
+        replayed,
+        vllm_version=record.vllm_version,
+        available_override=[logged + (s - stages[0]) for s in stages],
+    )
+    need = rec.max_num_seqs * real.layout.blocks_per_request(rec.max_model_len)
+    return rec.max_model_len, rec.max_num_seqs, real.fits, need, real.layout.num_gpu_blocks - 1
+
+
+REPLAYED = [r for r in RECORDS if r.kv_cache_memory_gib is not None and r.kv_cache_tokens is not None]
+
+
+@pytest.mark.parametrize("longest", [False, True], ids=["own-settings", "longest-context"])
+@pytest.mark.parametrize("record", REPLAYED, ids=lambda r: r.id)
+def test_recommendation_starts_and_fits_at_the_logged_kv_memory(record: StartupRecord, longest: bool) -> None:
+    max_len, seqs, fits, need, usable = _replay(record, longest)
+    assert fits, f"{record.id}: --max-model-len {max_len} fails vLLM's startup check at the logged memory"
+    assert need <= usable, f"{record.id}: {seqs} x {max_len} tokens need {need} blocks, {usable} exist"
+
+
+def _zero_margin() -> MarginModel:
+    nothing = TermBounds.model_validate(dict.fromkeys(TermBounds.model_fields, 0))
+    return MarginModel(
+        by_release={"0.19.0": ReleaseBounds(records=1, short=nothing, over=nothing)},
+        rank_spread_bytes=0,
+        print_precision_bytes=0,
+    )
+
+
+def test_without_the_margin_some_recommendation_would_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The margin is what makes the replay pass: with a zero band (the old behaviour: the longest
+    context at the predicted capacity), a record the planner over-predicts gets a context that fails."""
+    monkeypatch.setattr("planner.plan.margin.default_margin", _zero_margin)
+    failures = [r.id for r in REPLAYED if r.vllm_version == "0.19.0" and not _replay(r, True)[2]]
+    assert failures
+
+
+def _memory(**update: object) -> MemoryReport:
+    base = MemoryReport(
+        total_bytes=80 * GiB,
+        gpu_memory_utilization=0.9,
+        budget_bytes=72 * GiB,
+        weights_bytes=15 * GiB,
+        weights_estimated=False,
+        activation_peak_bytes=2 * GiB,
+        non_torch_bytes=GiB // 2,
+        cuda_graph_bytes=GiB,
+        cuda_graph_counted=True,
+        kv_cache_bytes=53 * GiB,
+    )
+    return base.model_copy(update=update)
+
+
+def test_band_widens_for_tensor_parallel_unknown_release_and_quantized_weights() -> None:
+    def down(**kwargs: object) -> int:
+        options: dict[str, object] = {
+            "release_since": "0.19.0",
+            "tensor_parallel_size": 1,
+            "quantized": False,
+            "activation_kind": "dense",
+            "version_spread_bytes": None,
+        }
+        options.update(kwargs)
+        return kv_band(_memory(), **options).down_bytes  # type: ignore[arg-type]
+
+    base = down()
+    assert down(tensor_parallel_size=2) > base
+    assert down(version_spread_bytes=GiB) == base + GiB
+    assert down(quantized=True) > base
+    assert down(activation_kind="mla") > base
+    # A release without records of its own gets the widest bounds measured anywhere.
+    assert down(release_since="0.26.0") >= base
+
+
+def test_given_kv_cache_memory_bytes_has_no_band() -> None:
+    band = kv_band(
+        _memory(kv_cache_memory_bytes_given=True),
+        release_since="0.19.0",
+        tensor_parallel_size=4,
+        quantized=True,
+        activation_kind="mla",
+        version_spread_bytes=GiB,
+    )
+    assert band.low_bytes == band.kv_cache_bytes == band.high_bytes
+
+
+def test_band_is_shown_in_the_plan_and_recommendation_keeps_to_its_low_end() -> None:
+    spec = lookup_model("meta-llama/Llama-3.1-8B-Instruct")
+    gpu = lookup_gpu("H100-80GB")
+    plan = make_plan(spec, gpu, serving_args_for(max_model_len=131072), vllm_version="0.21.0", headroom=0.0)
+    assert plan.margin is not None and plan.margin.low_bytes < plan.memory.kv_cache_bytes < plan.margin.high_bytes
+    assert plan.recommendation is not None and plan.margin.num_gpu_blocks_low is not None
+    per_request = plan.kv_cache.blocks_for_sequence(plan.recommendation.max_model_len)
+    assert plan.recommendation.max_num_seqs * per_request <= plan.margin.num_gpu_blocks_low - 1
+
+
+def serving_args_for(**update: object):  # type: ignore[no-untyped-def]
+    from planner.vllm.args import ServingArgs
+
+    return ServingArgs(**update)  # type: ignore[arg-type]
