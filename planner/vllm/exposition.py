@@ -20,7 +20,6 @@ of several releases and against adversarial pages.
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Iterable
 from typing import NamedTuple
@@ -66,7 +65,10 @@ _UNESCAPED = {"n": "\n", "\\": "\\", '"': '"'}
 def _line_selector(names: Iterable[str]) -> re.Pattern[str]:
     ordered = sorted(names, key=len, reverse=True)
     # The shared literal prefix ("vllm:") first lets the engine skip ahead with a substring search.
-    prefix = os.path.commonprefix(ordered)
+    prefix = ordered[0] if ordered else ""
+    for name in ordered:
+        while not name.startswith(prefix):
+            prefix = prefix[:-1]
     alternatives = "|".join(re.escape(name[len(prefix) :]) for name in ordered)
     return re.compile(rf"{re.escape(prefix)}(?:{alternatives})(?=[{{ \t])[^\n]*")
 
