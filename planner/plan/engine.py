@@ -20,6 +20,7 @@ from planner.kv.specs import RankLayout, build_layer_caches
 from planner.memory.activation import activation_peak
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.memory.cudagraph import cuda_graph_bytes
+from planner.memory.mxfp4 import padding_bytes_per_moe_layer
 from planner.memory.nontorch import non_torch_bytes
 from planner.models.quantization import scheme_quantization
 from planner.models.spec import ModelSpec
@@ -226,6 +227,8 @@ def stage_memory(
             dtype_bytes=dtype_bytes,
             last_stage=last,
             receives_from_previous_stage=stage > 0,
+            sampler_kernel=release.sampler_kernel,
+            moe_workspace_held=release.moe_workspace_held,
         )
         moe_layers = sum(1 for i in range(start, start + count) if model.is_moe_layer(i))
         graphs = cuda_graph_bytes(
@@ -338,7 +341,19 @@ def compute_engine(
         # exactly parameters x dtype bytes, whatever the files' size.
         estimated = False
     extra = lora_bytes(model, args, DTYPE_BYTES[resolved.dtype])
-    per_stage = [b + extra for b in weights.bytes_per_stage]
+    padding = padding_bytes_per_moe_layer(
+        model,
+        tp=tp,
+        expert_shards=expert_shards,
+        architecture=gpu.architecture,
+        blackwell_intermediate_align=release.mxfp4_blackwell_intermediate_align,
+    )
+    per_stage = []
+    first = 0
+    for stage_bytes, count in zip(weights.bytes_per_stage, partition, strict=True):
+        moe_layers = sum(1 for i in range(first, first + count) if model.is_moe_layer(i))
+        per_stage.append(stage_bytes + extra + padding * moe_layers)
+        first += count
     memory = stage_memory(
         model,
         gpu,
