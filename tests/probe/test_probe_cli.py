@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from planner.cli import app
@@ -19,6 +20,7 @@ from .conftest import wait_idle
 runner = CliRunner()
 
 
+@pytest.mark.slow
 def test_json_report_and_png_plot(fake_server, tmp_path: Path) -> None:
     server = fake_server(capacity=3, max_model_len=256)
     plot = tmp_path / "probe.png"
@@ -48,6 +50,7 @@ def test_json_report_and_png_plot(fake_server, tmp_path: Path) -> None:
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_table_report_and_svg_plot(fake_server, tmp_path: Path) -> None:
     server = fake_server(capacity=2, max_model_len=256)
     plot = tmp_path / "probe.svg"
@@ -98,6 +101,7 @@ def test_unreachable_endpoint_exits_3() -> None:
     assert "cannot reach" in result.output
 
 
+@pytest.mark.slow
 def test_ctrl_c_cancels_requests_and_prints_the_partial_report(fake_server) -> None:
     server = fake_server(capacity=100, max_model_len=256, token_delay_s=0.005)
     command = [

@@ -21,6 +21,8 @@ from planner.workload import parse_workload
 
 from .conftest import probe, wait_idle
 
+pytestmark = pytest.mark.slow  # real servers and load: seconds per test
+
 
 def test_ramp_then_bisection_finds_the_servers_capacity(fake_server) -> None:
     server = fake_server(capacity=5, max_model_len=256)
