@@ -149,6 +149,8 @@ def inspect_workload(
         peer = get_path(obj, ref.peer_spec_path) if ref.peer_spec_path else None
         findings = []
         for found in containers:
+            if found.style == "image" and not view.image_entrypoint:
+                continue  # the platform runs its own command there, not the image's vLLM entrypoint
             raw = pod_spec["containers"][found.index]
             accelerator = _non_gpu(raw)
             if accelerator:

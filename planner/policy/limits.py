@@ -7,6 +7,7 @@ module's docstring for the rules.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -125,8 +126,24 @@ def _with(args: ServingArgs, changes: Mapping[str, str]) -> ServingArgs:
     return args.model_copy(update=update)
 
 
+@dataclass
+class _Edits:
+    """The argv changes decided so far (dest -> value) and the finding that announces each."""
+
+    changes: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, Finding] = field(default_factory=dict)
+
+    def add(self, dest: str, value: str, note: Finding) -> None:
+        self.changes[dest] = value
+        self.notes[dest] = note
+
+
 def decide_limits(ctx: LimitContext, args: ServingArgs, mutable: bool) -> ContainerOutcome:
-    """Findings and argv changes for ``args`` (mutable: whether changes may be made)."""
+    """Findings and argv changes for ``args`` (mutable: whether changes may be made).
+
+    Steps: plan as written; a context that cannot start (deny, or a fitted ``--max-model-len``); the
+    release's utilization; re-plan with those changes (each must fit); then ``--max-num-seqs``.
+    """
     out = ContainerOutcome()
     name, policy = ctx.name, ctx.policy
     try:
@@ -141,63 +158,88 @@ def decide_limits(ctx: LimitContext, args: ServingArgs, mutable: bool) -> Contai
     out.effective_args = _effective(args, plan, ctx.effective(args, plan))
     fill = mutable and policy.mutation in ("fill", "clamp")
     clamp = mutable and policy.mutation == "clamp"
-    kv = plan.kv_cache
-    changes: dict[str, str] = {}
-    notes: dict[str, Finding] = {}
+    edits = _Edits()
+    cannot_start = _context_edits(ctx, args, plan, edits, fill=fill, clamp=clamp)
+    if cannot_start is not None:
+        out.findings.append(cannot_start)
+        return out
+    _utilization_edit(ctx, args, plan, edits, fill=fill)
+    if edits.changes:
+        candidate = _replan(ctx, args, edits.changes)
+        if candidate is None:
+            out.findings.append(finding(Code.PATCH_DROPPED, name, "limits not added: the planned values do not fit"))
+            if not plan.fits:
+                out.findings.append(
+                    finding(
+                        Code.CONTEXT_DOES_NOT_FIT,
+                        name,
+                        f"--max-model-len {plan.kv_cache.max_model_len} does not fit; fix: {_fix_hint(plan)}",
+                        _fix(plan),
+                    )
+                )
+                return out
+            edits = _Edits()
+        else:
+            args, plan = candidate
+            out.plan = plan
+    args, plan = _max_num_seqs_edit(ctx, args, plan, edits, out, fill=fill, clamp=clamp)
+    out.findings += [edits.notes[dest] for dest in edits.changes if dest in edits.notes]
+    out.changes = edits.changes
+    out.effective_args = _effective(args, plan, ctx.effective(args, plan))
+    return out
 
-    if not plan.fits:
-        memory = plan.memory
-        if memory.kv_cache_bytes <= 0 or memory.weights_bytes >= memory.budget_bytes:
-            out.findings.append(
+
+def _context_edits(
+    ctx: LimitContext, args: ServingArgs, plan: Plan, edits: _Edits, *, fill: bool, clamp: bool
+) -> Finding | None:
+    """``--max-model-len``: the cannot-start finding when the plan does not fit and nothing may fix it;
+    else the fitted (or, with fill, the default) context is added to ``edits``."""
+    name, kv = ctx.name, plan.kv_cache
+    if plan.fits:
+        if fill and args.max_model_len is None:
+            edits.add(
+                "max_model_len",
+                str(kv.max_model_len),
                 finding(
-                    Code.WEIGHTS_DO_NOT_FIT,
-                    name,
-                    f"weights {memory.weights_bytes / GiB:.1f} GiB/GPU exceed "
-                    f"{memory.gpu_memory_utilization:g} x {memory.total_bytes / GiB:.1f} GiB "
-                    f"({ctx.gpu_name}); fix: {_fix_hint(plan)}",
-                    _fix(plan),
-                )
-            )
-            return out
-        fit = plan.recommendation.max_model_len if plan.recommendation else None
-        given = args.max_model_len is not None
-        what = f"--max-model-len {kv.max_model_len}" if given else f"default context {kv.max_model_len}"
-        blocks = f"{kv.blocks_per_request} KV blocks > {kv.usable_blocks} on {ctx.gpu_name}"
-        need = f"{what}: {blocks}"
-        if fit is not None and (clamp if given else fill):
-            changes["max_model_len"] = str(fit)
-            if given:
-                notes["max_model_len"] = finding(
-                    Code.CLAMPED_MAX_MODEL_LEN,
-                    name,
-                    f"lowered --max-model-len {kv.max_model_len} -> {fit}: {blocks}",
-                    fix_args(["--max-model-len", str(fit)]),
-                )
-            else:
-                notes["max_model_len"] = finding(
                     Code.FILLED_MAX_MODEL_LEN,
                     name,
-                    f"added --max-model-len {fit}: default {kv.max_model_len} needs {blocks}",
-                    fix_args(["--max-model-len", str(fit)]),
-                )
-        else:
-            first = f"--max-model-len {fit}" if fit else None
-            fixes = ([first] if first else []) + [_fix_hint(plan, besides=first)]
-            shorter = (first, ["--max-model-len", str(fit)]) if first else None
-            out.findings.append(
-                finding(
-                    Code.CONTEXT_DOES_NOT_FIT, name, f"{need}; fix: {' or '.join(fixes)}", _fix(plan, first=shorter)
-                )
+                    f"added --max-model-len {kv.max_model_len} (the model's default; it fits)",
+                    fix_args(["--max-model-len", str(kv.max_model_len)]),
+                ),
             )
-            return out
-    elif fill and args.max_model_len is None:
-        changes["max_model_len"] = str(kv.max_model_len)
-        notes["max_model_len"] = finding(
-            Code.FILLED_MAX_MODEL_LEN,
+        return None
+    memory = plan.memory
+    if memory.kv_cache_bytes <= 0 or memory.weights_bytes >= memory.budget_bytes:
+        return finding(
+            Code.WEIGHTS_DO_NOT_FIT,
             name,
-            f"added --max-model-len {kv.max_model_len} (the model's default; it fits)",
-            fix_args(["--max-model-len", str(kv.max_model_len)]),
+            f"weights {memory.weights_bytes / GiB:.1f} GiB/GPU exceed "
+            f"{memory.gpu_memory_utilization:g} x {memory.total_bytes / GiB:.1f} GiB "
+            f"({ctx.gpu_name}); fix: {_fix_hint(plan)}",
+            _fix(plan),
         )
+    fit = plan.recommendation.max_model_len if plan.recommendation else None
+    given = args.max_model_len is not None
+    blocks = f"{kv.blocks_per_request} KV blocks > {kv.usable_blocks} on {ctx.gpu_name}"
+    if fit is not None and (clamp if given else fill):
+        fix = fix_args(["--max-model-len", str(fit)])
+        if given:
+            text = f"lowered --max-model-len {kv.max_model_len} -> {fit}: {blocks}"
+            edits.add("max_model_len", str(fit), finding(Code.CLAMPED_MAX_MODEL_LEN, name, text, fix))
+        else:
+            text = f"added --max-model-len {fit}: default {kv.max_model_len} needs {blocks}"
+            edits.add("max_model_len", str(fit), finding(Code.FILLED_MAX_MODEL_LEN, name, text, fix))
+        return None
+    what = f"--max-model-len {kv.max_model_len}" if given else f"default context {kv.max_model_len}"
+    first = f"--max-model-len {fit}" if fit else None
+    fixes = ([first] if first else []) + [_fix_hint(plan, besides=first)]
+    shorter = (first, ["--max-model-len", str(fit)]) if first else None
+    return finding(
+        Code.CONTEXT_DOES_NOT_FIT, name, f"{what}: {blocks}; fix: {' or '.join(fixes)}", _fix(plan, first=shorter)
+    )
+
+
+def _utilization_edit(ctx: LimitContext, args: ServingArgs, plan: Plan, edits: _Edits, *, fill: bool) -> None:
     # Never the release's whole-card default on a shared GPU: the share step fills its share instead.
     if (
         fill
@@ -207,49 +249,44 @@ def decide_limits(ctx: LimitContext, args: ServingArgs, mutable: bool) -> Contai
         and not ctx.shared
     ):
         value = f"{plan.memory.gpu_memory_utilization:g}"
-        changes["gpu_memory_utilization"] = value
-        notes["gpu_memory_utilization"] = finding(
-            Code.FILLED_GPU_MEMORY_UTILIZATION,
-            name,
-            f"added --gpu-memory-utilization {value} (vLLM {plan.vllm_version} default)",
-            fix_args(["--gpu-memory-utilization", value]),
+        edits.add(
+            "gpu_memory_utilization",
+            value,
+            finding(
+                Code.FILLED_GPU_MEMORY_UTILIZATION,
+                ctx.name,
+                f"added --gpu-memory-utilization {value} (vLLM {plan.vllm_version} default)",
+                fix_args(["--gpu-memory-utilization", value]),
+            ),
         )
 
-    if changes:
-        candidate = _replan(ctx, args, changes)
-        if candidate is None:
-            out.findings.append(finding(Code.PATCH_DROPPED, name, "limits not added: the planned values do not fit"))
-            if not plan.fits:
-                out.findings.append(
-                    finding(
-                        Code.CONTEXT_DOES_NOT_FIT,
-                        name,
-                        f"--max-model-len {kv.max_model_len} does not fit; fix: {_fix_hint(plan)}",
-                        _fix(plan),
-                    )
-                )
-                return out
-            changes, notes = {}, {}
-        else:
-            args, plan = candidate
-            out.plan = plan
 
+def _max_num_seqs_edit(
+    ctx: LimitContext,
+    args: ServingArgs,
+    plan: Plan,
+    edits: _Edits,
+    out: ContainerOutcome,
+    *,
+    fill: bool,
+    clamp: bool,
+) -> tuple[ServingArgs, Plan]:
+    """``--max-num-seqs``: a warning, or a change kept only when its plan fits. Returns the args and plan
+    in force afterwards."""
     seqs = _max_num_seqs(ctx, args, plan, fill=fill, clamp=clamp)
-    if seqs is not None:
-        seqs_value, note = seqs
-        if seqs_value is None:
-            out.findings.append(note)
-        else:
-            candidate = _replan(ctx, args, {"max_num_seqs": str(seqs_value)})
-            if candidate is not None:
-                args, plan = candidate
-                out.plan = plan
-                changes["max_num_seqs"] = str(seqs_value)
-                notes["max_num_seqs"] = note
-    out.findings += [notes[dest] for dest in changes if dest in notes]
-    out.changes = changes
-    out.effective_args = _effective(args, plan, ctx.effective(args, plan))
-    return out
+    if seqs is None:
+        return args, plan
+    seqs_value, note = seqs
+    if seqs_value is None:
+        out.findings.append(note)
+        return args, plan
+    candidate = _replan(ctx, args, {"max_num_seqs": str(seqs_value)})
+    if candidate is None:
+        return args, plan
+    args, plan = candidate
+    out.plan = plan
+    edits.add("max_num_seqs", str(seqs_value), note)
+    return args, plan
 
 
 def _replan(ctx: LimitContext, args: ServingArgs, changes: Mapping[str, str]) -> tuple[ServingArgs, Plan] | None:

@@ -44,6 +44,16 @@ def read_platform(obj: Mapping[str, Any], *, runtimes: Runtimes | None = None) -
     group = group_of(obj)
     if group == "kubeai.org" and kind == "Model":
         return kubeai.read(obj)
+    if group == "serving.kserve.io" and kind in ("ServingRuntime", "ClusterServingRuntime"):
+        return PlatformRead(
+            platform="kserve",
+            notes=[
+                PlatformNote(
+                    reason="template-only",
+                    text=f"a {kind}: its command line is checked with each InferenceService that uses it",
+                )
+            ],
+        )
     if group == "serving.kserve.io" and kind == "InferenceService":
         return kserve.read(obj, runtimes)
     if group == "serving.kserve.io" and kind in ("LLMInferenceService", "LLMInferenceServiceConfig"):

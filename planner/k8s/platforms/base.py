@@ -33,6 +33,7 @@ NoteReason = Literal[
     "not-vllm",  # the resource serves with another engine (SGLang, TGI, llama.cpp, ...)
     "unreadable-config",  # a platform config (Ray serveConfigV2, ...) that does not parse
     "bad-version-annotation",  # kv-planner.io/vllm-version is not a release
+    "template-only",  # a runtime / preset other resources use: checked where it is used
 ]
 
 
@@ -87,6 +88,11 @@ class PlatformView(BaseModel):
     gpu_hint: GpuHint | None = None
     group_gpus: int | None = Field(default=None, description="GPUs across the serving group, when the platform says")
     stated_version: VersionEvidence | None = None
+    image_entrypoint: bool = Field(
+        default=True,
+        description="a container with no command runs its image's entrypoint (False: the platform "
+        "replaces it, as KubeRay does with `ray start`)",
+    )
 
 
 class PlatformRead(BaseModel):

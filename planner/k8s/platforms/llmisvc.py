@@ -39,7 +39,8 @@ ADDITIONAL_ARGS = "VLLM_ADDITIONAL_ARGS"
 
 def read(obj: Mapping[str, Any]) -> PlatformRead:
     if obj.get("kind") == "LLMInferenceServiceConfig":
-        return PlatformRead(platform=PLATFORM)  # a preset, not a workload
+        note = PlatformNote(reason="template-only", text="a preset: checked with each LLMInferenceService using it")
+        return PlatformRead(platform=PLATFORM, notes=[note])
     spec = mapping(obj.get("spec"))
     model_spec = mapping(spec.get("model"))
     model = model_from_uri(model_spec.get("uri")) if _is_hf(model_spec.get("uri")) else None

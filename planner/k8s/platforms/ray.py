@@ -115,6 +115,9 @@ def read(obj: Mapping[str, Any]) -> PlatformRead | None:
                     name=name, metadata_path=(*template, "metadata"), spec_path=(*template, "spec")
                 ),
                 group_gpus=total,
+                # KubeRay runs `ray start` in a container that has no command of its own
+                # (ray-operator/controllers/ray/common/pod.go: BuildPod / generateRayStartCommand).
+                image_entrypoint=False,
             )
         )
     if obj.get("kind") == "RayService":
