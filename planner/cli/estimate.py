@@ -125,14 +125,14 @@ def estimate(
     state = mamba_state_bytes(spec, 1, conv, ssm)
     sequences = [SequenceCost(tokens=n, bytes=sequence_bytes(spec, n, per_layer_token, state)) for n in lengths]
     kinds = {"F": "full", "S": "sliding_window", "C": "chunked_local", "M": "mamba"}
-    layers = {name: spec.layer_pattern.count(letter) for letter, name in kinds.items() if letter in spec.layer_pattern}
+    by_kind = {name: spec.layer_pattern.count(letter) for letter, name in kinds.items() if letter in spec.layer_pattern}
     hybrid = set(spec.layer_pattern) - {"F"}
     result = Estimate(
         bytes_per_token=per_token,
         sequences=sequences,
         total_bytes=sum(s.bytes for s in sequences) * num_seqs,
         num_seqs=num_seqs,
-        layers=layers,
+        layers=by_kind,
         state_bytes_per_sequence=state * spec.layer_pattern.count("M"),
         note=(
             "bytes_per_token counts every KV layer; a sequence keeps only the window/chunk in "
@@ -149,7 +149,7 @@ def estimate(
     else:
         console.print(f"KV cache per token: [bold]{format_bytes(per_token)}[/] ({per_token:,} B, every KV layer)")
         if result.note:
-            console.print(f"  layers: {', '.join(f'{n} {k}' for k, n in layers.items())}; {result.note}")
+            console.print(f"  layers: {', '.join(f'{n} {k}' for k, n in by_kind.items())}; {result.note}")
         for s in sequences:
             console.print(f"  {s.tokens:>9,} tokens: {format_bytes(s.bytes)}")
         suffix = f" ({num_seqs} sequences of each length)" if num_seqs > 1 else ""
