@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from admission.observations.model import EngineObservation, Snapshot, TargetObservation
 from admission.observations.targets import Target
@@ -118,6 +119,19 @@ def test_a_replicaset_without_a_deployment_is_not_patched() -> None:
     cluster.objects[("ReplicaSet", "ml", rs)].metadata.owner_references = None
     cluster.pod("ml", "chat-p", owners=[owner_ref("ReplicaSet", rs, rs_uid)])
     assert resolver(cluster).resolve("ml", "chat-p").verdict == "not_owned"
+
+
+def test_workloads_another_controller_manages_are_not_ours_to_patch() -> None:
+    cluster = FakeCluster()
+    uid = cluster.stateful_set("ml", "lws")
+    cluster.objects[("StatefulSet", "ml", "lws")].metadata.owner_references = [
+        client.V1OwnerReference(
+            api_version="leaderworkerset.x-k8s.io/v1", kind="LeaderWorkerSet", name="lws", uid="l", controller=True
+        )
+    ]
+    cluster.pod("ml", "lws-0", owners=[owner_ref("StatefulSet", "lws", uid)])
+    owner = resolver(cluster).resolve("ml", "lws-0")
+    assert (owner.verdict, owner.kind) == ("not_owned", "Pod") and "LeaderWorkerSet" in owner.detail
 
 
 def test_a_deployment_replaced_under_the_same_name_fails_the_uid_match() -> None:
