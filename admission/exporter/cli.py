@@ -82,7 +82,22 @@ def exporter(
         float, typer.Option(envvar=_env("resync-seconds"), min=1.0, help="Seconds per pod watch before relisting.")
     ] = 60.0,
     scrape_timeout: Annotated[
-        float, typer.Option(envvar=_env("scrape-timeout"), min=0.01, rich_help_panel=_S, help="Per target, seconds.")
+        float,
+        typer.Option(
+            envvar=_env("scrape-timeout"),
+            min=0.01,
+            rich_help_panel=_S,
+            help="Seconds a target gets unless its recent reads show it needs more (hung targets get this).",
+        ),
+    ] = 1.0,
+    scrape_timeout_max: Annotated[
+        float,
+        typer.Option(
+            envvar=_env("scrape-timeout-max"),
+            min=0.01,
+            rich_help_panel=_S,
+            help="Most seconds any target gets (a normally slow pod: 4x its slowest recent read).",
+        ),
     ] = 5.0,
     scrape_timeout_offset: Annotated[
         float,
@@ -110,7 +125,7 @@ def exporter(
         typer.Option(
             envvar=_env("max-body-bytes"), min=1024, rich_help_panel=_S, help="Largest /metrics page accepted."
         ),
-    ] = 16 << 20,
+    ] = 4 << 20,
     retune: Annotated[
         RetuneMode,
         typer.Option(
@@ -219,6 +234,7 @@ def exporter(
             kubeconfig=kubeconfig,
             scrape=ScrapeSettings(
                 scrape_timeout_s=scrape_timeout,
+                scrape_timeout_max_s=scrape_timeout_max,
                 timeout_offset_s=scrape_timeout_offset,
                 max_targets=max_targets,
                 max_concurrency=max_concurrency,

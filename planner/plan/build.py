@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.errors import InvalidArgumentError, KvPlannerError
+from planner.findings import Code, Finding, fix_args
 from planner.gpus.spec import GpuSpec
 from planner.kv.capacity import KvLayout, capacity, fit_error_text, no_memory_text
 from planner.kv.dtypes import is_approximate
@@ -41,22 +42,34 @@ class Prediction:
     max_model_len: int
     fits: bool
     fit_error: str | None
-    warnings: list[str]
+    warnings: list[Finding]
 
 
-def _unmodelled_warnings(args: ServingArgs, release: Release, kv_name: str) -> list[str]:
+def _unmodelled_warnings(args: ServingArgs, release: Release, kv_name: str) -> list[Finding]:
     warnings = []
     if args.speculative_config:
         warnings.append(
-            "KVP201 speculative decoding: the draft model's weights and KV blocks are not modelled; "
-            "real capacity is lower"
+            Finding.of(
+                Code.SPECULATIVE_NOT_MODELLED,
+                "speculative decoding: the draft model's weights and KV blocks are not modelled; "
+                "real capacity is lower",
+            )
         )
     if args.kv_transfer_config:
-        warnings.append("KVP202 KV transfer (disaggregated prefill/decode) is not modelled")
+        warnings.append(
+            Finding.of(Code.KV_TRANSFER_NOT_MODELLED, "KV transfer (disaggregated prefill/decode) is not modelled")
+        )
     if args.kv_offloading_size:
-        warnings.append("KVP203 KV offloading to CPU adds capacity kv-planner does not count")
+        warnings.append(
+            Finding.of(Code.CPU_OFFLOAD_NOT_COUNTED, "KV offloading to CPU adds capacity kv-planner does not count")
+        )
     if is_approximate(kv_name):
-        warnings.append(f"KVP204 --kv-cache-dtype {kv_name}: packed layout approximated by its nominal bits")
+        warnings.append(
+            Finding.of(
+                Code.PACKED_DTYPE_APPROXIMATED,
+                f"--kv-cache-dtype {kv_name}: packed layout approximated by its nominal bits",
+            )
+        )
     if args.kv_cache_memory_bytes is not None and not release.kv_cache_memory_bytes_flag:
         raise InvalidArgumentError(
             "unrecognized arguments: --kv-cache-memory-bytes (added in vLLM 0.10.2)", flag="--kv-cache-memory-bytes"
@@ -66,9 +79,15 @@ def _unmodelled_warnings(args: ServingArgs, release: Release, kv_name: str) -> l
             raise InvalidArgumentError(
                 "unrecognized arguments: --swap-space (removed in vLLM 0.18.0)", flag="--swap-space"
             )
-        warnings.append("KVP205 --swap-space only matters for the V0 engine; V1 never swaps")
+        warnings.append(
+            Finding.of(Code.SWAP_SPACE_V0_ONLY, "--swap-space only matters for the V0 engine; V1 never swaps")
+        )
     if args.data_parallel_size > 1:
-        warnings.append(f"KVP206 data parallel: {args.data_parallel_size} engines, each with the capacity below")
+        warnings.append(
+            Finding.of(
+                Code.DATA_PARALLEL, f"data parallel: {args.data_parallel_size} engines, each with the capacity below"
+            )
+        )
     return warnings
 
 
@@ -103,9 +122,13 @@ def predict(
     engine = compute_engine(model, gpu, args, release, resolved, coefficients=coefficients, deltas=deltas)
     warnings += engine.warnings + _unmodelled_warnings(args, release, engine.kv_dtype.name)
     if deltas is not None:
-        warnings.append("KVP108 memory terms corrected with measurements from the calibration file")
+        warnings.append(
+            Finding.of(Code.CORRECTED, "memory terms corrected with measurements from the calibration file")
+        )
     if engine.weights_estimated:
-        warnings.append("KVP105 weights estimated from the architecture (no exact checkpoint size)")
+        warnings.append(
+            Finding.of(Code.WEIGHTS_ESTIMATED, "weights estimated from the architecture (no exact checkpoint size)")
+        )
     if available_override is not None:
         available = list(available_override)
     elif args.kv_cache_memory_bytes is not None:
@@ -135,7 +158,13 @@ def predict(
             )
         else:
             if fit < max_len:
-                warnings.append(f"KVP106 --max-model-len auto: vLLM will reduce the context from {max_len} to {fit}")
+                warnings.append(
+                    Finding.of(
+                        Code.AUTO_FIT_CONTEXT,
+                        f"--max-model-len auto: vLLM will reduce the context from {max_len} to {fit}",
+                        fix=fix_args(["--max-model-len", str(fit)]),
+                    )
+                )
             max_len, fits = min(max_len, fit), True
     else:
         fits = layout.fits(max_len)
@@ -306,8 +335,11 @@ def plan_without_recommendation(
     warnings = list(prediction.warnings)
     if gpu_count is not None and gpu_count != args.gpus_per_engine * args.data_parallel_size:
         warnings.append(
-            f"KVP107 the pod gets {gpu_count} GPUs but TP x PP x DP = {args.gpus_total}: vLLM needs exactly "
-            "TP x PP GPUs per engine"
+            Finding.of(
+                Code.GPU_COUNT_MISMATCH,
+                f"the pod gets {gpu_count} GPUs but TP x PP x DP = {args.gpus_total}: vLLM needs exactly "
+                "TP x PP GPUs per engine",
+            )
         )
     plan = Plan(
         model=model_report(model, prediction),
@@ -323,7 +355,7 @@ def plan_without_recommendation(
         kv_cache=kv_report(model, prediction),
         fits=prediction.fits,
         fit_error=prediction.fit_error,
-        warnings=warnings,
+        findings=warnings,
     )
     plan.margin = margin_band(
         model,

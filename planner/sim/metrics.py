@@ -11,11 +11,10 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from planner.sim import catalog
 from planner.sim.cache_config import CacheSettings, cache_config_labels
-from planner.sim.catalog import EngineKind, Family
 from planner.sim.engine import StepStats
-from planner.sim.versions import Version, parse_version
+from planner.vllm import metrics_catalog as catalog
+from planner.vllm.metrics_catalog import EngineKind, Family, Version, parse_version
 
 SIMULATOR_INFO = "kv_planner_simulator_info"
 

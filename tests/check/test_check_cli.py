@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
 from planner.cli import app
+from planner.cli._output import console
 
 MANIFESTS = Path(__file__).resolve().parents[1] / "k8s" / "manifests"
 RUNNER = CliRunner()
@@ -30,6 +32,7 @@ ENTRY_KEYS = {
     "decision",
     "codes",
     "messages",
+    "findings",
     "patch",
 }
 
@@ -181,3 +184,36 @@ def test_directory_input_and_table_output() -> None:
     code, _, output = _run("-f", str(MANIFESTS))
     assert code == 0, output
     assert "LeaderWorkerSet/vllm-405b: KVP030 vllm-leader: shell command not changed" in output
+
+
+def _weights_do_not_fit(tmp_path: Path) -> Path:
+    # Llama-3.1-70B on one L4: the fix is a combined change (more GPUs and a shorter context).
+    manifest = tmp_path / "big.yaml"
+    manifest.write_text(_deployment(["meta-llama/Llama-3.1-70B-Instruct"], name="big"))
+    return manifest
+
+
+def test_json_messages_are_whole_and_carry_a_structured_fix(tmp_path: Path) -> None:
+    code, data, _ = _run("-f", str(_weights_do_not_fit(tmp_path)), "--output", "json")
+    assert code == 1
+    entry = data["workloads"][0]
+    (message,) = entry["messages"]
+    assert message.endswith("fix: --tensor-parallel-size 8 (8 GPUs) and --max-model-len 68608")
+    assert "…" not in message
+    (finding,) = entry["findings"]
+    assert finding["code"] == "KVP001" and finding["severity"] == "cannot-start"
+    assert finding["message"] == message
+    assert finding["fix"] == {
+        "args": ["--tensor-parallel-size", "8", "--max-model-len", "68608"],
+        "text": "--tensor-parallel-size 8 (8 GPUs) and --max-model-len 68608",
+    }
+
+
+def test_table_wraps_messages_instead_of_cutting_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(console, "width", 70)
+    code, _, output = _run("-f", str(_weights_do_not_fit(tmp_path)))
+    assert code == 1
+    assert "…" not in output
+    words = " ".join(output.split())
+    assert "fix: --tensor-parallel-size 8 (8 GPUs) and --max-model-len 68608" in words
+    assert "    fix: --tensor-parallel-size 8 --max-model-len 68608" in output  # the flags, ready to paste

@@ -337,3 +337,25 @@ def test_recommend_emits_autoscaler_thresholds_from_the_workload() -> None:
         "recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--emit", "keda"
     )
     assert code == 2 and "--emit needs --workload" in err
+
+
+def test_recommend_json_keeps_warning_strings_and_adds_typed_findings() -> None:
+    # --max-model-len auto on a context that does not fit: KVP106 with the length vLLM will pick as its fix.
+    code, out, _ = run(
+        "recommend",
+        "--gpu",
+        "L4",
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--max-model-len",
+        "auto",
+        "-o",
+        "json",
+    )
+    assert code == 0
+    plan = json.loads(out)
+    assert plan["warnings"] == [f["message"] for f in plan["findings"]]  # DESIGN: "warnings": [str, ...]
+    (auto,) = [f for f in plan["findings"] if f["code"] == "KVP106"]
+    fitted = str(plan["kv_cache"]["max_model_len"])
+    assert auto["severity"] == "info" and auto["fix"]["args"] == ["--max-model-len", fitted]
+    assert auto["message"].startswith("KVP106 --max-model-len auto: vLLM will reduce the context from 131072 to ")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from admission.exporter.normalize import USAGE_NEW, USAGE_OLD, parse_page, select_lines
+from admission.exporter.normalize import USAGE_NEW, USAGE_OLD, parse_page
 from planner.errors import ScrapeError
-from planner.sim import catalog
 from planner.sim.versions import modelled_release, parse_version
+from planner.vllm import metrics_catalog as catalog
 from tests.exporter.conftest import PAGES, Page
 from tests.sim import vllm_source as src
 from tests.sim.test_catalog_source import V0_NOT_MODELLED
@@ -92,8 +92,8 @@ def test_cache_config_before_start_up_counts_as_missing() -> None:
     [
         ("<html>503 Service Unavailable</html>\n", "no vLLM metrics"),
         ("", "no vLLM metrics"),
-        ('vllm:num_requests_running{engine="0",model_name="m"} banana\n', "not a valid"),
-        ('vllm:num_requests_running{engine="0",model_name="m} 1\n', "not a valid"),
+        ('vllm:num_requests_running{engine="0",model_name="m"} banana\n', "bad sample value"),
+        ('vllm:num_requests_running{engine="0",model_name="m} 1\n', "malformed"),
     ],
 )
 def test_garbage_pages_are_rejected(text: str, fragment: str) -> None:
@@ -108,9 +108,3 @@ def test_a_truncated_page_is_rejected() -> None:
     truncated = "\n".join(lines[:cut]) + "\n" + lines[cut][:30]
     with pytest.raises(ScrapeError):
         parse_page(truncated)
-
-
-def test_line_selection_keeps_only_what_is_read(page: Page) -> None:
-    kept = select_lines(page.text)
-    assert "vllm:e2e_request_latency_seconds" not in kept and "_created" not in kept
-    assert len(kept) < len(page.text) / 2
