@@ -62,7 +62,7 @@ def read_platform(obj: Mapping[str, Any], *, runtimes: Runtimes | None = None) -
         return ray.read(obj)
     if group == "orchestration.aibrix.ai" and kind == "RayClusterFleet":
         return ray.read(obj)
-    if group == "orchestration.aibrix.ai" and kind == "StormService":
+    if group == "orchestration.aibrix.ai" and kind in ("StormService", "RoleSet"):
         return aibrix.read(obj)
     if group == "nvidia.com" and kind == "DynamoGraphDeployment":
         return dynamo.read(obj)
