@@ -170,7 +170,7 @@ def margin_tables(records: list[StartupRecord]) -> None:
     print("|---|---|---|---|---|---|---|")
     costs = []
     for record in records:
-        if record.kv_cache_tokens is None:
+        if record.kv_cache_tokens is None or (record.nodes or 1) > 1:
             continue
         spec, online = resolve_record_model(record, lookup_model)
         gpu = lookup_gpu(record.gpu or "")

@@ -242,6 +242,8 @@ def _observations(
 ) -> list[tuple[StartupRecord, Observation]]:
     out = []
     for record in records:
+        if (record.nodes or 1) > 1:
+            continue  # multi-node non-torch memory is not modelled: nothing to fit or predict
         try:
             spec = lookup_model(record.model)
         except KvPlannerError:

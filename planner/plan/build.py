@@ -294,13 +294,18 @@ def margin_band(
     version_known: bool,
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
     corrections: TermCorrections | None = None,
+    spread_hint: int | None = None,
 ) -> KvBand:
-    """The KV band of :mod:`planner.plan.margin`, with what vLLM would make of its low end."""
-    spread = (
-        None
-        if version_known or args.kv_cache_memory_bytes is not None
-        else version_spread(model, gpu, args, prediction, coefficients=coefficients, corrections=corrections)
-    )
+    """The KV band of :mod:`planner.plan.margin`, with what vLLM would make of its low end.
+    ``spread_hint``: an unknown release's spread already computed for a closely related plan (the
+    alternatives of one request reuse the request's, instead of a dozen predictions each)."""
+    spread: int | None = None
+    if not version_known and args.kv_cache_memory_bytes is None:
+        spread = (
+            spread_hint
+            if spread_hint is not None
+            else version_spread(model, gpu, args, prediction, coefficients=coefficients, corrections=corrections)
+        )
     band = kv_band(
         memory,
         release_since=prediction.release.since,
@@ -328,6 +333,8 @@ def plan_without_recommendation(
     gpu_count: int | None = None,
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
     corrections: TermCorrections | None = None,
+    with_margin: bool = True,
+    spread_hint: int | None = None,
 ) -> tuple[Plan, Prediction]:
     prediction = predict(
         model, gpu, args, vllm_version=vllm_version, coefficients=coefficients, corrections=corrections
@@ -357,6 +364,8 @@ def plan_without_recommendation(
         fit_error=prediction.fit_error,
         findings=warnings,
     )
+    if not with_margin:  # the fleet view shows no band; the version spread costs a dozen predictions
+        return plan, prediction
     plan.margin = margin_band(
         model,
         gpu,
@@ -366,5 +375,6 @@ def plan_without_recommendation(
         version_known=vllm_version is not None,
         coefficients=coefficients,
         corrections=corrections,
+        spread_hint=spread_hint,
     )
     return plan, prediction
