@@ -235,6 +235,11 @@ class Code(str, Enum):
         "`kv-planner.io/vllm-version` is not a vLLM release (X.Y.Z): ignored",
         "set it to a release such as 0.19.0",
     )
+    TEMPLATE_ONLY = (
+        "KVP069",
+        _INFO,
+        "a runtime or preset other resources use (ServingRuntime, LLMInferenceServiceConfig): checked where used",
+    )
     # Input caps (docs/security.md): a review past a cap is the manifest's doing; Enforce denies it.
     TOO_MANY_CONTAINERS = ("KVP070", _CANNOT, "more containers in one pod than the input cap", "split the pod")
     TOO_MANY_ARGS = ("KVP071", _CANNOT, "a container has more arguments or env entries than the input cap")

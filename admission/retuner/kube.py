@@ -67,6 +67,7 @@ class KubeWriter:
         self.settings = settings
         self.clock = clock
         self._last_apply: dict[WorkloadRef, float] = {}
+        self._last_attempt: dict[WorkloadRef, float] = {}
         self._recent_applies: deque[float] = deque()
         self.instance = os.environ.get("HOSTNAME", "kv-planner")
 
@@ -153,6 +154,14 @@ class KubeWriter:
             return f"{len(self._recent_applies)} rollouts in the last hour (limit {self.settings.apply_max_per_hour})"
         return None
 
+    def due(self, ref: WorkloadRef) -> bool:
+        """Whether a recommendation still waiting to be applied may be tried again now (silently:
+        a rate-limited or failed rollout is retried once per ``apply_min_interval_s``, not every round)."""
+        last = self._last_attempt.get(ref)
+        if last is not None and self.clock() - last < self.settings.apply_min_interval_s:
+            return False
+        return self._rate_limited(ref) is None
+
     def apply(self, ref: WorkloadRef, decision: Decision) -> ApplyResult:
         value = decision.recommended
         if value is None or decision.action == "hold":
@@ -169,6 +178,7 @@ class KubeWriter:
             return self._blocked(ref, f"{ref.kind} workloads are not patched; apply the recommendation by hand")
         # A rollback undoes our own probe (which was rate-limited): it must not wait an hour while the
         # probed value preempts.
+        self._last_attempt[ref] = self.clock()
         limited = None if decision.rollback else self._rate_limited(ref)
         if limited is not None:
             return self._blocked(ref, limited)

@@ -32,10 +32,6 @@ MODELLED_RELEASES: tuple[tuple[str, str], ...] = (
 DEFAULT_RELEASE = MODELLED_RELEASES[-1][0]
 
 
-def at_least(version: Version, text: str) -> bool:
-    return version >= parse_version(text)
-
-
 def modelled_release(text: str | None) -> tuple[str, Version]:
     """The modelled release whose behaviour applies to vLLM ``text`` (None = newest modelled)."""
     if text is None:

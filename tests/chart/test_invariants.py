@@ -28,7 +28,12 @@ HANDLED = {
     ("", "v1"): {"pods"},
     ("leaderworkerset.x-k8s.io", "v1"): {"leaderworkersets"},
     ("serving.kserve.io", "v1beta1"): {"inferenceservices"},
-    ("serving.kserve.io", "v1alpha1"): {"servingruntimes"},
+    ("serving.kserve.io", "v1alpha1"): {"llminferenceservices"},
+    ("serving.kserve.io", "v1alpha2"): {"llminferenceservices"},
+    ("kubeai.org", "v1"): {"models"},
+    ("ray.io", "v1"): {"rayclusters", "rayservices", "rayjobs"},
+    ("orchestration.aibrix.ai", "v1alpha1"): {"rayclusterfleets", "stormservices", "rolesets"},
+    ("nvidia.com", "v1alpha1"): {"dynamographdeployments"},
 }
 
 
@@ -114,12 +119,18 @@ def test_pods_and_jobs_only_on_create() -> None:
     assert by_resource["pods"] == ["CREATE"] and by_resource["jobs"] == ["CREATE"]
     assert by_resource["deployments"] == ["CREATE", "UPDATE"]
     assert by_resource["leaderworkersets"] == ["CREATE", "UPDATE"]
-    assert "inferenceservices" not in by_resource  # KServe is opt-in
-    kserve = webhooks(render(set_values=("webhook.kserve.enabled=true",)))[0]
-    resources = {res for rule in kserve["rules"] for res in rule["resources"]}
-    assert {"inferenceservices", "servingruntimes"} <= resources
-    owner_condition = kserve["matchConditions"][1]["expression"]
-    assert "serving.kserve.io/" in owner_condition
+    # Serving platforms are on by default (a rule for an absent CRD matches nothing), each can be off.
+    platform_resources = {"inferenceservices", "llminferenceservices", "models", "rayclusters", "rayservices"}
+    assert platform_resources | {"rayjobs", "rayclusterfleets", "stormservices", "dynamographdeployments"} <= set(
+        by_resource
+    )
+    assert "servingruntimes" not in by_resource  # a template: checked with the InferenceService using it
+    assert "kubeai.org/" in webhooks(render())[0]["matchConditions"][1]["expression"]
+    off = webhooks(render(set_values=("webhook.platforms.kserve.enabled=false", "webhook.platforms.ray.enabled=false")))
+    resources = {res for rule in off[0]["rules"] for res in rule["resources"]}
+    assert not resources & {"inferenceservices", "llminferenceservices", "rayclusters", "rayservices", "rayjobs"}
+    assert "models" in resources
+    assert "serving.kserve.io/" not in off[0]["matchConditions"][1]["expression"]
 
 
 def test_enforce_scenario_turns_the_knobs() -> None:

@@ -44,6 +44,16 @@ def read_platform(obj: Mapping[str, Any], *, runtimes: Runtimes | None = None) -
     group = group_of(obj)
     if group == "kubeai.org" and kind == "Model":
         return kubeai.read(obj)
+    if group == "serving.kserve.io" and kind in ("ServingRuntime", "ClusterServingRuntime"):
+        return PlatformRead(
+            platform="kserve",
+            notes=[
+                PlatformNote(
+                    reason="template-only",
+                    text=f"a {kind}: its command line is checked with each InferenceService that uses it",
+                )
+            ],
+        )
     if group == "serving.kserve.io" and kind == "InferenceService":
         return kserve.read(obj, runtimes)
     if group == "serving.kserve.io" and kind in ("LLMInferenceService", "LLMInferenceServiceConfig"):
@@ -52,7 +62,7 @@ def read_platform(obj: Mapping[str, Any], *, runtimes: Runtimes | None = None) -
         return ray.read(obj)
     if group == "orchestration.aibrix.ai" and kind == "RayClusterFleet":
         return ray.read(obj)
-    if group == "orchestration.aibrix.ai" and kind == "StormService":
+    if group == "orchestration.aibrix.ai" and kind in ("StormService", "RoleSet"):
         return aibrix.read(obj)
     if group == "nvidia.com" and kind == "DynamoGraphDeployment":
         return dynamo.read(obj)
