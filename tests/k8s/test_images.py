@@ -68,3 +68,11 @@ def test_annotation_states_the_release() -> None:
     evidence, problem = annotated_release(None, {"kv-planner.io/vllm-version": "latest"})
     assert evidence is None and problem is not None and "not a vLLM release" in problem
     assert annotated_release({"other": "x"}) == (None, None)
+
+
+def test_stand_ins_are_not_vllm_images() -> None:
+    from planner.k8s.detect import is_vllm_image
+
+    assert is_vllm_image("vllm/vllm-openai:v0.19.0") and is_vllm_image("lmcache/vllm-openai:v0.3.7")
+    assert not is_vllm_image("aibrix/vllm-mock:nightly")
+    assert not is_vllm_image("aibrix/vllm-simulator-a40:nightly")
