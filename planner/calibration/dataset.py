@@ -52,6 +52,9 @@ class Deployment(_Strict):
     max_batched_tokens: int | None = None
     block_size: int | None = None
     eager: bool | None = None
+    speculative_config: str | None = Field(
+        default=None, description="--speculative-config as given (JSON); its drafter is part of the weights"
+    )
 
 
 class Measured(_Strict):

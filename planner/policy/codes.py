@@ -38,6 +38,7 @@ class Code(str, Enum):
     OVER_SHARE = "KVP012"
     SHARED_GPU = "KVP013"
     SHARE_UNKNOWN = "KVP014"
+    HOST_MEMORY_TIGHT = "KVP015"
     FILLED_MAX_MODEL_LEN = "KVP020"
     FILLED_MAX_NUM_SEQS = "KVP021"
     FILLED_GPU_MEMORY_UTILIZATION = "KVP022"
@@ -88,6 +89,7 @@ SEVERITY: dict[Code, Severity] = {
     Code.OVER_SHARE: Severity.warn,  # not isolated: the pod starts, its co-tenants may not
     Code.SHARED_GPU: Severity.info,
     Code.SHARE_UNKNOWN: Severity.warn,
+    Code.HOST_MEMORY_TIGHT: Severity.warn,
     Code.FILLED_MAX_MODEL_LEN: Severity.mutate,
     Code.FILLED_MAX_NUM_SEQS: Severity.mutate,
     Code.FILLED_GPU_MEMORY_UTILIZATION: Severity.mutate,
