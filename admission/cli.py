@@ -17,6 +17,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    # Plain help: it wraps long flag names instead of cutting them at the terminal width (rich's panels do).
+    rich_markup_mode=None,
 )
 
 

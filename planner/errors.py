@@ -13,6 +13,7 @@ builtin that says what kind of fault it is, so callers can catch either::
     │   ├── InvalidArgumentError                  a vLLM flag value vLLM itself would refuse
     │   ├── ManifestError                         a Kubernetes manifest that cannot be read
     │   ├── PolicyError                           a policy file that does not validate
+    │   ├── InputCapError                         untrusted input over one of its named bounds
     │   └── WorkloadProfileError                  a request-length profile that cannot be used
     ├── CapacityError                             the model cannot be served with these settings
     ├── CatalogDataError (RuntimeError)           an embedded catalog file does not validate (a packaging bug)
@@ -20,6 +21,7 @@ builtin that says what kind of fault it is, so callers can catch either::
     │   ├── GatedModelError (PermissionError)     gated/private repo, token missing or refused
     │   ├── ModelNotFoundError (FileNotFoundError) repo, revision or file does not exist
     │   ├── HubUnavailableError (ConnectionError) network down, offline without cache
+    │   ├── RepoNotAllowedError (PermissionError) the policy's allow-list does not name the repo
     │   └── ResolutionTimeoutError (TimeoutError) the lookup budget ran out
     └── ScrapeError (OSError)                     a /metrics page could not be fetched or parsed
 
@@ -68,6 +70,16 @@ class UnknownGPUError(_LookupFailed):
     kind = "GPU"
 
 
+class AmbiguousGPUError(UnknownGPUError):
+    """A GPU name that matches several catalog cards (``a100``: 40 GB and 80 GB); lists every candidate."""
+
+    def __init__(self, name: str, candidates: Sequence[str], *, hint: str | None = None) -> None:
+        self.name = name
+        self.suggestions = list(candidates)
+        message = f"Ambiguous GPU {name!r}: it names {len(self.suggestions)} cards: {', '.join(self.suggestions)}."
+        PlannerInputError.__init__(self, message, hint=hint)
+
+
 class UnknownModelError(_LookupFailed):
     kind = "model"
 
@@ -104,6 +116,19 @@ class PolicyError(PlannerInputError):
     """A policy (Helm values / ConfigMap / --policy file) that does not validate."""
 
 
+class InputCapError(PlannerInputError):
+    """Input from an untrusted author (a manifest) over one of its named bounds (docs/security.md).
+
+    ``code`` is the reason code of the bound (a ``planner.policy.codes.Code`` value), so the webhook and
+    ``planner check`` can name it; ``limit`` is the bound that was exceeded.
+    """
+
+    def __init__(self, message: str, *, code: str, limit: int, hint: str | None = None) -> None:
+        self.code = code
+        self.limit = limit
+        super().__init__(message, hint=hint)
+
+
 class WorkloadProfileError(PlannerInputError):
     """A request-length profile (percentiles, histogram file, metrics page) that cannot be used."""
 
@@ -137,6 +162,10 @@ class ModelNotFoundError(ModelResolutionError, FileNotFoundError):
 
 class HubUnavailableError(ModelResolutionError, ConnectionError):
     """The Hub cannot be reached (network down, or offline mode without a cached copy)."""
+
+
+class RepoNotAllowedError(ModelResolutionError, PermissionError):
+    """The policy's ``modelLookup.allowRepos`` does not name this repository: it is not looked up."""
 
 
 class ResolutionTimeoutError(ModelResolutionError, TimeoutError):

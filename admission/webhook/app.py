@@ -2,27 +2,50 @@
 
 Hardening from Kubernetes' webhook good practices and controller-runtime: a request body limit (413),
 ``Content-Type: application/json`` required, malformed input answered 400 (never 500, never a hang),
-the API server's ``?timeout=`` honoured (a review that cannot finish in time is allowed unchanged with
-a warning), and no side effects (dry-run requests get the same answer).
+the API server's ``?timeout=`` honoured, and no side effects (dry-run requests get the same answer).
+
+The event loop parses and answers; every decision runs in a worker process of :class:`DecisionPool`
+within a per-review budget (the smaller of ``review_budget`` and the API server's deadline). A review
+that cannot be decided in that time is answered by policy (``onTimeout``: Enforce denies by default,
+Audit allows) with KVP051; the pool's own failures are allowed unchecked with KVP049. Both are logged with
+their reason code and counted in ``kv_planner_webhook_unchecked_total``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.requests import ClientDisconnect
 
-from admission.webhook.handler import BadRequest, Endpoint, Outcome, Reviewer, parse_review, parse_timeout
+from admission.webhook.caches import ClusterCache
+from admission.webhook.handler import (
+    BadRequest,
+    Endpoint,
+    Outcome,
+    PolicyHolder,
+    fail_open,
+    namespace_of,
+    needs_review,
+    parse_review,
+    parse_timeout,
+    skipped,
+    undecided,
+)
 from admission.webhook.metrics import WebhookMetrics
+from admission.webhook.pool import DecisionPool, Undecided, WorkerFailed
+from admission.webhook.review import AdmissionRequest
+from admission.webhook.worker import Job
+from planner.k8s.nodes import NodeInfo
+from planner.policy.codes import Code
 
 log = logging.getLogger("kv_planner.webhook")
 DEFAULT_BODY_LIMIT = 7 * 1024 * 1024  # the API server's own request limit is 3 MiB; controller-runtime uses 7
-DEFAULT_BUDGET = 8.0  # seconds, when the API server sends no timeout (its default is 10 s)
+DEFAULT_DEADLINE = 10.0  # seconds, when the API server sends no timeout (its default)
+DEFAULT_REVIEW_BUDGET = 1.0  # seconds of decision time one review may use, whatever the deadline
 _MARGIN = 0.25  # answer this long before the API server gives up
 
 
@@ -48,18 +71,68 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+class Inventory:
+    """The node inventory with a version that changes whenever the cache's nodes do, so that workers are
+    sent the (possibly large) list only when it changed, not with every review."""
+
+    def __init__(self, cache: ClusterCache) -> None:
+        self._cache = cache
+        self._nodes: list[NodeInfo] = []
+        self.version = 0
+
+    def current(self) -> tuple[int, list[NodeInfo]]:
+        nodes = self._cache.nodes()
+        # Caches replace a NodeInfo on every change; the kept list holds the old ones alive, so ids are
+        # not reused while compared.
+        if len(nodes) != len(self._nodes) or any(a is not b for a, b in zip(nodes, self._nodes, strict=True)):
+            self._nodes = nodes
+            self.version += 1
+        return self.version, self._nodes
+
+
 def create_app(
-    reviewer: Reviewer,
+    pool: DecisionPool,
+    policy: PolicyHolder,
+    cache: ClusterCache,
     metrics: WebhookMetrics,
     *,
     body_limit: int = DEFAULT_BODY_LIMIT,
+    review_budget: float = DEFAULT_REVIEW_BUDGET,
     ready: Callable[[], bool] = lambda: True,
-    workers: int = 1,
 ) -> FastAPI:
-    """The webhook ASGI app around ``reviewer``."""
+    """The webhook ASGI app: parses and answers on the event loop, decides in ``pool``'s workers."""
     app = FastAPI(title="kv-planner admission webhook", docs_url=None, redoc_url=None, openapi_url=None)
-    executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="review")
-    app.state.executor = executor
+    inventory = Inventory(cache)
+
+    def unchecked(request: AdmissionRequest, outcome: Outcome, code: str, kind: str, reason: str) -> Outcome:
+        # Every answer that is not a decision is logged with its reason code and counted.
+        log.warning("review %s (%s/%s): %s %s: %s", request.uid, request.namespace, request.name, code, kind, reason)
+        metrics.unchecked.labels(code, kind).inc()
+        return outcome
+
+    async def review(request: AdmissionRequest, endpoint: Endpoint, body: bytes, deadline: float) -> Outcome:
+        if not needs_review(request) or not isinstance(request.object, Mapping):
+            return skipped(request)
+        namespace = request.namespace or namespace_of(request.object)
+        effective = policy.policy.for_namespace(namespace, cache.namespace(namespace))
+        budget = max(0.05, min(review_budget, deadline))
+
+        def make_job(known_version: int) -> Job:
+            version, nodes = inventory.current()
+            return Job(body, endpoint, effective, version, nodes if version != known_version else None)
+
+        try:
+            reply = await pool.decide(make_job, tenant=namespace or "", budget=budget)
+        except Undecided as error:
+            outcome = undecided(request, effective, error.reason)
+            return unchecked(request, outcome, Code.REVIEW_TIMED_OUT.value, error.kind, error.reason)
+        except WorkerFailed as error:
+            outcome = fail_open(request, f"internal error ({error}): allowed unchecked")
+            return unchecked(request, outcome, Code.INTERNAL_ERROR.value, "worker-failed", str(error))
+        outcome = Outcome(body=reply.body, decision=reply.decision)
+        if reply.error is not None or Code.INTERNAL_ERROR.value in reply.codes:
+            unchecked(request, outcome, Code.INTERNAL_ERROR.value, "internal-error", reply.error or "see the warning")
+        return outcome
 
     async def handle(request: Request, endpoint: Endpoint) -> Response:
         started = time.perf_counter()
@@ -68,30 +141,25 @@ def create_app(
             if content_type != "application/json":
                 raise BadRequest(f"Content-Type must be application/json, got {content_type or 'none'!r}")
             body = await _read_body(request, body_limit)
-            review = parse_review(body)
+            parsed = parse_review(body)
         except TooLarge:
             metrics.rejected.labels("too-large").inc()
             return JSONResponse({"error": f"request body larger than {body_limit} bytes"}, status_code=413)
         except BadRequest as error:
             metrics.rejected.labels("malformed").inc()
             return JSONResponse({"error": str(error)}, status_code=400)
+        except ClientDisconnect:
+            metrics.rejected.labels("disconnected").inc()
+            return Response(status_code=400)  # nobody is left to read it; no traceback either
 
-        request_data = review.request
         timeout = parse_timeout(request.query_params.get("timeout"))
-        budget = max(0.05, (timeout or DEFAULT_BUDGET) - _MARGIN)
-        outcome: Outcome
+        deadline = (timeout or DEFAULT_DEADLINE) - _MARGIN - (time.perf_counter() - started)
         try:
-            # The decision runs on a worker thread so the event loop keeps serving (health checks, the
-            # deadline); a review past its budget is answered while the thread finishes in the background.
-            loop = asyncio.get_running_loop()
-            work = loop.run_in_executor(executor, reviewer.decide, request_data)
-            decision = await asyncio.wait_for(asyncio.shield(work), budget)
-            outcome = reviewer.respond(request_data, endpoint, decision)
-        except (TimeoutError, asyncio.TimeoutError):
-            outcome = reviewer.fail_open(request_data, f"review took longer than {budget:.2f}s: allowed unchecked")
+            outcome = await review(parsed.request, endpoint, body, deadline)
         except Exception as error:  # the boundary: never a 500, never a denial for our own failure
-            log.exception("review %s failed", request_data.uid)
-            outcome = reviewer.fail_open(request_data, f"internal error ({type(error).__name__}): allowed unchecked")
+            log.exception("review %s failed", parsed.request.uid)
+            outcome = fail_open(parsed.request, f"internal error ({type(error).__name__}): allowed unchecked")
+            metrics.unchecked.labels(Code.INTERNAL_ERROR.value, "internal-error").inc()
         elapsed = time.perf_counter() - started
         metrics.requests.labels(endpoint, outcome.decision).inc()
         metrics.duration.labels(endpoint, outcome.decision).observe(elapsed)

@@ -50,14 +50,58 @@ def webhook(
         ),
     ] = True,
     log_level: Annotated[str, typer.Option(envvar=_env("log-level"), help="debug, info, warning, error.")] = "info",
+    metrics_host: Annotated[
+        str | None, typer.Option(envvar=_env("metrics-host"), help="Address of the metrics port (default: --host).")
+    ] = None,
+    tls_min_version: Annotated[
+        str, typer.Option(envvar=_env("tls-min-version"), help="1.2 (AEAD suites only) or 1.3 (1.3 only).")
+    ] = "1.2",
+    workers: Annotated[int, typer.Option(envvar=_env("workers"), min=1, max=64, help="Decision worker processes.")] = 2,
+    review_budget: Annotated[
+        float,
+        typer.Option(
+            envvar=_env("review-budget"),
+            min=0.05,
+            max=30,
+            help="Seconds one review may take; past it the worker is replaced and the policy's onTimeout answers.",
+        ),
+    ] = 1.0,
+    max_waiting: Annotated[
+        int, typer.Option(envvar=_env("max-waiting"), min=1, help="Reviews of one namespace waiting for a worker.")
+    ] = 16,
+    worker_max_memory: Annotated[
+        int,
+        typer.Option(envvar=_env("worker-max-memory"), min=0, help="Worker RSS bytes that replace it."),
+    ] = 200 * 2**20,
+    request_timeout: Annotated[
+        float, typer.Option(envvar=_env("request-timeout"), min=0.1, help="Seconds to receive one request.")
+    ] = 10.0,
+    keep_alive: Annotated[
+        float, typer.Option(envvar=_env("keep-alive"), min=0.1, help="Seconds an idle connection is kept open.")
+    ] = 5.0,
+    max_connections: Annotated[
+        int, typer.Option(envvar=_env("max-connections"), min=1, help="Open connections on the TLS port.")
+    ] = 1000,
 ) -> None:
     """Serve /mutate and /validate (AdmissionReview v1) over TLS, /metrics over plain HTTP."""
     for path, flag in ((tls_cert_file, "--tls-cert-file"), (tls_key_file, "--tls-key-file")):
         if not path.is_file():
             typer.echo(f"error: {flag} {path}: no such file", err=True)
             raise typer.Exit(2)
+    if tls_min_version not in ("1.2", "1.3"):
+        typer.echo(f"error: --tls-min-version {tls_min_version}: use 1.2 or 1.3", err=True)
+        raise typer.Exit(2)
     settings = WebhookSettings(
         host=host,
+        metrics_host=metrics_host,
+        tls_min_version="1.3" if tls_min_version == "1.3" else "1.2",
+        workers=workers,
+        review_budget=review_budget,
+        max_waiting=max_waiting,
+        worker_max_rss=worker_max_memory,
+        request_timeout=request_timeout,
+        keep_alive=keep_alive,
+        max_connections=max_connections,
         port=port,
         tls_cert_file=str(tls_cert_file),
         tls_key_file=str(tls_key_file),

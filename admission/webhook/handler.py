@@ -1,8 +1,9 @@
 """Answer one AdmissionReview: parse, decide with the shared policy code, build the response.
 
-Pure of HTTP: :class:`Reviewer` turns request bytes into response bytes, so it is tested without a
-server. It never raises for a well-formed review, and never denies because of its own failure: an
-internal error or a blown time budget answers ``allowed: true`` with a KVP049 warning.
+Pure of HTTP: :class:`Reviewer` turns requests into response bytes, so it is tested without a server; it
+runs in the decision workers (pool.py). It never raises for a well-formed review, and never denies
+because of its own failure: an internal error answers ``allowed: true`` with a KVP049 warning. A review
+that cannot be decided in time is the one policy-controlled exception (:func:`undecided`, KVP051).
 """
 
 from __future__ import annotations
@@ -10,15 +11,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import re2
 from pydantic import BaseModel, ValidationError
 
-from admission.webhook.caches import ClusterCache
 from admission.webhook.review import (
     AdmissionRequest,
     AdmissionResponse,
@@ -28,14 +28,15 @@ from admission.webhook.review import (
     encode_patch,
 )
 from planner.errors import PolicyError
+from planner.k8s.nodes import NodeInfo
 from planner.policy.codes import Code, finding
 from planner.policy.decide import ObjectDecision, decide
-from planner.policy.model import Policy, load_policy
+from planner.policy.model import EffectivePolicy, Policy, load_policy
 from planner.policy.planning import PlanningBackend
 
 log = logging.getLogger("kv_planner.webhook")
 Endpoint = Literal["mutate", "validate"]
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_DURATION_PART = re2.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -122,43 +123,31 @@ class Outcome(BaseModel):
 
 
 class Reviewer:
-    """Turns AdmissionReview requests into responses with the shared policy code."""
+    """Turns AdmissionReview requests into responses with the shared policy code (runs in a worker)."""
 
-    def __init__(self, *, policy: PolicyHolder, cache: ClusterCache, backend: PlanningBackend) -> None:
-        self.policy = policy
-        self.cache = cache
+    def __init__(self, *, backend: PlanningBackend) -> None:
         self.backend = backend
 
-    def decide(self, request: AdmissionRequest) -> ObjectDecision | None:
+    def decide(
+        self, request: AdmissionRequest, policy: EffectivePolicy, inventory: Sequence[NodeInfo]
+    ) -> ObjectDecision | None:
         """The decision for a request, or None when there is nothing to review."""
-        if request.operation not in ("CREATE", "UPDATE") or request.sub_resource:
-            return None  # DELETE/CONNECT and /scale, /status: nothing kv-planner changes
+        if not needs_review(request):
+            return None
         obj = request.object
         if not isinstance(obj, Mapping):
             return None
-        namespace = request.namespace or _namespace_of(obj)
-        effective = self.policy.policy.for_namespace(namespace, self.cache.namespace(namespace))
-        return decide(obj, policy=effective, backend=self.backend, inventory=self.cache.nodes(), namespace=namespace)
+        namespace = request.namespace or namespace_of(obj)
+        return decide(obj, policy=policy, backend=self.backend, inventory=inventory, namespace=namespace)
 
     def respond(self, request: AdmissionRequest, endpoint: Endpoint, decision: ObjectDecision | None) -> Outcome:
         if decision is None:
-            return Outcome(
-                body=AdmissionReviewOut(response=AdmissionResponse(uid=request.uid, allowed=True)).to_json(),
-                decision="skip",
-            )
+            return skipped(request)
         audit: dict[str, str] = {"decision": decision.decision}
         if decision.codes:
             audit["codes"] = ",".join(decision.codes)
         if decision.decision == "deny":
-            message = "kv-planner: " + "; ".join(decision.deny_reasons)
-            response = AdmissionResponse(
-                uid=request.uid,
-                allowed=False,
-                status=Status(code=403, reason="Forbidden", message=message[:1024]),
-                warnings=decision.warnings or None,
-                audit_annotations=audit,
-            )
-            return Outcome(body=AdmissionReviewOut(response=response).to_json(), decision="deny")
+            return denied(request, decision.deny_reasons, decision.warnings, audit)
         patch = decision.patch if endpoint == "mutate" else []
         response = AdmissionResponse(
             uid=request.uid,
@@ -172,18 +161,60 @@ class Reviewer:
         return Outcome(body=AdmissionReviewOut(response=response).to_json(), decision=label)
 
     def fail_open(self, request: AdmissionRequest, reason: str) -> Outcome:
-        """Allowed, unchanged, with a warning: kv-planner's own failure never blocks a workload."""
-        item = finding(Code.INTERNAL_ERROR, None, reason)
-        response = AdmissionResponse(
-            uid=request.uid,
-            allowed=True,
-            warnings=[item.message],
-            audit_annotations={"decision": "error", "codes": item.code},
-        )
-        return Outcome(body=AdmissionReviewOut(response=response).to_json(), decision="error")
+        return fail_open(request, reason)
 
 
-def _namespace_of(obj: Mapping[str, Any]) -> str | None:
+def needs_review(request: AdmissionRequest) -> bool:
+    """False for DELETE/CONNECT and subresources (/scale, /status): nothing kv-planner changes."""
+    return request.operation in ("CREATE", "UPDATE") and not request.sub_resource and request.object is not None
+
+
+def skipped(request: AdmissionRequest) -> Outcome:
+    return Outcome(
+        body=AdmissionReviewOut(response=AdmissionResponse(uid=request.uid, allowed=True)).to_json(),
+        decision="skip",
+    )
+
+
+def denied(
+    request: AdmissionRequest, reasons: Sequence[str], warnings: Sequence[str], audit: dict[str, str]
+) -> Outcome:
+    message = "kv-planner: " + "; ".join(reasons)
+    response = AdmissionResponse(
+        uid=request.uid,
+        allowed=False,
+        status=Status(code=403, reason="Forbidden", message=message[:1024]),
+        warnings=list(warnings) or None,
+        audit_annotations=audit,
+    )
+    return Outcome(body=AdmissionReviewOut(response=response).to_json(), decision="deny")
+
+
+def fail_open(request: AdmissionRequest, reason: str) -> Outcome:
+    """Allowed, unchanged, with a warning: kv-planner's own failure never blocks a workload."""
+    item = finding(Code.INTERNAL_ERROR, None, reason)
+    response = AdmissionResponse(
+        uid=request.uid,
+        allowed=True,
+        warnings=[item.message],
+        audit_annotations={"decision": "error", "codes": item.code},
+    )
+    return Outcome(body=AdmissionReviewOut(response=response).to_json(), decision="error")
+
+
+def undecided(request: AdmissionRequest, policy: EffectivePolicy, reason: str) -> Outcome:
+    """A review that could not be decided in time (KVP051): denied under Enforce with ``onTimeout: deny``
+    (a slow or flooded webhook must not be a way around Enforce), else allowed unchanged with a warning."""
+    item = finding(Code.REVIEW_TIMED_OUT, None, reason)
+    audit = {"decision": "timeout", "codes": item.code}
+    if policy.validation_action == "Enforce" and policy.on_timeout == "deny":
+        outcome = denied(request, [item.message], [], audit)
+        return Outcome(body=outcome.body, decision="timeout-deny")
+    response = AdmissionResponse(uid=request.uid, allowed=True, warnings=[item.message], audit_annotations=audit)
+    return Outcome(body=AdmissionReviewOut(response=response).to_json(), decision="timeout-allow")
+
+
+def namespace_of(obj: Mapping[str, Any]) -> str | None:
     meta = obj.get("metadata")
     if isinstance(meta, Mapping) and isinstance(meta.get("namespace"), str):
         return str(meta["namespace"])

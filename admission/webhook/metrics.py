@@ -32,6 +32,24 @@ class WebhookMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self.unchecked = Counter(
+            "kv_planner_webhook_unchecked_total",
+            "Reviews answered without a decision (KVP051 undecided in time, KVP049 internal error), by reason.",
+            ["code", "reason"],
+            registry=self.registry,
+        )
+        self.worker_restarts = Counter(
+            "kv_planner_webhook_worker_restarts_total",
+            "Decision workers replaced (overrun: killed past the review budget; failed; memory).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.connections_dropped = Counter(
+            "kv_planner_webhook_connections_dropped_total",
+            "Connections closed by the server (slow: request not read in time; excess: over the limit).",
+            ["reason"],
+            registry=self.registry,
+        )
         self.reloads = Counter(
             "kv_planner_webhook_reloads_total",
             "Files reloaded after they changed on disk.",

@@ -10,47 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import ssl
-from collections.abc import Generator
-from typing import Any
+from collections.abc import Callable, Generator
+from typing import Any, Literal
 
 import uvicorn
 from prometheus_client import make_asgi_app
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from admission.webhook.app import DEFAULT_BODY_LIMIT, create_app
+from admission.webhook.app import DEFAULT_BODY_LIMIT, DEFAULT_REVIEW_BUDGET, create_app
 from admission.webhook.caches import ClusterCache, KubernetesCache, StaticCache
-from admission.webhook.handler import PolicyHolder, Reviewer
+from admission.webhook.guard import GuardedH11Protocol
+from admission.webhook.handler import PolicyHolder
 from admission.webhook.metrics import WebhookMetrics
-from admission.webhook.review import AdmissionRequest
+from admission.webhook.pool import DecisionPool
 from admission.webhook.tls import ReloadingTLS
 from planner.policy.planning import CoreBackend, PlanningBackend
 
 log = logging.getLogger("kv_planner.webhook")
-
-_WARMUP_OBJECT: dict[str, Any] = {
-    "apiVersion": "apps/v1",
-    "kind": "Deployment",
-    "metadata": {"name": "kv-planner-warmup", "namespace": "default"},
-    "spec": {
-        "template": {
-            "metadata": {},
-            "spec": {
-                "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"},
-                "containers": [
-                    {
-                        "name": "vllm",
-                        "image": "vllm/vllm-openai:latest",
-                        "args": ["--model", "Qwen/Qwen2.5-7B-Instruct", "--max-model-len", "8192"],
-                        "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                    }
-                ],
-            },
-        }
-    },
-}
 
 
 class WebhookSettings(BaseModel):
@@ -61,22 +39,43 @@ class WebhookSettings(BaseModel):
     tls_cert_file: str
     tls_key_file: str
     client_ca_file: str | None = None
+    tls_min_version: Literal["1.2", "1.3"] = "1.2"
     policy_file: str | None = None
     metrics_port: int = 9090
-    metrics_host: str = "0.0.0.0"
+    metrics_host: str | None = Field(default=None, description="None: the same address as host")
     reload_interval: float = 10.0
     body_limit: int = DEFAULT_BODY_LIMIT
     cluster: bool = True
     log_level: str = "info"
-    limit_concurrency: int = 200
+    workers: int = Field(default=2, ge=1, le=64, description="decision worker processes")
+    review_budget: float = Field(default=DEFAULT_REVIEW_BUDGET, gt=0, le=30, description="seconds per review")
+    max_waiting: int = Field(default=16, ge=1, description="reviews of one namespace waiting for a worker")
+    worker_max_rss: int = Field(default=200 * 2**20, ge=0, description="bytes; a bigger worker is replaced")
+    request_timeout: float = Field(default=10.0, gt=0, description="seconds to receive one request")
+    keep_alive: float = Field(default=5.0, gt=0, description="seconds an idle connection is kept")
+    handshake_timeout: float = Field(default=5.0, gt=0, description="seconds for the TLS handshake")
+    max_connections: int = Field(default=1000, ge=1, description="open connections on the TLS port")
 
 
 class _TLSConfig(uvicorn.Config):
-    """uvicorn.Config that serves with a given SSLContext (uvicorn cannot set a minimum TLS version)."""
+    """uvicorn.Config that serves with a given SSLContext (uvicorn cannot set a minimum TLS version), and
+    carries the request deadline and connection cap to :class:`GuardedH11Protocol`."""
 
-    def __init__(self, app: Any, *, ssl_context: ssl.SSLContext, **kwargs: Any) -> None:
-        super().__init__(app, **kwargs)
+    def __init__(
+        self,
+        app: Any,
+        *,
+        ssl_context: ssl.SSLContext,
+        request_timeout: float,
+        max_connections: int,
+        on_drop: Callable[[str], None],
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(app, http=GuardedH11Protocol, **kwargs)
         self._context = ssl_context
+        self.request_timeout = request_timeout
+        self.max_connections = max_connections
+        self.on_drop = on_drop
 
     def load(self) -> None:
         super().load()
@@ -99,34 +98,49 @@ class Webhook:
         settings: WebhookSettings,
         *,
         cache: ClusterCache | None = None,
-        backend: PlanningBackend | None = None,
+        backend_factory: Callable[[], PlanningBackend] = CoreBackend,
     ) -> None:
         self.settings = settings
         self.metrics = WebhookMetrics()
-        self.tls = ReloadingTLS(settings.tls_cert_file, settings.tls_key_file, client_ca_file=settings.client_ca_file)
+        self.tls = ReloadingTLS(
+            settings.tls_cert_file,
+            settings.tls_key_file,
+            client_ca_file=settings.client_ca_file,
+            minimum_version=ssl.TLSVersion.TLSv1_3 if settings.tls_min_version == "1.3" else ssl.TLSVersion.TLSv1_2,
+        )
         self.tls.context.set_alpn_protocols(["http/1.1"])
         self.policy = PolicyHolder(settings.policy_file)
         self.metrics.policy_info.set(self.policy.generation)
         if cache is None:
             cache = KubernetesCache() if settings.cluster else StaticCache()
         self.cache = cache
-        self.backend = backend or CoreBackend()
-        self.reviewer = Reviewer(policy=self.policy, cache=self.cache, backend=self.backend)
+        self.pool = DecisionPool(
+            settings.workers,
+            backend_factory,
+            max_waiting=settings.max_waiting,
+            max_rss=settings.worker_max_rss,
+            log_level=settings.log_level,
+            on_restart=lambda reason: self.metrics.worker_restarts.labels(reason).inc(),
+        )
         self.warm = False
         self._running: tuple[uvicorn.Server, ...] = ()
-        self.app = create_app(self.reviewer, self.metrics, body_limit=settings.body_limit, ready=self.ready)
+        self.app = create_app(
+            self.pool,
+            self.policy,
+            self.cache,
+            self.metrics,
+            body_limit=settings.body_limit,
+            review_budget=settings.review_budget,
+            ready=self.ready,
+        )
         self.metrics_app = make_asgi_app(registry=self.metrics.registry)
 
     def ready(self) -> bool:
-        return self.warm and self.cache.ready()
+        return self.warm and self.cache.ready() and self.pool.alive() > 0
 
     def warm_up(self) -> None:
-        """Answer one review in-process so catalogs and imports are loaded before traffic arrives."""
-        request = AdmissionRequest(uid="warmup", operation="CREATE", object=_WARMUP_OBJECT, namespace="default")
-        try:
-            self.reviewer.decide(request)
-        except Exception as error:  # a failed warm-up only delays readiness of nothing: log and go on
-            log.warning("warm-up review failed: %s", error)
+        """Start the decision workers (each answers one review before it takes traffic)."""
+        self.pool.start()
         self.warm = True
 
     def reload(self) -> None:
@@ -142,12 +156,15 @@ class Webhook:
             _TLSConfig(
                 self.app,
                 ssl_context=self.tls.context,
+                request_timeout=s.request_timeout,
+                max_connections=s.max_connections,
+                on_drop=lambda reason: self.metrics.connections_dropped.labels(reason).inc(),
                 host=s.host,
                 port=s.port,
                 log_level=s.log_level,
                 lifespan="off",
-                limit_concurrency=s.limit_concurrency,
-                timeout_keep_alive=30,
+                timeout_keep_alive=s.keep_alive,
+                h11_max_incomplete_event_size=16 * 1024,  # request line + headers
                 timeout_graceful_shutdown=5,  # then close idle keep-alive connections and exit
                 access_log=False,
                 server_header=False,
@@ -156,7 +173,7 @@ class Webhook:
         metrics = _QuietServer(
             uvicorn.Config(
                 self.metrics_app,
-                host=s.metrics_host,
+                host=s.metrics_host if s.metrics_host is not None else s.host,
                 port=s.metrics_port,
                 log_level="warning",
                 lifespan="off",
@@ -174,12 +191,8 @@ class Webhook:
         main, metrics = self.servers()
         self._running = (main, metrics)
         loop = asyncio.get_running_loop()
+        _bound_tls_handshakes(loop, self.settings.handshake_timeout)
         await loop.run_in_executor(None, self.warm_up)
-        # Catalogs, flag tables and imports now live for the whole process: move them out of the
-        # collector's reach, so full collections stay short (otherwise a gen-2 pass over them stalls
-        # the event loop for tens of milliseconds under load).
-        gc.collect()
-        gc.freeze()
 
         async def reload_loop() -> None:
             while not main.should_exit:
@@ -196,6 +209,24 @@ class Webhook:
             with contextlib.suppress(asyncio.CancelledError):
                 await reload_task
             await metrics_task
+            self.pool.close()
+
+
+def _bound_tls_handshakes(loop: asyncio.AbstractEventLoop, timeout: float) -> None:
+    """Make the TLS server this loop creates drop a handshake after ``timeout`` seconds.
+
+    uvicorn calls ``loop.create_server(..., ssl=context)`` without ``ssl_handshake_timeout``, so asyncio's
+    default of 60 s applies: a client that opens connections and never finishes the handshake holds each
+    for a minute. Only servers with TLS get the bound (asyncio refuses it without ``ssl``).
+    """
+    original = loop.create_server
+
+    async def create_server(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("ssl") is not None:
+            kwargs.setdefault("ssl_handshake_timeout", timeout)
+        return await original(*args, **kwargs)
+
+    loop.create_server = create_server  # type: ignore[method-assign]
 
 
 def run(settings: WebhookSettings) -> None:

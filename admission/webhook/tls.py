@@ -1,4 +1,5 @@
-"""The webhook's TLS: our own SSLContext (TLS 1.2 minimum) whose certificate is reloaded on change.
+"""The webhook's TLS: our own SSLContext (TLS 1.2 with AEAD suites, or 1.3 only) whose certificate is
+reloaded on change.
 
 uvicorn builds its context once and has no minimum-version setting, and cert-manager rotates the
 mounted Secret files in place; so kv-planner owns the context and calls ``load_cert_chain`` on the live
@@ -16,6 +17,7 @@ from pathlib import Path
 from planner.errors import PlannerInputError
 
 log = logging.getLogger("kv_planner.webhook.tls")
+TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 
 
 def _stamp(*paths: Path) -> tuple[tuple[int, int, int], ...]:
@@ -42,6 +44,9 @@ class ReloadingTLS:
         self.key_file = Path(key_file)
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.minimum_version = minimum_version
+        # TLS 1.2 only with forward-secret AEAD suites (no CBC, no RSA key exchange); TLS 1.3 suites are
+        # all AEAD and are not affected by set_ciphers.
+        self.context.set_ciphers(TLS12_CIPHERS)
         self.context.options |= ssl.OP_NO_COMPRESSION
         if client_ca_file is not None:
             # Optional mTLS for clusters whose API server presents a client certificate.

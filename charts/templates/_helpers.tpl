@@ -128,6 +128,9 @@ platforms that assign UIDs (OpenShift) can.
 {{/* Cross-field checks the JSON schema cannot express. */}}
 {{- define "kv-planner.validate" -}}
 {{- if .Values.webhook.enabled -}}
+{{- if ge (float64 .Values.webhook.reviewBudgetSeconds) (float64 .Values.webhook.timeoutSeconds) -}}
+{{- fail (printf "webhook.reviewBudgetSeconds (%v) must be below webhook.timeoutSeconds (%v): a review must be answered before the API server gives up" .Values.webhook.reviewBudgetSeconds .Values.webhook.timeoutSeconds) -}}
+{{- end -}}
 {{- if ge (float64 .Values.policy.modelLookup.timeoutSeconds) (float64 .Values.webhook.timeoutSeconds) -}}
 {{- fail (printf "policy.modelLookup.timeoutSeconds (%v) must be below webhook.timeoutSeconds (%v): a slow model lookup must never become a webhook timeout" .Values.policy.modelLookup.timeoutSeconds .Values.webhook.timeoutSeconds) -}}
 {{- end -}}

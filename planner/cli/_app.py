@@ -82,11 +82,12 @@ class _LazyCommands(_ErrorBoundary):
         return [*COMMANDS, *(name for name in self.commands if name not in COMMANDS)]
 
     def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        if self._listing and cmd_name in COMMANDS:
+            entry = COMMANDS[cmd_name]
+            return typer.core.TyperCommand(cmd_name, help=entry.help, short_help=entry.summary)
         command = self.commands.get(cmd_name)
         if command is not None or cmd_name not in COMMANDS:
             return command
-        if self._listing:
-            return typer.core.TyperCommand(cmd_name, help=COMMANDS[cmd_name].help)
         importlib.import_module(f"planner.cli.{COMMANDS[cmd_name].module}")
         # The module registered its command on `app`; build the click command the way typer does.
         command = typer.main.get_group(app).commands.get(cmd_name)
@@ -124,6 +125,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
+    # Plain help: it wraps long flag names instead of cutting them at the terminal width (rich's panels do).
+    rich_markup_mode=None,
 )
 
 

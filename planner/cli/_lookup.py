@@ -30,9 +30,19 @@ def gpu_for(name: str | None, memory: str | None) -> GpuSpec:
             raise PlannerInputError(f"--gpu-memory {memory}: {size:,} bytes is not a GPU; write a unit, e.g. 48GiB")
         if name:
             try:
-                known = lookup_gpu(name)
+                known = lookup_gpu(name, memory_bytes=size)
             except UnknownGPUError:
+                err_console.print(
+                    f"[yellow]note[/] {name!r} is not a catalog card: planning a card with {size / (1 << 30):.2f} GiB "
+                    "(--gpu-memory) and generic facts."
+                )
                 return gpu_from_memory(size, name=name)
+            if abs(known.memory_bytes - size) > 0.02 * known.memory_bytes:
+                catalog_gib = known.memory_bytes / (1 << 30)
+                err_console.print(
+                    f"[yellow]note[/] --gpu-memory {memory} replaces {known.name}'s {catalog_gib:.2f} GiB; its other "
+                    "facts come from the catalog."
+                )
             return known.model_copy(update={"memory_bytes": size, "memory_source": f"--gpu-memory {memory}"})
         return gpu_from_memory(size, name="custom")
     if not name:

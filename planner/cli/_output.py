@@ -25,7 +25,8 @@ def _width() -> int | None:
 
 
 console = Console(highlight=False, soft_wrap=False, width=_width())
-err_console = Console(stderr=True, highlight=False)
+# Messages on stderr are never hard-wrapped: a script greps them and a terminal wraps them anyway.
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def to_jsonable(value: Any) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 
 from rich.console import Console
@@ -9,13 +10,21 @@ from rich.table import Table
 
 from planner.gpus.spec import GpuSpec
 from planner.plan.fleet import FleetRow
-from planner.plan.models import Plan
+from planner.plan.models import KvGroupReport, Plan
 from planner.units import GiB, format_bytes
 from planner.vllm.args import ServingArgs
 
 
 def _gib(num_bytes: int) -> str:
     return f"{num_bytes / GiB:,.2f} GiB"
+
+
+def _group_summary(groups: Sequence[KvGroupReport]) -> str:
+    """KV-cache groups as "6: full x1, sliding(1024) x5": hybrid models have many groups of few kinds."""
+    kinds = Counter(grp.kind + (f"({grp.window})" if grp.window else "") for grp in groups)
+    if len(groups) == 1:
+        return next(iter(kinds))
+    return f"{len(groups)}: " + ", ".join(f"{kind} x{count}" for kind, count in kinds.items())
 
 
 def render_plan(console: Console, plan: Plan, args: ServingArgs) -> None:
@@ -51,12 +60,14 @@ def render_plan(console: Console, plan: Plan, args: ServingArgs) -> None:
     cache = Table(title="KV cache", show_header=False)
     cache.add_column("what")
     cache.add_column("value", justify="right")
-    cache.add_row("per token (whole model, TP=1)", format_bytes(kv.bytes_per_token))
+    gpus = plan.gpu.count
+    cache.add_row(
+        "per token (whole model" + (f", across {gpus} GPUs)" if gpus > 1 else ")"), format_bytes(kv.bytes_per_token)
+    )
     if kv.state_bytes_per_sequence:
         cache.add_row("state per sequence (Mamba/linear)", format_bytes(kv.state_bytes_per_sequence))
     cache.add_row("dtype / block size", f"{kv.kv_cache_dtype} / {kv.block_size} tokens")
-    kinds = ", ".join(f"{grp.kind}" + (f"({grp.window})" if grp.window else "") for grp in kv.groups)
-    cache.add_row("groups", f"{len(kv.groups)}: {kinds}" if len(kv.groups) > 1 else kinds)
+    cache.add_row("groups", _group_summary(kv.groups))
     cache.add_row("bytes per block (per GPU)", format_bytes(kv.bytes_per_block))
     cache.add_row("GPU blocks", f"{kv.num_gpu_blocks:,}")
     cache.add_row("GPU KV cache size", f"{kv.tokens:,} tokens")
@@ -94,28 +105,40 @@ def render_plan(console: Console, plan: Plan, args: ServingArgs) -> None:
         console.print(f"[yellow]warning:[/] {warning}")
 
 
-def render_fleet(console: Console, gpu: GpuSpec, args: ServingArgs, rows: Sequence[FleetRow]) -> None:
+def render_fleet(
+    console: Console, gpu: GpuSpec, args: ServingArgs, rows: Sequence[FleetRow], *, headroom: float
+) -> None:
     table = Table(
         title=f"Catalog models on {args.gpus_per_engine} x {gpu.name} ({_gib(gpu.memory_bytes)} each)",
         header_style="bold",
     )
-    table.add_column("model")
+    table.add_column("model", overflow="fold")
     table.add_column("fits at full context")
     table.add_column("max context", justify="right")
-    table.add_column("seqs @4k", justify="right")
-    table.add_column("seqs @32k", justify="right")
-    table.add_column("seqs @max", justify="right")
+    for length in ("4k", "32k", "max"):
+        table.add_column(f"--max-num-seqs @{length}", justify="right")
 
-    def cell(value: float | None) -> str:
-        return "-" if value is None else f"{value:,.1f}"
+    def cell(value: int | None) -> str:
+        return "-" if value is None else f"{value:,}"
 
     for row in rows:
         table.add_row(
             row.id,
             "[green]yes[/]" if row.fits else "[red]no[/]",
             f"{row.max_model_len:,}" if row.max_model_len else "-",
-            cell(row.max_concurrency_4096),
-            cell(row.max_concurrency_32768),
-            cell(row.max_concurrency_max),
+            cell(row.max_num_seqs_4096),
+            cell(row.max_num_seqs_32768),
+            cell(row.max_num_seqs_max),
         )
     console.print(table)
+    console.print(
+        "fits at full context: vLLM starts with the model's own context length (its config's maximum).\n"
+        "max context: the longest --max-model-len whose sequence fits in the KV cache ('-': the weights do not "
+        "fit at all).\n"
+        f"--max-num-seqs @N: sequences of N tokens that run at once with {headroom:.0%} of the KV blocks kept free "
+        "(--headroom), at the low end of the planner's error band; raw vLLM concurrency is in -o json.\n"
+        f"Next: planner recommend --gpu {gpu.name} --model <model> for one model's full plan, the vLLM "
+        "arguments to paste and, when it does not fit, what would.",
+        soft_wrap=False,
+        highlight=False,
+    )

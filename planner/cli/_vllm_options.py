@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from pydantic import ValidationError
 
 from planner.errors import InvalidArgumentError
 from planner.units import parse_human_int, parse_human_int_or_auto
@@ -139,30 +140,42 @@ def serving_args(
             f"argument --gpu-memory-utilization: must be in (0, 1], got {gpu_memory_utilization}",
             flag="--gpu-memory-utilization",
         )
-    return ServingArgs(
-        max_model_len=human("--max-model-len", max_model_len, auto=True),
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=human("--max-num-batched-tokens", max_num_batched_tokens),
-        gpu_memory_utilization=gpu_memory_utilization,
-        kv_cache_dtype=kv_cache_dtype,
-        kv_cache_memory_bytes=human("--kv-cache-memory-bytes", kv_cache_memory_bytes),
-        block_size=block_size,
-        tensor_parallel_size=tensor_parallel_size,
-        pipeline_parallel_size=pipeline_parallel_size,
-        data_parallel_size=data_parallel_size,
-        dtype=dtype,
-        quantization=quantization,
-        enforce_eager=enforce_eager,
-        cpu_offload_gb=cpu_offload_gb,
-        enable_expert_parallel=enable_expert_parallel,
-        disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
-        num_gpu_blocks_override=num_gpu_blocks_override,
-        enable_lora=enable_lora,
-        max_loras=max_loras,
-        max_lora_rank=max_lora_rank,
-        speculative_config=speculative_config,
-        kv_transfer_config=kv_transfer_config,
-        kv_offloading_size=kv_offloading_size,
-        kv_offloading_backend=kv_offloading_backend,
-        env=parse_env(env),
-    )
+    try:
+        return ServingArgs(
+            max_model_len=human("--max-model-len", max_model_len, auto=True),
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=human("--max-num-batched-tokens", max_num_batched_tokens),
+            gpu_memory_utilization=gpu_memory_utilization,
+            kv_cache_dtype=kv_cache_dtype,
+            kv_cache_memory_bytes=human("--kv-cache-memory-bytes", kv_cache_memory_bytes),
+            block_size=block_size,
+            tensor_parallel_size=tensor_parallel_size,
+            pipeline_parallel_size=pipeline_parallel_size,
+            data_parallel_size=data_parallel_size,
+            dtype=dtype,
+            quantization=quantization,
+            enforce_eager=enforce_eager,
+            cpu_offload_gb=cpu_offload_gb,
+            enable_expert_parallel=enable_expert_parallel,
+            disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
+            num_gpu_blocks_override=num_gpu_blocks_override,
+            enable_lora=enable_lora,
+            max_loras=max_loras,
+            max_lora_rank=max_lora_rank,
+            speculative_config=speculative_config,
+            kv_transfer_config=kv_transfer_config,
+            kv_offloading_size=kv_offloading_size,
+            kv_offloading_backend=kv_offloading_backend,
+            env=parse_env(env),
+        )
+    except ValidationError as error:
+        raise _invalid_flag(error) from None
+
+
+def _invalid_flag(error: ValidationError) -> InvalidArgumentError:
+    """vLLM-style "argument --flag: ..." for a value ServingArgs refuses (field, value, what is allowed)."""
+    first = error.errors()[0]
+    field = str(first["loc"][0]) if first["loc"] else "value"
+    flag = "--" + field.replace("_", "-")
+    allowed = first["msg"].removeprefix("Input should be ").removeprefix("Value error, ")
+    return InvalidArgumentError(f"argument {flag}: got {first.get('input')!r}; it must be {allowed}", flag=flag)

@@ -19,7 +19,7 @@ from planner.errors import ManifestError, PlannerInputError, UnknownGPUError
 from planner.gpus.catalog import lookup_gpu
 from planner.k8s.nodes import NodeInfo, nodes_from_documents
 from planner.policy.check import CheckReport, check_policy, run_check, summary
-from planner.policy.manifests import Document, read_documents
+from planner.policy.manifests import MAX_INPUT_BYTES, Document, read_documents
 from planner.policy.planning import CoreBackend
 
 
@@ -29,14 +29,30 @@ class CheckOutput(str, Enum):
     patched = "patched"
 
 
-def _read(path: str) -> tuple[str, str]:
-    if path == "-":
-        return sys.stdin.read(), "<stdin>"
-    file = Path(path)
+class _Budget:
+    """Bytes of input one run may still read (manifests are untrusted: ``-f /dev/zero`` must end)."""
+
+    def __init__(self) -> None:
+        self.left = MAX_INPUT_BYTES
+
+
+def _read(path: str, budget: _Budget | None = None) -> tuple[str, str]:
+    budget = budget or _Budget()
+    source = "<stdin>" if path == "-" else path
     try:
-        return file.read_text(encoding="utf-8"), str(file)
+        if path == "-":
+            data = sys.stdin.buffer.read(budget.left + 1)
+        else:
+            with Path(path).open("rb") as handle:
+                data = handle.read(budget.left + 1)
+        if len(data) > budget.left:
+            raise ManifestError(
+                f"{source}: the input is larger than {MAX_INPUT_BYTES // 2**20} MiB in all; check fewer files at a time"
+            )
+        budget.left -= len(data)
+        return data.decode("utf-8"), source
     except (OSError, UnicodeDecodeError) as error:
-        raise ManifestError(f"{file}: cannot read: {getattr(error, 'strerror', None) or error}") from None
+        raise ManifestError(f"{source}: cannot read: {getattr(error, 'strerror', None) or error}") from None
 
 
 def _nodes(path: Path) -> list[NodeInfo]:
@@ -113,12 +129,16 @@ def check(
         if gpu is not None and backend.catalog.lookup(gpu) is None:
             lookup_gpu(gpu)  # raises UnknownGPUError with suggestions
         documents: list[Document] = []
+        budget = _Budget()
         for item in files:
             paths = _expand(item)
             for path in paths:
-                text, source = _read(path)
+                text, source = _read(path, budget)
                 first = documents[-1].index + 1 if documents else 0
                 documents += read_documents(text, source, first_index=first)
+        if not documents:
+            # A Helm render or kustomize build that produced nothing must not pass CI silently.
+            raise ManifestError(f"no Kubernetes objects in {', '.join(files)} (an empty render?)")
     except (PlannerInputError, UnknownGPUError) as error:
         if wants_json:
             typer.echo(json.dumps({"workloads": [], "errors": [{"document": -1, "message": str(error)}]}, indent=2))
@@ -143,7 +163,21 @@ def _expand(item: str) -> list[str]:
         return ["-"]
     path = Path(item)
     if path.is_dir():
-        found = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml", ".json") and p.is_file())
+        if (path / "Chart.yaml").is_file():
+            raise ManifestError(
+                f"{path} is a Helm chart: its templates are not Kubernetes manifests until Helm renders them",
+                hint=f"Render it first: helm template my-release {path} | planner check -f -",
+            )
+        charts = {c.parent for c in path.rglob("Chart.yaml")}
+        found = sorted(
+            p
+            for p in path.rglob("*")
+            if p.suffix in (".yaml", ".yml", ".json") and p.is_file() and not charts.intersection(p.parents)
+        )
+        for chart in sorted(charts):
+            err_console.print(
+                f"[yellow]note[/] skipped {chart}: a Helm chart (render it with `helm template` and pipe it in)"
+            )
         if not found:
             raise ManifestError(f"{path}: no *.yaml, *.yml or *.json files")
         return [str(p) for p in found]

@@ -13,7 +13,7 @@ from planner.cli import _vllm_options as v
 from planner.cli._app import EXIT_FAILED, app
 from planner.cli._commands import COMMANDS
 from planner.cli._lookup import gpu_for, model_for
-from planner.cli._output import console, print_json, print_yaml
+from planner.cli._output import console, err_console, print_json, print_yaml
 from planner.cli._plan_table import render_fleet, render_plan
 from planner.errors import CapacityError, PlannerInputError, WorkloadProfileError
 from planner.gpus.catalog import all_gpus
@@ -24,8 +24,11 @@ from planner.models.catalog import all_models
 from planner.plan import Plan, make_plan
 from planner.plan.fleet import fleet_rows
 from planner.plan.inverse import smallest_budget
+from planner.plan.recommend import safe_max_num_seqs
 from planner.plan.shared import make_shared_plan, parse_gpu_share, visible_gpu
 from planner.vllm.args import ServingArgs
+
+DEFAULT_HEADROOM = 0.1  # DESIGN's policy default: the same meaning as the webhook's `headroom`
 
 
 class RecommendOutput(str, Enum):
@@ -64,6 +67,50 @@ def _bigger_gpus(gpu: GpuSpec) -> list[GpuSpec]:
     return sorted(candidates, key=lambda g: g.memory_bytes)
 
 
+def _print_args(plan: Plan) -> None:
+    """``-o args``: only arguments for the deployment as asked. When it needs another setup (more GPUs, a
+    bigger card, fp8 KV), stdout stays empty so a script cannot paste a setup nobody asked for."""
+    rec = plan.recommendation
+    if rec is None:
+        raise CapacityError("nothing fits: no safe arguments to print (see --output table)")
+    if rec.basis.startswith("alternative"):
+        change = rec.basis.removeprefix("alternative:").strip()
+        raise CapacityError(
+            "this deployment does not fit as asked, so there are no arguments to print; the first option that "
+            f"fits is a different setup ({change}): {' '.join(rec.vllm_args)}. Rerun with those flags to get "
+            "its arguments, or see --output table."
+        )
+    typer.echo(" ".join(rec.vllm_args))
+
+
+def _warn_suspicious_values(plan: Plan, args: ServingArgs, headroom: float | None) -> None:
+    """Unit slips and settings that defeat themselves: accepted (vLLM accepts them too), but said aloud."""
+    if args.kv_cache_memory_bytes is not None and args.kv_cache_memory_bytes < (1 << 20):
+        err_console.print(
+            f"[yellow]note[/] --kv-cache-memory-bytes {args.kv_cache_memory_bytes} is {args.kv_cache_memory_bytes:,} "
+            "bytes (under 1 MiB): vLLM reads a plain number as bytes; write a unit, e.g. 20G or 20GiB."
+        )
+    rec = plan.recommendation
+    if rec is not None and headroom and safe_max_num_seqs(plan, rec.max_model_len, headroom) < 1:
+        err_console.print(
+            f"[yellow]note[/] --headroom {headroom:g} keeps {headroom:.0%} of the KV blocks free, which leaves no room "
+            f"for even one sequence of {rec.max_model_len:,} tokens; the recommended --max-num-seqs "
+            f"{rec.max_num_seqs} uses more of the cache than the headroom allows. Lower --headroom or "
+            "--max-model-len."
+        )
+
+
+def _warn_ignored_without_model(**given: object) -> None:
+    """The catalog table plans every model with the same flags; say which model-specific flags it ignores."""
+    ignored = [f"--{name.replace('_', '-')}" for name, value in given.items() if value is not None]
+    if ignored:
+        err_console.print(
+            f"[yellow]note[/] {', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} ignored without --model "
+            "(the catalog table plans every model alike); add --model ID to use "
+            f"{'it' if len(ignored) == 1 else 'them'}."
+        )
+
+
 def _corrections(path: Path | None) -> Corrections | None:
     return load_corrections(path) if path is not None else None
 
@@ -84,9 +131,10 @@ def recommend(
     ] = None,
     refresh: Annotated[bool, typer.Option("--refresh", help="Bypass the catalog and caches.")] = False,
     vllm_version: Annotated[str | None, typer.Option("--vllm-version", help="X.Y.Z (default: newest known).")] = None,
-    headroom: Annotated[
-        float, typer.Option("--headroom", min=0.0, max=0.99, help="Fraction of KV blocks kept free.")
-    ] = 0.1,
+    headroom_flag: Annotated[
+        float | None,
+        typer.Option("--headroom", min=0.0, max=0.99, help="Fraction of KV blocks kept free (default 0.1)."),
+    ] = None,
     workload: Annotated[
         str | None,
         typer.Option(
@@ -149,6 +197,7 @@ def recommend(
         typer.Option("--target-risk", min=1e-9, max=0.5, help="With --target-seqs and --workload: overflow risk."),
     ] = None,
 ) -> None:
+    headroom = DEFAULT_HEADROOM if headroom_flag is None else headroom_flag
     gpu_spec = gpu_for(gpu, gpu_memory)
     args = v.serving_args(
         max_model_len=max_model_len,
@@ -182,9 +231,15 @@ def recommend(
     if model is None:
         if output is RecommendOutput.args:
             raise PlannerInputError("--output args needs --model")
-        rows = fleet_rows(all_models(), gpu_spec, args, vllm_version=vllm_version, coefficients=coefficients)
+        _warn_ignored_without_model(
+            workload=workload, emit=emit, target_seqs=target_seqs, calibration=calibration, gpu_share=gpu_share
+        )
+        rows = fleet_rows(
+            all_models(), gpu_spec, args, vllm_version=vllm_version, coefficients=coefficients, headroom=headroom
+        )
         payload = {
             "gpu": {"name": gpu_spec.name, "memory_bytes": gpu_spec.memory_bytes, "count": args.gpus_per_engine},
+            "headroom": headroom,
             "models": [r.model_dump() for r in rows],
         }
         if output is RecommendOutput.json:
@@ -192,7 +247,7 @@ def recommend(
         elif output is RecommendOutput.yaml:
             print_yaml(payload)
         else:
-            render_fleet(console, gpu_spec, args, rows)
+            render_fleet(console, gpu_spec, args, rows, headroom=headroom)
         return
     if emit is not None and workload is None:
         raise PlannerInputError("--emit needs --workload: the thresholds come from the request-length profile")
@@ -217,6 +272,7 @@ def recommend(
     elif target_risk is not None:
         raise PlannerInputError("--target-risk needs --target-seqs (and --workload)")
     plan.warnings[:0] = loaded.warnings
+    _warn_suspicious_values(plan, args, headroom_flag)
     if emit is not None:
         _emit_thresholds(
             plan,
@@ -326,9 +382,7 @@ def _emit(plan: Plan, args: ServingArgs, output: RecommendOutput) -> None:
     elif output is RecommendOutput.yaml:
         print_yaml(plan)
     elif output is RecommendOutput.args:
-        if plan.recommendation is None:
-            raise CapacityError("nothing fits: no safe arguments to print (see --output table)")
-        typer.echo(" ".join(plan.recommendation.vllm_args))
+        _print_args(plan)
     else:
         render_plan(console, plan, args)
         if plan.sharing is not None:

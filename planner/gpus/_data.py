@@ -9,7 +9,6 @@ GPUs claiming one alias, an instance type naming an unknown GPU.
 from __future__ import annotations
 
 import functools
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -24,12 +23,11 @@ DATA_DIR = Path(__file__).parent / "data"
 MiB = 1 << 20
 GB_S = 10**9
 
-_SEPARATORS = re.compile(r"[\s\-_]+")
-
 
 def normalize(name: str) -> str:
     """The lookup key of a GPU name: lower case without spaces, ``-`` and ``_`` (dots are kept)."""
-    return _SEPARATORS.sub("", name.strip().lower())
+    # No regular expression: names come from manifests (split() drops every kind of whitespace).
+    return "".join(name.lower().split()).replace("-", "").replace("_", "")
 
 
 def gib_to_bytes(gib: float) -> int:

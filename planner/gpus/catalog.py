@@ -12,9 +12,10 @@ unknown name raises :class:`~planner.errors.UnknownGPUError` with close matches.
 from __future__ import annotations
 
 import difflib
-import re
 
-from planner.errors import PlannerInputError, UnknownGPUError
+import re2
+
+from planner.errors import AmbiguousGPUError, PlannerInputError, UnknownGPUError
 from planner.gpus._data import InstanceType, instance_key, load_catalog, normalize
 from planner.gpus.spec import GpuSpec, MigProfile
 from planner.units import GiB, parse_size
@@ -38,7 +39,7 @@ class UnknownInstanceTypeError(UnknownGPUError):
 
 # "3g.40gb", "mig-3g.40gb", "nvidia.com/mig-3g.40gb", "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb",
 # "NVIDIA A100 80GB PCIe MIG 1g.10gb" (the CUDA device name inside an instance), "A100-80GB-MIG-3g.40gb".
-_MIG = re.compile(r"^(?:(?P<parent>.*?)[\s_\-/]*)?(?:nvidia\.com/)?(?:mig[\s_\-]*)?(?P<profile>\d+g\.\d+gb(?:\+me)?)$")
+_MIG = re2.compile(r"^(?:(?P<parent>.*?)[\s_\-/]*)?(?:nvidia\.com/)?(?:mig[\s_\-]*)?(?P<profile>\d+g\.\d+gb(?:\+me)?)$")
 _SHARED_SUFFIX = "shared"  # GFD appends -SHARED to the product label when time-slicing is on
 _AMBIGUITY_TOLERANCE = 0.15  # a memory hint must be within 15% of a candidate to pick it
 
@@ -85,10 +86,10 @@ def _disambiguate(name: str, candidates: list[str], memory_bytes: int | None) ->
         best = min(specs, key=lambda s: abs(s.memory_bytes - memory_bytes))
         if abs(best.memory_bytes - memory_bytes) <= _AMBIGUITY_TOLERANCE * best.memory_bytes:
             return best
-    raise UnknownGPUError(
+    raise AmbiguousGPUError(
         name,
         candidates,
-        hint=f"{name!r} names more than one card ({', '.join(candidates)}); put the memory in the name.",
+        hint=f"Name one of them (e.g. --gpu {candidates[-1]}), or give the card's memory with --gpu-memory.",
     )
 
 

@@ -91,12 +91,13 @@ class SingleFlight(Generic[T]):
         self._lock = threading.Lock()
         self._max = max_in_flight
 
-    def submit(self, key: Hashable, job: Callable[[], T]) -> Future[T]:
+    def submit(self, key: Hashable, job: Callable[[], T], limit: int | None = None) -> Future[T]:
+        """``limit``: a lower bound on lookups in flight for this caller (the webhook's HubLimits)."""
         with self._lock:
             running = self._flights.get(key)
             if running is not None:
                 return running
-            if len(self._flights) >= self._max:
+            if len(self._flights) >= min(self._max, limit or self._max):
                 raise HubUnavailableError(
                     f"{len(self._flights)} model lookups are already waiting on the Hub; not starting another.",
                     hint="The Hub or its mirror is slow or unreachable.",
@@ -126,9 +127,17 @@ class SingleFlight(Generic[T]):
             return len(self._flights)
 
 
-def run_with_deadline(flights: SingleFlight[T], key: Hashable, job: Callable[[], T], timeout: float, *, what: str) -> T:
+def run_with_deadline(
+    flights: SingleFlight[T],
+    key: Hashable,
+    job: Callable[[], T],
+    timeout: float,
+    *,
+    what: str,
+    limit: int | None = None,
+) -> T:
     """The job's result if it finishes within ``timeout`` seconds, else :class:`ResolutionTimeoutError`."""
-    future = flights.submit(key, job)
+    future = flights.submit(key, job, limit)
     try:
         return future.result(timeout=max(timeout, 0.0))
     except FutureTimeout:

@@ -32,6 +32,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.hf_api import ModelInfo
 
 from planner.errors import InvalidModelConfigError, ModelResolutionError
+from planner.hub.budget import budget_scope, current_budget
 from planner.hub.progress import NullProgress, ResolveProgress
 from planner.hub.settings import HubSettings
 from planner.hub.store import load_summary, save_summary
@@ -240,6 +241,9 @@ class HubReader:
         if index_name is not None:
             index = self._read_index(index_name, fetched.commit)
             candidates = filter_by_index(candidates, index, where=where)
+        budget = current_budget()
+        if budget is not None:
+            budget.check_shards(len(candidates))  # before one header request is made
         headers = self._read_headers(candidates, fetched.commit, fetched.snapshot_dir)
         info = summarize_checkpoint(headers, config=fetched.config, num_layers=num_layers)
         save_summary(self.settings, self.repo_id, fetched.commit, info)
@@ -278,8 +282,14 @@ class HubReader:
         if remote:
             self.progress.files(f"Reading safetensors headers of {self.repo_id}", len(remote))
             workers = min(_HEADER_WORKERS, len(remote))
+            budget = current_budget()  # (context variables do not follow work into pool threads)
+
+            def read(name: str) -> SafetensorsHeader:
+                with budget_scope(budget):
+                    return self._remote_header(name, commit)
+
             with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kv-planner-headers") as pool:
-                for header in pool.map(lambda name: self._remote_header(name, commit), remote):
+                for header in pool.map(read, remote):
                     headers[header.filename] = header
         return [headers[n] for n in names]
 

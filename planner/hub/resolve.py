@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
-import re
 from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Literal
@@ -33,12 +32,13 @@ from planner.errors import (
     InvalidArgumentError,
     ModelNotFoundError,
     ModelResolutionError,
+    RepoNotAllowedError,
     UnknownModelError,
 )
 from planner.hub.local import load_local, looks_like_path
 from planner.hub.memo import Memo, SingleFlight, run_with_deadline, ttl_for
 from planner.hub.progress import ResolveProgress
-from planner.hub.settings import HubSettings
+from planner.hub.settings import HubLimits, HubSettings
 from planner.models.checkpoint import CheckpointInfo, read_local_checkpoint
 from planner.models.config import parse_config
 from planner.models.spec import ModelSpec
@@ -88,23 +88,33 @@ def resolve_model(
     refresh: bool = False,
     timeout: float | None = None,
     progress: ResolveProgress | None = None,
+    local: bool = True,
+    hub_allowed: Callable[[str], bool] | None = None,
+    limits: HubLimits | None = None,
 ) -> ResolvedModel:
     """Resolve ``name_or_path`` (local path, catalog id or Hub repo id) to a :class:`ResolvedModel`.
 
     ``token``/``cache_dir``/``offline`` default to ``HF_TOKEN``, ``HF_HUB_CACHE``/``HF_HOME`` and
     ``HF_HUB_OFFLINE`` read now; ``HF_ENDPOINT`` picks a mirror. ``refresh`` skips the catalog and every
     cache (files are downloaded again). ``timeout`` bounds the wait in seconds (webhook path).
+    ``local=False`` never touches the local file system for the name (the webhook: a name is untrusted
+    input, and ``etc/passwd`` must not be read relative to the process's directory); ``hub_allowed``
+    decides which repo ids may be fetched from the Hub (the policy's allow-list); ``limits`` bounds the
+    Hub lookup (planner.hub.budget: requests, bytes, file sizes, shards, wall time, concurrency, disk).
     """
     name = name_or_path.strip()
     if not name:
         raise InvalidArgumentError("The model name is empty.", flag="--model")
     if timeout is not None and timeout <= 0:
         raise InvalidArgumentError(f"The model lookup timeout must be positive, not {timeout}.")
-    path = Path(name).expanduser()
-    if path.exists():
-        return _resolve_local(name, path, revision=revision)
-    if looks_like_path(name):
-        raise ModelNotFoundError(f"{name}: no such file or directory.", model=name)
+    if local:
+        path = Path(name).expanduser()
+        if path.exists():
+            return _resolve_local(name, path, revision=revision)
+        if looks_like_path(name):
+            raise ModelNotFoundError(f"{name}: no such file or directory.", model=name)
+    elif looks_like_path(name):
+        raise UnknownModelError(name, hint="local model paths are not read here")
     settings = HubSettings.from_env(token=token, cache_dir=cache_dir, offline=offline)
     if refresh and settings.offline:
         raise InvalidArgumentError(
@@ -133,13 +143,16 @@ def resolve_model(
         if spec is not None:
             return ResolvedModel(name=name, spec=spec, source="catalog", revision=_catalog_revision(spec))
     repo_id = _repo_id(name, unknown)
+    if hub_allowed is not None and not hub_allowed(repo_id):
+        raise RepoNotAllowedError(f"{repo_id} is not in the policy's modelLookup.allowRepos", model=repo_id)
 
     def job() -> ResolvedModel:
-        return _resolve_hub(key, repo_id, revision, settings, refresh=refresh, progress=progress)
+        return _resolve_hub(key, repo_id, revision, settings, refresh=refresh, progress=progress, limits=limits)
 
     if timeout is None:
         return job()
-    return run_with_deadline(_FLIGHTS, key, job, timeout, what=repo_id)
+    concurrent = limits.max_concurrent if limits is not None else None
+    return run_with_deadline(_FLIGHTS, key, job, timeout, what=repo_id, limit=concurrent)
 
 
 def _resolve_local(name: str, path: Path, *, revision: str | None) -> ResolvedModel:
@@ -172,16 +185,22 @@ def _resolve_hub(
     *,
     refresh: bool,
     progress: ResolveProgress | None,
+    limits: HubLimits | None = None,
 ) -> ResolvedModel:
     # Imported on the first Hub lookup: huggingface_hub and httpx take about a second to import, which
     # local paths and catalog ids never need (the CLI starts faster).
+    from planner.hub.budget import LookupBudget, bound_cache, budget_scope, install
     from planner.hub.remote import HubReader
 
+    budget = None
+    if limits is not None and install():
+        budget = LookupBudget(limits, repo_id)
     try:
-        reader = HubReader(repo_id, revision, settings, refresh=refresh, progress=progress)
-        fetched = reader.fetch_config()
-        spec = parse_config(fetched.config, model_id=repo_id)
-        checkpoint, notes = reader.fetch_checkpoint(fetched, num_layers=spec.num_layers)
+        with budget_scope(budget):
+            reader = HubReader(repo_id, revision, settings, refresh=refresh, progress=progress)
+            fetched = reader.fetch_config()
+            spec = parse_config(fetched.config, model_id=repo_id)
+            checkpoint, notes = reader.fetch_checkpoint(fetched, num_layers=spec.num_layers)
         result = _assemble(
             repo_id,
             spec,
@@ -194,6 +213,9 @@ def _resolve_hub(
     except ModelResolutionError as error:
         _MEMO.put_failure(key, error)
         raise
+    finally:
+        if limits is not None:
+            bound_cache([settings.cache_dir, settings.assets_dir / "kv-planner"], limits.max_cache_bytes)
     _MEMO.put(key, result, ttl_for(revision))
     return result
 
@@ -234,13 +256,18 @@ def _assemble(
 
 
 # The Hub's repository id rules (huggingface_hub validate_repo_id): [namespace/]name, each part 1-96 of
-# letters, digits, "-", "_", ".", not starting or ending with "-" or ".", and no "--" or "..".
-_REPO_PART = re.compile(r"^(?![-.])[A-Za-z0-9_.-]{1,96}(?<![-.])$")
+# letters, digits, "-", "_", ".", not starting or ending with "-" or ".", and no "--" or "..". Checked
+# without a regular expression: the name is untrusted input on the admission path.
+_REPO_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+
+
+def _repo_part(part: str) -> bool:
+    return 1 <= len(part) <= 96 and part[0] not in "-." and part[-1] not in "-." and set(part) <= _REPO_CHARS
 
 
 def _repo_id(name: str, unknown: UnknownModelError | None) -> str:
     parts = name.split("/")
-    if len(parts) > 2 or "--" in name or ".." in name or not all(_REPO_PART.match(p) for p in parts):
+    if len(parts) > 2 or "--" in name or ".." in name or not all(_repo_part(p) for p in parts):
         raise UnknownModelError(
             name,
             unknown.suggestions if unknown is not None else (),

@@ -72,3 +72,21 @@ class HubSettings:
     def model_url(self, repo_id: str) -> str:
         """The repository's page (where a gated model's license is accepted)."""
         return f"{self.endpoint}/{repo_id}"
+
+
+MiB = 2**20
+
+
+@dataclass(frozen=True)
+class HubLimits:
+    """Bounds of one lookup (defaults: the webhook's; docs/security.md, "Hub")."""
+
+    max_config_bytes: int = 1 * MiB  # config.json (real ones are a few KB; multimodal ones ~100 KB)
+    max_index_bytes: int = 16 * MiB  # model.safetensors.index.json (DeepSeek-V3's is ~8 MB)
+    max_header_bytes: int = 8 * MiB  # one safetensors header (huggingface_hub itself allows 25 MB)
+    max_shards: int = 256  # safetensors files whose headers are read (DeepSeek-V3: 163)
+    max_requests: int = 600  # HTTP requests of one lookup (about 2 per shard, plus config and index)
+    max_bytes: int = 32 * MiB  # bytes received by one lookup, all files together
+    max_seconds: float = 30.0  # wall time of one lookup (it runs in the background past the review)
+    max_concurrent: int = 1  # lookups in flight per process; more are refused at once (KVP041)
+    max_cache_bytes: int = 160 * MiB  # the on-disk cache is trimmed to this after each lookup

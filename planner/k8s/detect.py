@@ -12,11 +12,11 @@ Only ``argv`` and ``image`` containers may be mutated: their words map one to on
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, Literal
 
+import re2
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.errors import InvalidArgumentError
@@ -26,7 +26,7 @@ from planner.k8s.shell import parse_script, shell_script
 from planner.vllm.argv import VllmCommand, locate, parse_args, parse_command
 
 Style = Literal["argv", "shell", "image"]
-_UNRESOLVED_K8S = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+_UNRESOLVED_K8S = re2.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
 
 
 class VllmContainer(BaseModel):

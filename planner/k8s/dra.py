@@ -22,10 +22,10 @@ shares the same device(s) — the placement is known, which is what the co-tenan
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
+import re2
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.gpus.spec import GpuSpec
@@ -35,12 +35,12 @@ from planner.k8s.workloads import get_path
 
 GPU_CLASS = "gpu.nvidia.com"
 MIG_CLASS = "mig.nvidia.com"
-_PRODUCT = re.compile(r"""\.productName\s*==\s*["']([^"']+)["']""")
-_PRODUCT_IN = re.compile(r"""\.productName\s+in\s*\[([^\]]*)\]""")
-_PROFILE = re.compile(r"""\.profile\s*==\s*["']([^"']+)["']""")
-_MEMORY_CMP = re.compile(r"""\.memory\.compareTo\(\s*quantity\(\s*["']([^"']+)["']\s*\)\s*\)\s*(>=|>|==)\s*0""")
-_MEMORY_OP = re.compile(r"""\.memory\s*(>=|>|==)\s*quantity\(\s*["']([^"']+)["']\s*\)""")
-_STRINGS = re.compile(r"""["']([^"']+)["']""")
+_PRODUCT = re2.compile(r"""\.productName\s*==\s*["']([^"']+)["']""")
+_PRODUCT_IN = re2.compile(r"""\.productName\s+in\s*\[([^\]]*)\]""")
+_PROFILE = re2.compile(r"""\.profile\s*==\s*["']([^"']+)["']""")
+_MEMORY_CMP = re2.compile(r"""\.memory\.compareTo\(\s*quantity\(\s*["']([^"']+)["']\s*\)\s*\)\s*(>=|>|==)\s*0""")
+_MEMORY_OP = re2.compile(r"""\.memory\s*(>=|>|==)\s*quantity\(\s*["']([^"']+)["']\s*\)""")
+_STRINGS = re2.compile(r"""["']([^"']+)["']""")
 
 ClaimKind = Literal["ResourceClaim", "ResourceClaimTemplate"]
 

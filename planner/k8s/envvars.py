@@ -12,11 +12,42 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from planner.errors import InputCapError
 
-def expand_k8s(text: str, env: Mapping[str, str]) -> str:
-    """Expand ``$(VAR)`` references in ``text`` (kubelet semantics)."""
+# One container's expanded strings together (env values, command, args) are at most this many characters.
+# Nested references (A=$(B)$(B)..., B=$(C)$(C)...) grow exponentially, so an unbounded expansion lets a
+# 10 KB manifest allocate hundreds of MB. Reason code KVP074 (planner.policy.codes EXPANSION_TOO_LARGE).
+MAX_EXPANSION_CHARS = 262_144
+_EXPANSION_CODE = "KVP074"
+
+
+class ExpansionBudget:
+    """Characters of expansion output a container may still produce."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.left = limit
+
+    def spend(self, amount: int) -> None:
+        self.left -= amount
+        if self.left < 0:
+            raise InputCapError(
+                f"$(VAR) expansion of a container exceeds {self.limit} characters",
+                code=_EXPANSION_CODE,
+                limit=self.limit,
+            )
+
+
+def expand_k8s(text: str, env: Mapping[str, str], budget: ExpansionBudget | None = None) -> str:
+    """Expand ``$(VAR)`` references in ``text`` (kubelet semantics).
+
+    Raises :class:`InputCapError` when the output (with ``budget``: the container's outputs together)
+    exceeds :data:`MAX_EXPANSION_CHARS`; the check runs before each piece is appended, so the memory used
+    stays within the bound.
+    """
     if "$" not in text:
         return text
+    budget = budget or ExpansionBudget(MAX_EXPANSION_CHARS)
     out: list[str] = []
     i = 0
     while i < len(text):
@@ -35,6 +66,7 @@ def expand_k8s(text: str, env: Mapping[str, str]) -> str:
             if end != -1:
                 name = text[i + 2 : end]
                 if name in env:
+                    budget.spend(len(env[name]))
                     out.append(env[name])
                 else:
                     out.append(text[i : end + 1])
@@ -45,12 +77,20 @@ def expand_k8s(text: str, env: Mapping[str, str]) -> str:
     return "".join(out)
 
 
-def container_env(container: Mapping[str, Any], implicit: Mapping[str, str] | None = None) -> dict[str, str]:
+def new_budget(limit: int = MAX_EXPANSION_CHARS) -> ExpansionBudget:
+    """A fresh expansion budget (one per container)."""
+    return ExpansionBudget(limit)
+
+
+def container_env(
+    container: Mapping[str, Any], implicit: Mapping[str, str] | None = None, budget: ExpansionBudget | None = None
+) -> dict[str, str]:
     """Literal ``env`` values of a container, each expanded with the ones before it.
 
     ``implicit`` holds variables the platform injects (e.g. LeaderWorkerSet's ``LWS_GROUP_SIZE``); the
-    container's own ``env`` overrides them.
+    container's own ``env`` overrides them. Expansion output is bounded by ``budget`` (see expand_k8s).
     """
+    budget = budget or ExpansionBudget(MAX_EXPANSION_CHARS)
     env: dict[str, str] = dict(implicit or {})
     entries = container.get("env")
     if not isinstance(entries, list):
@@ -63,7 +103,7 @@ def container_env(container: Mapping[str, Any], implicit: Mapping[str, str] | No
             continue
         value = entry.get("value")
         if isinstance(value, str):
-            env[name] = expand_k8s(value, env)
+            env[name] = expand_k8s(value, env, budget)
         elif value is None and "valueFrom" not in entry:
             env[name] = ""
         else:
@@ -80,5 +120,6 @@ def string_list(value: Any) -> list[str] | None:
     return [str(item) for item in value]
 
 
-def expand_all(words: Sequence[str], env: Mapping[str, str]) -> list[str]:
-    return [expand_k8s(word, env) for word in words]
+def expand_all(words: Sequence[str], env: Mapping[str, str], budget: ExpansionBudget | None = None) -> list[str]:
+    budget = budget or ExpansionBudget(MAX_EXPANSION_CHARS)
+    return [expand_k8s(word, env, budget) for word in words]

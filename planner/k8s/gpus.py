@@ -18,10 +18,10 @@ the least memory: a limit that fits the smallest card fits every card the pod ma
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
+import re2
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.gpus.spec import GpuSpec
@@ -46,7 +46,7 @@ GKE_LABEL = "cloud.google.com/gke-accelerator"
 KARPENTER_NAME_LABEL = "karpenter.k8s.aws/instance-gpu-name"
 KARPENTER_MEMORY_LABEL = "karpenter.k8s.aws/instance-gpu-memory"
 INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
-_MIG_RESOURCE = re.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb)$")
+_MIG_RESOURCE = re2.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb)$")
 _MIB = 1 << 20
 
 
@@ -193,7 +193,7 @@ def resolve_gpu(
     }
 
     for meta in annotations:
-        value = (meta or {}).get(GPU_ANNOTATION)
+        value = meta.get(GPU_ANNOTATION) if isinstance(meta, Mapping) else None
         if isinstance(value, str) and value.strip():
             spec = catalog.lookup(value.strip())
             return _with_mig(

@@ -19,10 +19,10 @@ The annotation ``kv-planner.io/vllm-version`` states the release for images like
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
+import re2
 from pydantic import BaseModel, ConfigDict
 
 VERSION_ANNOTATION = "kv-planner.io/vllm-version"
@@ -38,10 +38,10 @@ _OFFICIAL_REPOSITORIES = (
     "q9t5s3a7/vllm-release-repo",
     "q9t5s3a7/vllm-cpu-release-repo",
 )
-_OFFICIAL_TAG = re.compile(rf"^v?{_RELEASE}(?:$|[-+](?:cu\d+|rocm\S*|cpu|x86_64|aarch64|arm64)\S*$)")
-_ROCM_TAG = re.compile(rf"(?:^|_)vllm_v?{_RELEASE}(?:_|$)")
-_AIBRIX_TAG = re.compile(rf"^v?{_RELEASE}(?:\.self(?:\.post\d+)?)?$")
-_NGC_TAG = re.compile(r"^(\d\d\.\d\d)(?:-|$)")
+_OFFICIAL_TAG = re2.compile(rf"^v?{_RELEASE}(?:$|[-+](?:cu\d+|rocm\S*|cpu|x86_64|aarch64|arm64)\S*$)")
+_ROCM_TAG = re2.compile(rf"(?:^|_)vllm_v?{_RELEASE}(?:_|$)")
+_AIBRIX_TAG = re2.compile(rf"^v?{_RELEASE}(?:\.self(?:\.post\d+)?)?$")
+_NGC_TAG = re2.compile(r"^(\d\d\.\d\d)(?:-|$)")
 
 # NVIDIA vLLM container (nvcr.io/nvidia/vllm:YY.MM-py3) -> the vLLM release it contains, from
 # "vLLM Release YY.MM" (docs.nvidia.com/deeplearning/frameworks/vllm-release-notes/rel-YY-MM.html),
@@ -144,7 +144,7 @@ def image_release(image: str | None) -> VersionEvidence | None:
     return None
 
 
-_ANNOTATION_VALUE = re.compile(rf"^v?{_RELEASE}$")
+_ANNOTATION_VALUE = re2.compile(rf"^v?{_RELEASE}$")
 
 
 def annotated_release(*annotation_maps: Any) -> tuple[VersionEvidence | None, str | None]:

@@ -165,7 +165,7 @@ def inspect_workload(
             gpu = resolve_gpu(
                 container=raw,
                 pod_spec=pod_spec,
-                annotations=[meta.get("annotations"), _annotations(template_meta)],
+                annotations=[_annotations(meta), _annotations(template_meta)],
                 catalog=catalog,
                 group_size=ref.group_size,
                 peer_spec=peer if isinstance(peer, Mapping) else None,

@@ -7,14 +7,15 @@ suffixes (k, M, G, T, P, E, m) and decimal exponents (``1e9``).
 
 from __future__ import annotations
 
-import re
 from decimal import Decimal, InvalidOperation
+
+import re2
 
 _BINARY = {"Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "Pi": 1 << 50, "Ei": 1 << 60}
 _DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1)}
 _DECIMAL.update({"k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12)})
 _DECIMAL.update({"P": Decimal(10**15), "E": Decimal(10**18)})
-_QUANTITY = re.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?\s*$")
+_QUANTITY = re2.compile(r"^\s*([+-]?(?:\d+\.?\d*|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?\s*$")
 _MAX = 1 << 62  # nothing kv-planner reads is larger; bigger inputs are refused, not computed
 
 

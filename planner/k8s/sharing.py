@@ -38,9 +38,10 @@ on top of a slice divides the slice.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import re2
 
 from planner.gpus.share import GpuShare, Mechanism
 from planner.k8s.dra import MIG_CLASS, ClaimUse
@@ -62,7 +63,7 @@ BUDGET_ANNOTATION = "kv-planner.io/gpu-memory"
 _MIB = 1 << 20
 _SHARED_SUFFIX = "-shared"
 _MPS_UNITS = {"": 1, "K": 1 << 10, "KB": 1 << 10, "M": _MIB, "MB": _MIB, "G": 1 << 30, "GB": 1 << 30}
-_MPS_ITEM = re.compile(r"^\s*(?:(\w[\w-]*)\s*=\s*)?(\d+(?:\.\d+)?)\s*([KMG]B?)?\s*$", re.IGNORECASE)
+_MPS_ITEM = re2.compile(r"(?i)^\s*(?:(\w[\w-]*)\s*=\s*)?(\d+(?:\.\d+)?)\s*([KMG]B?)?\s*$")
 
 
 def _limits(container: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,16 +10,16 @@ Command substitutions (``$(...)``, backticks) cannot be known statically and are
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Mapping, Sequence
 
+import re2
 from pydantic import BaseModel, ConfigDict
 
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
-_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_REDIRECT = re.compile(r"^(\d*|&)(>>?|<|>\|)(&\d*-?)?(?P<target>.*)$")
+_ASSIGNMENT = re2.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_NAME = re2.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_REDIRECT = re2.compile(r"^(\d*|&)(>>?|<|>\|)(&\d*-?)?(?P<target>.*)$")
 _PREFIX_COMMANDS = frozenset({"exec", "nohup", "time", "command", "env", "stdbuf", "setsid"})
 _SPECIAL_OUTSIDE = set("'\"\\;&|()<>$`#")
 

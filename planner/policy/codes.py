@@ -73,6 +73,15 @@ class Code(str, Enum):
     OTHER_ENGINE = "KVP066"
     PLATFORM_CONFIG_UNREADABLE = "KVP067"
     BAD_VERSION_ANNOTATION = "KVP068"
+    REVIEW_TIMED_OUT = "KVP051"
+    TOO_MANY_CONTAINERS = "KVP070"
+    TOO_MANY_ARGS = "KVP071"
+    VALUE_TOO_LONG = "KVP072"
+    ANNOTATION_TOO_LONG = "KVP073"
+    EXPANSION_TOO_LARGE = "KVP074"
+    MODEL_NAME_TOO_LONG = "KVP075"
+    TOO_DEEP = "KVP076"
+    MODEL_NOT_ALLOWED = "KVP077"
 
 
 SEVERITY: dict[Code, Severity] = {
@@ -125,6 +134,17 @@ SEVERITY: dict[Code, Severity] = {
     Code.OTHER_ENGINE: Severity.info,
     Code.PLATFORM_CONFIG_UNREADABLE: Severity.warn,
     Code.BAD_VERSION_ANNOTATION: Severity.warn,
+    # Enforce: deny (policy onTimeout, default deny); Audit: warn. Set on the webhook's timeout answer.
+    Code.REVIEW_TIMED_OUT: Severity.warn,
+    # Input caps (planner.policy.caps): the manifest's doing, so Enforce denies and Audit warns.
+    Code.TOO_MANY_CONTAINERS: Severity.cannot_start,
+    Code.TOO_MANY_ARGS: Severity.cannot_start,
+    Code.VALUE_TOO_LONG: Severity.cannot_start,
+    Code.ANNOTATION_TOO_LONG: Severity.cannot_start,
+    Code.EXPANSION_TOO_LARGE: Severity.cannot_start,
+    Code.MODEL_NAME_TOO_LONG: Severity.cannot_start,
+    Code.TOO_DEEP: Severity.cannot_start,
+    Code.MODEL_NOT_ALLOWED: Severity.warn,  # kv-planner only declines to look it up: not checked
 }
 
 

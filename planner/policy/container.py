@@ -26,11 +26,19 @@ from typing import Any
 
 import yaml
 
-from planner.errors import KvPlannerError, ModelResolutionError, PlannerInputError, UnknownModelError
+from planner.errors import (
+    InputCapError,
+    KvPlannerError,
+    ModelResolutionError,
+    PlannerInputError,
+    RepoNotAllowedError,
+    UnknownModelError,
+)
 from planner.k8s.inspect import ContainerFinding
 from planner.models.spec import ModelSpec
 from planner.plan.models import Plan
 from planner.plan.speculative import parse_speculative_config
+from planner.policy.caps import cap_finding, check_model_name
 from planner.policy.codes import Code, Finding, Severity, finding
 from planner.policy.limits import LimitContext, decide_limits, parallel_text
 from planner.policy.model import WORKLOAD_ANNOTATION, EffectivePolicy
@@ -116,6 +124,11 @@ def _drafter(
         return None, True
     if settings.model is None or settings.method in ("ngram", "ngram_gpu", "suffix", "mtp"):
         return None, False
+    try:
+        check_model_name(settings.model, policy.limits)  # the drafter's name is manifest input too
+    except InputCapError as error:
+        findings.append(cap_finding(error, name))
+        return None, True
     try:
         spec = backend.resolve_model(
             settings.model,
@@ -224,6 +237,11 @@ def evaluate(
     if not command.model:
         out.findings.append(finding(Code.UNKNOWN_MODEL, name, "no model on the command line: not checked"))
         return out
+    try:
+        check_model_name(command.model, policy.limits)
+    except InputCapError as error:
+        out.findings.append(cap_finding(error, name))
+        return out
 
     gpu = found.gpu
     needed = serving.gpus_total
@@ -270,7 +288,13 @@ def evaluate(
             timeout=policy.model_lookup.timeout_seconds,
             offline=policy.model_lookup.offline,
             allow_local=allow_local_models,
+            allow_repos=policy.model_lookup.allow_repos,
         )
+    except RepoNotAllowedError:
+        out.findings.append(
+            finding(Code.MODEL_NOT_ALLOWED, name, f"model {command.model} is not in allowRepos: not checked")
+        )
+        return out
     except UnknownModelError:
         out.findings.append(finding(Code.UNKNOWN_MODEL, name, f"model {command.model} is unknown: not checked"))
         return out

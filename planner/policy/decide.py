@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.errors import KvPlannerError
+from planner.errors import InputCapError, KvPlannerError
 from planner.k8s.configfiles import ConfigMaps
 from planner.k8s.dra import ClaimIndex
 from planner.k8s.inspect import ContainerFinding, WorkloadFinding, inspect_workload
@@ -22,6 +22,7 @@ from planner.k8s.nodes import NodeInfo
 from planner.k8s.platforms.kserve import Runtimes
 from planner.k8s.workloads import get_path
 from planner.plan.models import Plan
+from planner.policy.caps import cap_finding, screen
 from planner.policy.codes import Code, Finding, Severity, finding
 from planner.policy.container import evaluate
 from planner.policy.model import EffectivePolicy
@@ -166,7 +167,14 @@ def decide(
 
     ``runtimes``: KServe ServingRuntimes by name (``planner check`` reads them from its input).
     ``claims``: the DRA ResourceClaims / ResourceClaimTemplates kv-planner can read (``planner check``:
-    those in the same manifests)."""
+    those in the same manifests).
+
+    The object is first screened against the policy's input caps (planner.policy.caps): over a cap, no
+    planning work is done and the decision is deny (Enforce) or warn (Audit) with the cap's reason code.
+    """
+    over = screen(obj, policy.limits)
+    if over:
+        return _capped(obj, namespace, over, policy)
     try:
         workload = inspect_workload(
             obj,
@@ -179,6 +187,8 @@ def decide(
             runtimes=runtimes,
             claims=claims,
         )
+    except InputCapError as error:
+        return _capped(obj, namespace, [cap_finding(error)], policy)
     except (KvPlannerError, ValueError, TypeError, KeyError, AttributeError) as error:
         item = finding(Code.INTERNAL_ERROR, None, f"could not read the object ({type(error).__name__}): allowed")
         entry = _header_entry(obj, namespace)
@@ -190,6 +200,18 @@ def decide(
         )
         return ObjectDecision(decision="warn", entries=[entry], findings=[item])
     return _decide_workload(obj, workload, policy, backend, allow_local_models)
+
+
+def _capped(
+    obj: Mapping[str, Any], namespace: str | None, findings: list[Finding], policy: EffectivePolicy
+) -> ObjectDecision:
+    """The decision for an object over an input cap: nothing planned, nothing patched."""
+    entry = _header_entry(obj, namespace)
+    entry.decision = _entry_decision(findings, [], policy)
+    entry.codes = _unique(f.code for f in findings)
+    entry.messages = _unique(f.message for f in findings)
+    entry.findings = list(findings)
+    return ObjectDecision(decision=entry.decision, entries=[entry], findings=list(findings))
 
 
 def _header_entry(obj: Mapping[str, Any], namespace: str | None) -> WorkloadEntry:

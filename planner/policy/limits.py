@@ -6,7 +6,6 @@ module's docstring for the rules.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -100,7 +99,7 @@ def _fix_hint(plan: Plan, *, besides: str | None = None) -> str:
     fixes: list[str] = []
     for alternative in plan.alternatives:
         # "more GPUs: --tensor-parallel-size 2 (2 GPUs)" -> "--tensor-parallel-size 2"
-        fix = re.sub(r"\s*\(.*\)$", "", alternative.change.split(":", 1)[-1].strip())
+        fix = _without_parenthetical(alternative.change.split(":", 1)[-1].strip())
         if alternative.fits and fix not in fixes and not (besides and fix.split()[0] == besides.split()[0]):
             fixes.append(fix)
     return " or ".join(fixes[:2]) if fixes else "more GPUs or a bigger GPU"
@@ -336,3 +335,9 @@ def _effective(args: ServingArgs, plan: Plan, effective: Mapping[str, Any]) -> d
         "quantization": args.quantization,
         "dtype": effective.get("dtype", args.dtype),
     }
+
+
+def _without_parenthetical(text: str) -> str:
+    """``text`` without a trailing ``(...)`` remark (no regex: the module reads manifest values)."""
+    start = text.find("(")
+    return text[:start].rstrip() if start != -1 and text.endswith(")") else text

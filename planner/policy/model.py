@@ -10,7 +10,9 @@ ConfigMap, ``planner check --policy FILE`` reads the same schema::
     targetSeqs: null               # fill the smallest --kv-cache-memory-bytes holding N sequences
     defaultGpu: null               # GPU when nothing on the workload says which
     vllmVersion: null              # release assumed when nothing shows the release (null: plan the range)
-    modelLookup: {timeoutSeconds: 0.5, offline: false}
+    onTimeout: deny                # deny | allow: Enforce's answer when a review cannot be decided in time
+    modelLookup: {timeoutSeconds: 0.5, offline: false, allowRepos: null}
+    limits: {maxContainers: 64, ...}  # input caps (planner.policy.caps)
     namespaces: {team-a: {validationAction: Enforce, mutation: clamp, headroom: 0.2, workload: {...},
                           vllmVersion: 0.19.0}}
 
@@ -31,10 +33,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 
 from planner.errors import PolicyError, WorkloadProfileError
+from planner.policy.caps import InputCaps
 from planner.workload import parse_workload
 
 ValidationAction = Literal["Enforce", "Audit"]
 Mutation = Literal["off", "fill", "clamp"]
+OnTimeout = Literal["deny", "allow"]
 NS_VALIDATION_ACTION = "kv-planner.io/validation-action"
 NS_MUTATION = "kv-planner.io/mutation"
 NS_HEADROOM = "kv-planner.io/headroom"
@@ -59,6 +63,20 @@ def _check_workload(value: Any) -> Any:
 class ModelLookup(_Camel):
     timeout_seconds: float = Field(default=0.5, gt=0, le=10, description="budget to resolve an unknown model")
     offline: bool = Field(default=False, description="never reach the Hugging Face Hub from the webhook")
+    allow_repos: list[str] | None = Field(
+        default=None,
+        description="Hub repo id patterns the webhook may look up ('*' matches within one part, e.g. "
+        "'meta-llama/*'); null: any repo. A repo outside the list is not looked up (KVP077, not checked).",
+        max_length=1000,
+    )
+
+    @field_validator("allow_repos")
+    @classmethod
+    def _patterns(cls, value: list[str] | None) -> list[str] | None:
+        for pattern in value or []:
+            if not pattern or len(pattern) > 200 or pattern.count("/") > 1:
+                raise ValueError(f"{pattern!r} is not a repo pattern like 'org/*' or 'org/name'")
+        return value
 
 
 _RELEASE_PATTERN = r"^v?\d+\.\d+\.\d+(\.\d+|\.post\d+)?$"
@@ -66,6 +84,7 @@ _RELEASE_PATTERN = r"^v?\d+\.\d+\.\d+(\.\d+|\.post\d+)?$"
 
 class NamespacePolicy(_Camel):
     validation_action: ValidationAction | None = None
+    on_timeout: OnTimeout | None = None
     mutation: Mutation | None = None
     headroom: float | None = Field(default=None, ge=0, lt=1)
     workload: dict[str, Any] | None = None
@@ -82,6 +101,10 @@ class Policy(_Camel):
     """The policy file (see the module docstring)."""
 
     validation_action: ValidationAction = "Audit"
+    # What Enforce does with a review that cannot be decided within its budget (the planner overran, or
+    # the tenant's queue is full): deny, so that a slow or flooded webhook is never a way around Enforce.
+    # Audit always allows (KVP051 warning either way).
+    on_timeout: OnTimeout = "deny"
     mutation: Mutation = "fill"
     headroom: float = Field(default=0.1, ge=0, lt=1)
     workload: dict[str, Any] | None = None
@@ -94,6 +117,7 @@ class Policy(_Camel):
     default_gpu: str | None = None
     vllm_version: str | None = Field(default=None, pattern=_RELEASE_PATTERN)
     model_lookup: ModelLookup = Field(default_factory=ModelLookup)
+    limits: InputCaps = Field(default_factory=InputCaps)
     namespaces: dict[str, NamespacePolicy] = Field(default_factory=dict)
 
     @field_validator("workload")
@@ -106,6 +130,7 @@ class Policy(_Camel):
         namespace's own annotations/labels (a bad value there is ignored with a note)."""
         values: dict[str, Any] = {
             "validation_action": self.validation_action,
+            "on_timeout": self.on_timeout,
             "mutation": self.mutation,
             "headroom": self.headroom,
             "workload": self.workload,
@@ -122,6 +147,7 @@ class Policy(_Camel):
                 notes += _apply_namespace_meta(values, meta, namespace)
         return EffectivePolicy(
             validation_action=values["validation_action"],
+            on_timeout=values["on_timeout"],
             mutation=values["mutation"],
             headroom=values["headroom"],
             workload=values["workload"],
@@ -129,6 +155,7 @@ class Policy(_Camel):
             default_gpu=self.default_gpu,
             vllm_version=values["vllm_version"],
             model_lookup=self.model_lookup,
+            limits=self.limits,
             notes=notes,
         )
 
@@ -139,6 +166,7 @@ class EffectivePolicy(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     validation_action: ValidationAction
+    on_timeout: OnTimeout = "deny"
     mutation: Mutation
     headroom: float
     workload: dict[str, Any] | None = None
@@ -146,6 +174,7 @@ class EffectivePolicy(BaseModel):
     default_gpu: str | None = None
     vllm_version: str | None = None
     model_lookup: ModelLookup = Field(default_factory=ModelLookup)
+    limits: InputCaps = Field(default_factory=InputCaps)
     notes: list[str] = Field(default_factory=list, description="namespace overrides that were ignored")
 
 
@@ -197,8 +226,8 @@ def parse_policy(data: Any, *, source: str = "policy") -> Policy:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in error.errors()[:5])
         raise PolicyError(
             f"{source}: {problems}",
-            hint="keys: validationAction, mutation, headroom, workload, targetSeqs, defaultGpu, vllmVersion, "
-            "modelLookup, namespaces (docs/webhook.md)",
+            hint="keys: validationAction, onTimeout, mutation, headroom, workload, targetSeqs, defaultGpu, "
+            "vllmVersion, modelLookup, limits, namespaces (docs/webhook.md)",
         ) from None
 
 

@@ -9,17 +9,20 @@ and ``planner check`` share :class:`CoreBackend`.
 from __future__ import annotations
 
 import json
-import re
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
+
+import re2
 
 from planner.errors import PlannerInputError, UnknownGPUError, UnknownModelError
 from planner.gpus.catalog import all_gpus, gpu_for_memory, gpu_for_mig_profile, lookup_gpu
 from planner.gpus.spec import GpuSpec
 from planner.hub.local import looks_like_path
 from planner.hub.resolve import resolve_model
+from planner.hub.settings import HubLimits
 from planner.k8s.gpus import GpuCatalog
 from planner.models.spec import ModelSpec
 from planner.plan import make_plan
@@ -29,8 +32,17 @@ from planner.vllm.defaults import resolve_args
 from planner.vllm.releases import resolve_release
 from planner.workload import parse_workload
 
+DEFAULT_HUB_LIMITS = HubLimits()
 _MODEL_TTL = 600.0  # seconds a resolved model is reused (the Hub layer has its own cache as well)
-_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+# re2: linear time whatever the (untrusted) model name is.
+_HUB_ID = re2.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+def repo_matcher(patterns: Sequence[str]) -> Callable[[str], bool]:
+    """A predicate for the policy's ``allowRepos``: ``*`` matches within one part (``org/*``)."""
+    alternatives = ["".join("[^/]*" if c == "*" else re2.escape(c) for c in p) for p in patterns]
+    compiled = re2.compile("^(?:" + "|".join(alternatives) + ")$") if alternatives else None
+    return lambda repo: compiled is not None and compiled.match(repo) is not None
 
 
 class PlanningBackend(Protocol):
@@ -39,8 +51,17 @@ class PlanningBackend(Protocol):
     @property
     def catalog(self) -> GpuCatalog: ...
 
-    def resolve_model(self, name: str, *, timeout: float | None, offline: bool, allow_local: bool) -> ModelSpec:
-        """The model's spec. Raises UnknownModelError / ModelResolutionError subclasses."""
+    def resolve_model(
+        self,
+        name: str,
+        *,
+        timeout: float | None,
+        offline: bool,
+        allow_local: bool,
+        allow_repos: Sequence[str] | None = None,
+    ) -> ModelSpec:
+        """The model's spec. Raises UnknownModelError / ModelResolutionError subclasses (RepoNotAllowedError
+        for a Hub repo outside ``allow_repos``; None allows every repo)."""
         ...
 
     def parse_workload(self, data: Any) -> Any:
@@ -109,7 +130,9 @@ class CoreBackend:
     (updates, dry-runs, reinvocation, GitOps diffs), so the webhook keeps the last ``memo_size`` plans.
     """
 
-    def __init__(self, *, memo_size: int = 1024) -> None:
+    def __init__(self, *, memo_size: int = 1024, hub_limits: HubLimits | None = DEFAULT_HUB_LIMITS) -> None:
+        # Decisions resolve models named by manifests: Hub lookups are bounded (planner.hub.budget).
+        self._hub_limits = hub_limits
         self._catalog = CoreGpuCatalog()
         self._memo: OrderedDict[str, Plan] = OrderedDict()
         self._models: OrderedDict[str, tuple[float, ModelSpec]] = OrderedDict()
@@ -123,17 +146,33 @@ class CoreBackend:
     def catalog(self) -> GpuCatalog:
         return self._catalog
 
-    def resolve_model(self, name: str, *, timeout: float | None, offline: bool, allow_local: bool) -> ModelSpec:
+    def resolve_model(
+        self,
+        name: str,
+        *,
+        timeout: float | None,
+        offline: bool,
+        allow_local: bool,
+        allow_repos: Sequence[str] | None = None,
+    ) -> ModelSpec:
         if not allow_local and (looks_like_path(name) or not _HUB_ID.match(name)):
             # The webhook must not read its own file system on behalf of a request.
             raise UnknownModelError(name, hint="local model paths are not read on the admission path")
-        key = f"{name}|{offline}|{allow_local}"
+        allowed = repo_matcher(allow_repos) if allow_repos is not None else None
+        key = f"{name}|{offline}|{allow_local}|{allow_repos}"
         now = time.monotonic()
         with self._lock:
             hit = self._models.get(key)
             if hit is not None and now - hit[0] < _MODEL_TTL:
                 return hit[1]
-        spec = resolve_model(name, timeout=timeout, offline=offline or None).spec
+        spec = resolve_model(
+            name,
+            timeout=timeout,
+            offline=offline or None,
+            local=allow_local,
+            hub_allowed=allowed,
+            limits=self._hub_limits,
+        ).spec
         with self._lock:
             self._models[key] = (now, spec)
             while len(self._models) > self._memo_size:

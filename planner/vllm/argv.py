@@ -17,11 +17,11 @@ entrypoint is vLLM. :func:`set_flag` edits an argv list minimally, in the user's
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+import re2
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -55,8 +55,8 @@ Entrypoint = Literal["serve", "api_server", "image"]
 
 _API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
 _CLI_MODULE = "vllm.entrypoints.cli.main"
-_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's _negative_number_matcher
-_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+_NEGATIVE_NUMBER = re2.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's _negative_number_matcher
+_PYTHON = re2.compile(r"^python(\d+(\.\d+)?)?$")
 
 
 class ParsedFlag(BaseModel):

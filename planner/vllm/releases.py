@@ -8,10 +8,10 @@ same table for humans, with the file and function behind every field.
 
 from __future__ import annotations
 
-import re
 from functools import total_ordering
 from typing import Literal
 
+import re2
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.errors import UnknownVllmVersionError
@@ -36,7 +36,7 @@ class Version(BaseModel):
     def parse(cls, text: str) -> Version:
         """``X.Y.Z`` with an optional leading ``v`` and an optional fourth part (``0.8.5.post1``,
         ``0.10.1.1``) or local/dev suffix, which do not change behaviour."""
-        match = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+\-][0-9A-Za-z.+\-]*)?\s*$", text or "")
+        match = re2.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+\-][0-9A-Za-z.+\-]*)?\s*$", text or "")
         if not match:
             raise UnknownVllmVersionError(
                 f"vLLM version {text!r} is not X.Y.Z (a leading 'v' and a fourth part are accepted)"

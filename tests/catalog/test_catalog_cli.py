@@ -63,12 +63,20 @@ def test_gpus_table() -> None:
         assert name in table
 
 
-@pytest.mark.parametrize(("name", "hint"), [("A100", "A100-40GB"), ("H100-SXM-80GB", "H100-80GB")])
+@pytest.mark.parametrize(("name", "hint"), [("H100-SXM-80GB", "H100-80GB")])
 def test_unknown_gpu_exits_2_with_suggestions(name: str, hint: str) -> None:
     result = CliRunner().invoke(app, ["gpus", name])
     assert result.exit_code == 2
     assert "Did you mean" in result.output and hint in result.output
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("name", ["A100", "a100"])
+def test_an_ambiguous_gpu_name_is_called_ambiguous_and_lists_every_candidate(name: str) -> None:
+    result = CliRunner().invoke(app, ["recommend", "--gpu", name, "--model", "meta-llama/Llama-3.1-8B-Instruct"])
+    assert result.exit_code == 2
+    assert f"Ambiguous GPU {name!r}" in result.output and "Unknown" not in result.output
+    assert "A100-40GB" in result.output and "A100-80GB" in result.output
 
 
 def test_models_json() -> None:

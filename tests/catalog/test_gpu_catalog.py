@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from planner.calibration.dataset import dataset_records
-from planner.errors import CatalogDataError, PlannerInputError, UnknownGPUError
+from planner.errors import AmbiguousGPUError, CatalogDataError, PlannerInputError, UnknownGPUError
 from planner.gpus import (
     all_gpus,
     gpu_for_instance_type,
@@ -179,7 +179,7 @@ def test_ambiguous_names_need_the_memory() -> None:
     with pytest.raises(UnknownGPUError) as info:
         lookup_gpu("a100")  # karpenter's name for both p4d (40 GB) and p4de (80 GB)
     assert info.value.suggestions == ["A100-40GB", "A100-80GB"]
-    assert "more than one card" in str(info.value)
+    assert isinstance(info.value, AmbiguousGPUError) and "Ambiguous GPU" in str(info.value)
     assert lookup_gpu("a100", memory_bytes=81920 * MiB).name == "A100-80GB"  # nvidia.com/gpu.memory=81920
     assert lookup_gpu("A100", memory_bytes=40960 * MiB).name == "A100-40GB"
     assert lookup_gpu("v100", memory_bytes=32 * GiB).name == "V100-32GB"

@@ -252,6 +252,14 @@ def test_webhook_args_and_image() -> None:
         "--tls-key-file=/etc/kv-planner/tls/tls.key",
         "--policy-file=/etc/kv-planner/policy/policy.yaml",
         "--metrics-port=9090",
+        "--tls-min-version=1.2",
+        "--workers=2",
+        "--review-budget=1",
+        "--max-waiting=16",
+        "--worker-max-memory=209715200",
+        "--request-timeout=10",
+        "--keep-alive=5",
+        "--max-connections=1000",
     ]
     digest = "sha256:" + "a" * 64
     docs = render(set_values=("image.tag=1.2.3", f"image.digest={digest}"))

@@ -67,6 +67,13 @@ REJECTED_CASES: list[tuple[str, tuple[str, ...], list[str]]] = [
     ("servicemonitor-enabled", ("monitoring.serviceMonitor.enabled=maybe",), ["enabled"]),
     ("image-digest", ("image.digest=latest",), ["digest"]),
     ("provided-without-secret", ("webhook.tls.mode=provided",), ["secretName"]),
+    ("on-timeout", ("policy.onTimeout=maybe",), ["onTimeout"]),
+    ("unknown-input-cap", ("policy.limits.maxWhatever=1",), ["maxWhatever"]),
+    ("input-cap-too-small", ("policy.limits.maxDepth=1",), ["maxDepth"]),
+    ("allow-repos-three-parts", ('json:policy.modelLookup.allowRepos=["a/b/c"]',), ["allowRepos"]),
+    ("no-workers", ("webhook.workers=0",), ["workers"]),
+    ("tls-1-1", ("webhook.tls.minVersion=1.1",), ["minVersion"]),
+    ("unknown-http-key", ("webhook.http.headerTimeout=1",), ["headerTimeout"]),
 ]
 REJECTED = [pytest.param(values, fragments, id=ident) for ident, values, fragments in REJECTED_CASES]
 
@@ -121,6 +128,9 @@ TEMPLATE_FAILURES = [
         id="no-webhook-entries",
     ),
     pytest.param(("webhook.metricsPort=8443",), "must differ", id="port-clash"),
+    pytest.param(
+        ("webhook.reviewBudgetSeconds=2",), "reviewBudgetSeconds (2) must be below", id="review-budget-over-timeout"
+    ),
     pytest.param(
         ("webhook.tls.mode=provided", "webhook.tls.provided.secretName=s"), "caBundle", id="provided-without-ca"
     ),

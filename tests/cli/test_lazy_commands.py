@@ -68,4 +68,4 @@ def test_help_lists_every_command_with_its_help() -> None:
     assert result.returncode == 0
     for name, entry in COMMANDS.items():
         assert name in result.stdout
-        assert entry.help[:30] in result.stdout
+        assert entry.summary in result.stdout

@@ -43,7 +43,9 @@ class FakeBackend:
     def catalog(self) -> GpuCatalog:
         return self._catalog
 
-    def resolve_model(self, name: str, *, timeout: float | None, offline: bool, allow_local: bool) -> ModelSpec:
+    def resolve_model(
+        self, name: str, *, timeout: float | None, offline: bool, allow_local: bool, allow_repos: Any = None
+    ) -> ModelSpec:
         if self.models is not None:
             if name not in self.models:
                 raise UnknownModelError(name)

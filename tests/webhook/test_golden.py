@@ -19,7 +19,7 @@ import jsonpatch
 import pytest
 
 from admission.webhook.caches import StaticCache
-from admission.webhook.handler import PolicyHolder, Reviewer, parse_review
+from admission.webhook.handler import PolicyHolder, Reviewer, namespace_of, parse_review
 from planner.policy.model import parse_policy
 from planner.policy.planning import CoreBackend
 
@@ -28,15 +28,29 @@ CASES = sorted(p.name[: -len(".in.json")] for p in GOLDEN.glob("*.in.json"))
 BACKEND = CoreBackend()
 
 
-def _reviewer(case: dict[str, Any]) -> Reviewer:
-    policy = PolicyHolder(None, parse_policy(case.get("policy")))
-    cache = StaticCache(namespaces={"ml": case.get("namespace", {})})
-    return Reviewer(policy=policy, cache=cache, backend=BACKEND)
+class _Case:
+    """A reviewer with the case's policy and namespace, as the server's event loop + a worker run it."""
+
+    def __init__(self, case: dict[str, Any]) -> None:
+        self.policy = PolicyHolder(None, parse_policy(case.get("policy")))
+        self.cache = StaticCache(namespaces={"ml": case.get("namespace", {})})
+        self.reviewer = Reviewer(backend=BACKEND)
+
+    def answer(self, parsed: Any, endpoint: str) -> Any:
+        request = parsed.request
+        namespace = request.namespace or namespace_of(request.object or {})
+        effective = self.policy.policy.for_namespace(namespace, self.cache.namespace(namespace))
+        decision = self.reviewer.decide(request, effective, self.cache.nodes())
+        return self.reviewer.respond(request, endpoint, decision)  # type: ignore[arg-type]
 
 
-def _answer(reviewer: Reviewer, review: dict[str, Any], endpoint: str = "mutate") -> dict[str, Any]:
+def _reviewer(case: dict[str, Any]) -> _Case:
+    return _Case(case)
+
+
+def _answer(reviewer: _Case, review: dict[str, Any], endpoint: str = "mutate") -> dict[str, Any]:
     parsed = parse_review(json.dumps(review).encode())
-    outcome = reviewer.respond(parsed.request, endpoint, reviewer.decide(parsed.request))  # type: ignore[arg-type]
+    outcome = reviewer.answer(parsed, endpoint)
     body: dict[str, Any] = json.loads(outcome.body)
     return body
 

@@ -7,7 +7,6 @@ reload when the files change, and policy reload.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import socket
@@ -15,121 +14,29 @@ import ssl
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import trustme
 
-from admission.webhook.caches import StaticCache
-from admission.webhook.server import Webhook, WebhookSettings
 from planner.policy.planning import CoreBackend
 from tests.webhook.golden_cases import GOLDEN
+from tests.webhook.serving import Running, issue, post, running, start, wait_for
 
-BACKEND = CoreBackend()
 REVIEW = json.loads((GOLDEN / "deployment-image-args.in.json").read_text())["review"]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _wait(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-class Running:
-    def __init__(self, webhook: Webhook, ca: trustme.CA, tmp: Path) -> None:
-        self.webhook, self.ca, self.tmp = webhook, ca, tmp
-        self.url = f"https://127.0.0.1:{webhook.settings.port}"
-        self.metrics_url = f"http://127.0.0.1:{webhook.settings.metrics_port}/metrics"
-        self.ca_file = tmp / "ca.pem"
-        ca.cert_pem.write_to_path(str(self.ca_file))
-
-    def client(self) -> httpx.Client:
-        return httpx.Client(
-            base_url=self.url, verify=ssl.create_default_context(cafile=str(self.ca_file)), timeout=10.0
-        )
-
-
-def _issue(ca: trustme.CA, tmp: Path, name: str = "server") -> tuple[Path, Path]:
-    cert = ca.issue_cert("127.0.0.1", "localhost", common_name=name)
-    cert_file, key_file = tmp / f"{name}.crt", tmp / f"{name}.key"
-    cert.cert_chain_pems[0].write_to_path(str(cert_file))
-    cert.private_key_pem.write_to_path(str(key_file))
-    return cert_file, key_file
-
-
-@pytest.fixture
-def running(tmp_path: Path) -> Iterator[Running]:
-    yield from _start(tmp_path)
-
-
-def _start(tmp_path: Path, backend: Any = BACKEND, policy_text: str = "mutation: fill\n") -> Iterator[Running]:
-    ca = trustme.CA()
-    cert_file, key_file = _issue(ca, tmp_path)
-    shutil.copy(cert_file, tmp_path / "tls.crt")
-    shutil.copy(key_file, tmp_path / "tls.key")
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(policy_text)
-    settings = WebhookSettings(
-        host="127.0.0.1",
-        port=_free_port(),
-        metrics_host="127.0.0.1",
-        metrics_port=_free_port(),
-        tls_cert_file=str(tmp_path / "tls.crt"),
-        tls_key_file=str(tmp_path / "tls.key"),
-        policy_file=str(policy),
-        reload_interval=0.1,
-        cluster=False,
-        log_level="warning",
-        body_limit=256 * 1024,
-    )
-    webhook = Webhook(settings, cache=StaticCache(), backend=backend)
-    thread = threading.Thread(target=lambda: asyncio.run(webhook.serve()), daemon=True)
-    thread.start()
-    handle = Running(webhook, ca, tmp_path)
-    with handle.client() as client:
-
-        def ready() -> bool:
-            try:
-                return client.get("/readyz").status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        _wait(ready, "the webhook to become ready")
-    try:
-        yield handle
-    finally:
-        webhook.stop()
-        thread.join(timeout=10)
-        assert not thread.is_alive()
-
-
-def _post(client: httpx.Client, body: Any, path: str = "/mutate", **kw: Any) -> httpx.Response:
-    content = body if isinstance(body, bytes) else json.dumps(body).encode()
-    headers = {"content-type": "application/json", **kw.pop("headers", {})}
-    return client.post(path, content=content, headers=headers, **kw)
+__all__ = ["running"]  # the fixture
 
 
 def test_mutate_over_tls_and_metrics(running: Running) -> None:
     with running.client() as client:
         assert client.get("/healthz").text == "ok"
-        response = _post(client, REVIEW, "/mutate?timeout=10s")
+        response = post(client, REVIEW, "/mutate?timeout=10s")
         assert response.status_code == 200
         body = response.json()["response"]
         assert body["uid"] == REVIEW["request"]["uid"] and body["allowed"] and body["patchType"] == "JSONPatch"
-        validate = _post(client, REVIEW, "/validate").json()["response"]
+        validate = post(client, REVIEW, "/validate").json()["response"]
         assert validate["allowed"] and "patch" not in validate
     metrics = httpx.get(running.metrics_url).text
     assert 'kv_planner_webhook_requests_total{decision="mutate",endpoint="mutate"} 1.0' in metrics
@@ -160,7 +67,7 @@ def test_mutate_over_tls_and_metrics(running: Running) -> None:
 )
 def test_bad_requests_are_4xx_never_5xx(running: Running, body: bytes, headers: dict[str, str], status: int) -> None:
     with running.client() as client:
-        response = _post(client, body, headers=headers)
+        response = post(client, body, headers=headers)
         assert response.status_code == status
         assert "error" in response.json()
 
@@ -182,16 +89,18 @@ class _Slow(CoreBackend):
 
 
 def test_timeout_is_honoured_and_fails_open(tmp_path: Path) -> None:
-    for handle in _start(tmp_path, backend=_Slow()):
+    for handle in start(tmp_path, backend=_Slow):
         with handle.client() as client:
             started = time.monotonic()
-            response = _post(client, REVIEW, "/mutate?timeout=1s")
+            response = post(client, REVIEW, "/mutate?timeout=1s")
             elapsed = time.monotonic() - started
         body = response.json()["response"]
         assert response.status_code == 200 and body["allowed"] and "patch" not in body
-        assert body["warnings"][0].startswith("KVP049 review took longer than")
+        assert body["warnings"][0].startswith("KVP051 review took longer than")
         assert elapsed < 3  # answered before the slow plan finished
-        assert 'decision="error"' in httpx.get(handle.metrics_url).text
+        metrics = httpx.get(handle.metrics_url).text
+        assert 'decision="timeout-allow"' in metrics
+        assert 'kv_planner_webhook_worker_restarts_total{reason="overrun"} 1.0' in metrics
 
 
 def test_tls_1_1_is_refused_and_1_2_accepted(running: Running) -> None:
@@ -256,13 +165,13 @@ def _served_common_name(running: Running) -> str:
 
 def test_certificate_reload_when_files_change(running: Running) -> None:
     assert _served_common_name(running) == "server"
-    cert_file, key_file = _issue(running.ca, running.tmp, "rotated")
+    cert_file, key_file = issue(running.ca, running.tmp, "rotated")
     shutil.copy(key_file, running.tmp / "tls.key.new")
     shutil.copy(cert_file, running.tmp / "tls.crt.new")
     # Replace both files atomically, as the kubelet swaps a Secret volume.
     (running.tmp / "tls.key.new").replace(running.tmp / "tls.key")
     (running.tmp / "tls.crt.new").replace(running.tmp / "tls.crt")
-    _wait(lambda: _served_common_name(running) == "rotated", "the rotated certificate")
+    wait_for(lambda: _served_common_name(running) == "rotated", "the rotated certificate")
     assert 'kv_planner_webhook_reloads_total{file="tls",result="ok"}' in httpx.get(running.metrics_url).text
     # A broken rotation keeps the last good certificate.
     (running.tmp / "tls.crt").write_text("not a certificate")
@@ -272,10 +181,10 @@ def test_certificate_reload_when_files_change(running: Running) -> None:
 
 def test_policy_reload(running: Running) -> None:
     with running.client() as client:
-        assert "patch" in _post(client, REVIEW).json()["response"]
+        assert "patch" in post(client, REVIEW).json()["response"]
         (running.tmp / "policy.yaml").write_text("mutation: 'off'\n")
-        _wait(lambda: running.webhook.policy.policy.mutation == "off", "the policy reload")
-        assert "patch" not in _post(client, REVIEW).json()["response"]
+        wait_for(lambda: running.webhook.policy.policy.mutation == "off", "the policy reload")
+        assert "patch" not in post(client, REVIEW).json()["response"]
         (running.tmp / "policy.yaml").write_text("mutation: [broken\n")  # a bad file keeps the old policy
-        _wait(lambda: running.webhook.policy.last_error is not None, "the failed reload")
+        wait_for(lambda: running.webhook.policy.last_error is not None, "the failed reload")
         assert running.webhook.policy.policy.mutation == "off"

@@ -21,9 +21,10 @@ appended to ``predictor.model.args`` (after the runtime's args: vLLM's last occu
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import re2
 
 from planner.k8s.images import image_release
 from planner.k8s.platforms.base import (
@@ -52,7 +53,7 @@ _POD_FIELDS = (
     "priorityClassName",
     "schedulerName",
 )
-_TEMPLATE = re.compile(r"\{\{\s*\.(Name|Namespace|Labels\.[^}\s]+|Annotations\.[^}\s]+)\s*\}\}")
+_TEMPLATE = re2.compile(r"\{\{\s*\.(Name|Namespace|Labels\.[^}\s]+|Annotations\.[^}\s]+)\s*\}\}")
 
 Runtimes = Mapping[str, Mapping[str, Any]]
 """Runtime name -> ServingRuntime / ClusterServingRuntime ``spec``."""
@@ -240,7 +241,7 @@ def _launcher(command: list[str], runtime_args: list[str], image: Any, model_for
 
 
 def _expand(word: str, meta: Mapping[str, Any]) -> str:
-    def value(match: re.Match[str]) -> str:
+    def value(match: Any) -> str:  # a re2 match
         key = match.group(1)
         if key == "Name":
             return str(meta.get("name") or "")
@@ -249,7 +250,7 @@ def _expand(word: str, meta: Mapping[str, Any]) -> str:
         section, _, item = key.partition(".")
         return str(mapping(meta.get(section.lower())).get(item, ""))
 
-    return _TEMPLATE.sub(value, word)
+    return str(_TEMPLATE.sub(value, word))
 
 
 def _env(value: Any) -> list[dict[str, Any]]:

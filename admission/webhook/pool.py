@@ -1,0 +1,254 @@
+"""Decisions in worker processes that are killed and replaced when a review overruns its budget.
+
+Why processes: a thread cannot be stopped, so a review that runs past its deadline would keep the
+decision thread busy and the *next* review (another tenant's) would time out in its place. A process can
+be killed. So each review goes to an idle worker with a budget; past the budget the worker is killed (its
+half-done work goes with it), the review is answered "undecided" (handler.undecided: Enforce denies by
+default), and a fresh worker is forked from a pre-loaded fork server in the background. No other review is
+affected: it is on another worker, or waiting for one.
+
+Waiting reviews are served round-robin by tenant (namespace); one tenant may hold at most ``size - 1``
+workers at a time (1 of 2), so there is always a worker another tenant can get within its budget; and
+each tenant may have at most ``max_waiting`` reviews waiting: a tenant that floods the webhook fills its
+own queue (and gets its own reviews answered "undecided"), not the others'. The event loop only moves
+bytes: it never plans.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from admission.webhook.worker import Job, Reply, serve
+from planner.policy.planning import PlanningBackend
+
+log = logging.getLogger("kv_planner.webhook.pool")
+
+# Modules the fork server imports (and warms) once; every worker is forked from it with them loaded, so a
+# replacement is ready in milliseconds instead of paying the imports and catalog loading again.
+_PRELOAD = ["admission.webhook.preload"]
+
+
+class Undecided(Exception):
+    """The review could not be decided in time (``reason`` says why: timeout, queue full)."""
+
+    def __init__(self, reason: str, kind: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.kind = kind
+
+
+class WorkerFailed(Exception):
+    """The worker died while deciding (an internal error: answered allowed-unchecked)."""
+
+
+@dataclass(eq=False)  # identity semantics: workers are kept in a set
+class _Worker:
+    process: Any
+    conn: Connection
+    inventory_version: int = -1
+
+
+class DecisionPool:
+    """``size`` worker processes behind a per-tenant fair queue."""
+
+    def __init__(
+        self,
+        size: int,
+        backend_factory: Callable[[], PlanningBackend],
+        *,
+        max_waiting: int = 16,
+        max_rss: int = 0,
+        log_level: str = "warning",
+        start_timeout: float = 120.0,
+        on_restart: Callable[[str], None] = lambda reason: None,
+    ) -> None:
+        self.size = size
+        self._factory = backend_factory
+        self._max_waiting = max_waiting
+        self._max_rss = max_rss
+        self._log_level = log_level
+        self._start_timeout = start_timeout
+        self._on_restart = on_restart
+        self._ctx = multiprocessing.get_context("forkserver")
+        self._ctx.set_forkserver_preload(_PRELOAD)
+        self._idle: list[_Worker] = []
+        self._waiting: OrderedDict[str, deque[asyncio.Future[_Worker]]] = OrderedDict()
+        self._all: set[_Worker] = set()
+        self._active: dict[str, int] = {}  # workers held, by tenant
+        self._per_tenant = max(1, size - 1)
+        # Blocking pipe I/O and process starts run here, never on the event loop.
+        self._threads = ThreadPoolExecutor(max_workers=2 * size + 1, thread_name_prefix="kv-planner-pool")
+        self._closed = False
+
+    # -- life cycle -----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start every worker and wait until each has warmed up (blocking; call off the event loop)."""
+        workers = list(self._threads.map(lambda _: self._spawn(), range(self.size)))
+        self._idle.extend(workers)
+
+    def _spawn(self) -> _Worker:
+        parent, child = self._ctx.Pipe()
+        process = self._ctx.Process(
+            target=serve,
+            args=(child, self._factory, self._max_rss, self._log_level),
+            name="kv-planner-decide",
+            daemon=True,
+        )
+        process.start()
+        child.close()
+        if not parent.poll(self._start_timeout) or parent.recv() != "ready":
+            process.kill()
+            raise RuntimeError("a decision worker did not start")
+        worker = _Worker(process=process, conn=parent)
+        self._all.add(worker)
+        return worker
+
+    def _kill(self, worker: _Worker) -> None:
+        self._all.discard(worker)
+        with contextlib.suppress(Exception):
+            worker.process.kill()
+            worker.process.join(5)
+        with contextlib.suppress(Exception):
+            worker.conn.close()
+
+    def close(self) -> None:
+        self._closed = True
+        for worker in list(self._all):
+            self._kill(worker)
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+    def alive(self) -> int:
+        return sum(1 for w in self._all if w.process.is_alive())
+
+    # -- fair queue -----------------------------------------------------------------------------------
+
+    def _hold(self, tenant: str) -> None:
+        self._active[tenant] = self._active.get(tenant, 0) + 1
+
+    def _unhold(self, tenant: str) -> None:
+        left = self._active.get(tenant, 0) - 1
+        if left > 0:
+            self._active[tenant] = left
+        else:
+            self._active.pop(tenant, None)
+
+    def _release(self, worker: _Worker) -> None:
+        """Hand a free worker to the next waiting tenant (round-robin) under its share, else keep it idle."""
+        for tenant in list(self._waiting):
+            if self._active.get(tenant, 0) >= self._per_tenant:
+                continue
+            queue = self._waiting[tenant]
+            while queue:
+                future = queue.popleft()
+                if not future.done():
+                    if queue:
+                        self._waiting.move_to_end(tenant)
+                    else:
+                        del self._waiting[tenant]
+                    self._hold(tenant)
+                    future.set_result(worker)
+                    return
+            del self._waiting[tenant]
+        self._idle.append(worker)
+
+    def _give_back(self, tenant: str, worker: _Worker | None) -> None:
+        """A review of ``tenant`` is done with its worker (None: the worker is being replaced)."""
+        self._unhold(tenant)
+        if worker is not None:
+            self._release(worker)
+        elif self._idle and self._waiting:
+            self._release(self._idle.pop())  # the tenant's share freed up: a waiting review may go now
+
+    async def _acquire(self, tenant: str, timeout: float) -> _Worker:
+        if self._idle and tenant not in self._waiting and self._active.get(tenant, 0) < self._per_tenant:
+            self._hold(tenant)
+            return self._idle.pop()
+        queue = self._waiting.setdefault(tenant, deque())
+        if len(queue) >= self._max_waiting:
+            if not queue:
+                del self._waiting[tenant]
+            raise Undecided(f"{len(queue)} reviews of this namespace already waiting", "queue-full")
+        future: asyncio.Future[_Worker] = asyncio.get_running_loop().create_future()
+        queue.append(future)
+        await asyncio.wait({future}, timeout=max(0.0, timeout))
+        if future.done():  # (not "in done": a worker may have been handed over since the wait ended)
+            return future.result()  # (_release counted it for the tenant)
+        future.cancel()
+        with contextlib.suppress(ValueError):
+            queue.remove(future)
+        if not queue and self._waiting.get(tenant) is queue:
+            del self._waiting[tenant]
+        raise Undecided(f"no decision worker free within {timeout:.2f}s", "queue-timeout")
+
+    # -- one review -----------------------------------------------------------------------------------
+
+    async def decide(self, make_job: Callable[[int], Job], tenant: str, budget: float) -> Reply:
+        """Run one review within ``budget`` seconds. Raises Undecided or WorkerFailed."""
+        deadline = time.monotonic() + budget
+        worker = await self._acquire(tenant, budget)
+        loop = asyncio.get_running_loop()
+        job = make_job(worker.inventory_version)
+        try:
+            reply = await loop.run_in_executor(self._threads, _exchange, worker, job, deadline - time.monotonic())
+        except BaseException:
+            self._give_back(tenant, None)
+            self._replace(worker, "failed")
+            raise
+        if reply is None:
+            self._give_back(tenant, None)
+            self._replace(worker, "overrun")
+            raise Undecided(f"review took longer than {budget:.2f}s", "overrun")
+        worker.inventory_version = job.inventory_version
+        if reply.recycle:
+            self._give_back(tenant, None)
+            self._replace(worker, "memory")
+        else:
+            self._give_back(tenant, worker)
+        return reply
+
+    def _replace(self, worker: _Worker, reason: str) -> None:
+        """Kill ``worker`` and start its replacement in the background (the review is answered already)."""
+        self._on_restart(reason)
+        loop = asyncio.get_running_loop()
+
+        def replace() -> _Worker | None:
+            self._kill(worker)
+            if self._closed:
+                return None
+            try:
+                return self._spawn()
+            except Exception as error:
+                log.error("could not restart a decision worker: %s", error)
+                return None
+
+        def done(future: asyncio.Future[_Worker | None]) -> None:
+            fresh = future.result() if not future.cancelled() else None
+            if fresh is not None and not self._closed:
+                self._release(fresh)
+
+        asyncio.ensure_future(loop.run_in_executor(self._threads, replace)).add_done_callback(done)
+
+
+def _exchange(worker: _Worker, job: Job, budget: float) -> Reply | None:
+    """Send ``job`` and wait up to ``budget`` seconds for the reply (None: overran). Runs on a thread."""
+    try:
+        worker.conn.send(job)
+        if not worker.conn.poll(max(0.0, budget)):
+            return None
+        reply = worker.conn.recv()
+    except (EOFError, OSError) as error:
+        raise WorkerFailed(f"decision worker ended ({type(error).__name__})") from None
+    if not isinstance(reply, Reply) or not reply.body:
+        raise WorkerFailed(reply.error if isinstance(reply, Reply) and reply.error else "empty reply")
+    return reply

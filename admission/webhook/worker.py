@@ -1,0 +1,129 @@
+"""The decision worker: a child process that answers reviews one at a time (see pool.py for why).
+
+It receives a :class:`Job` (the review's bytes as received, the effective policy of the namespace and the
+node inventory when it changed) over a pipe, decides with the shared policy code and sends back a
+:class:`Reply` with the response bytes. Planning work (and model lookups) only ever run here, never on the
+server's event loop; a worker that overruns its budget is killed by the server and replaced.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from admission.webhook.handler import Endpoint, Reviewer, parse_review
+from admission.webhook.review import AdmissionRequest
+from planner.k8s.nodes import NodeInfo
+from planner.policy.codes import Code
+from planner.policy.model import EffectivePolicy, Policy
+from planner.policy.planning import PlanningBackend
+
+log = logging.getLogger("kv_planner.webhook.worker")
+
+WARMUP_OBJECT: dict[str, Any] = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {"name": "kv-planner-warmup", "namespace": "default"},
+    "spec": {
+        "template": {
+            "metadata": {},
+            "spec": {
+                "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"},
+                "containers": [
+                    {
+                        "name": "vllm",
+                        "image": "vllm/vllm-openai:latest",
+                        "args": ["--model", "Qwen/Qwen2.5-7B-Instruct", "--max-model-len", "8192"],
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    }
+                ],
+            },
+        }
+    },
+}
+
+
+@dataclass(frozen=True)
+class Job:
+    body: bytes
+    endpoint: Endpoint
+    policy: EffectivePolicy
+    inventory_version: int
+    inventory: Sequence[NodeInfo] | None  # None: the worker already holds this version
+
+
+@dataclass(frozen=True)
+class Reply:
+    body: bytes
+    decision: str
+    codes: tuple[str, ...]
+    error: str | None = None  # an internal error, for the server's log
+    recycle: bool = False  # the worker outgrew its memory bound: replace it after this reply
+
+
+def warm_up(reviewer: Reviewer) -> None:
+    """One review in-process, so catalogs and imports are loaded before traffic arrives."""
+    request = AdmissionRequest(uid="warmup", operation="CREATE", object=WARMUP_OBJECT, namespace="default")
+    try:
+        reviewer.decide(request, Policy().for_namespace("default"), [])
+    except Exception as error:  # a failed warm-up only costs the first review its imports
+        log.warning("warm-up review failed: %s", error)
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm", encoding="ascii") as handle:
+            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def answer(reviewer: Reviewer, job: Job, inventory: Sequence[NodeInfo]) -> Reply:
+    """The reply to one job. Never raises: an internal error is an allowed-unchecked answer (KVP049)."""
+    try:
+        request = parse_review(job.body).request
+    except Exception as error:  # the server parsed the same bytes already; only a bug lands here
+        return Reply(body=b"", decision="error", codes=(Code.INTERNAL_ERROR.value,), error=repr(error))
+    try:
+        decision = reviewer.decide(request, job.policy, inventory)
+        outcome = reviewer.respond(request, job.endpoint, decision)
+        codes = tuple(decision.codes) if decision is not None else ()
+        return Reply(body=outcome.body, decision=outcome.decision, codes=codes)
+    except Exception as error:  # the boundary: never a 500, never a denial for our own failure
+        log.exception("review %s failed", request.uid)
+        reason = f"internal error ({type(error).__name__}): allowed unchecked"
+        outcome = reviewer.fail_open(request, reason)
+        return Reply(body=outcome.body, decision="error", codes=(Code.INTERNAL_ERROR.value,), error=reason)
+
+
+def serve(conn: Connection, backend_factory: Callable[[], PlanningBackend], max_rss: int, log_level: str) -> None:
+    """The worker's main loop (the target of the worker process)."""
+    # The server process owns the signals; a worker ends when its pipe closes (or when it is killed).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    reviewer = Reviewer(backend=backend_factory())
+    warm_up(reviewer)
+    conn.send("ready")
+    inventory: Sequence[NodeInfo] = []
+    while True:
+        try:
+            job = conn.recv()
+        except (EOFError, OSError):
+            return
+        if job.inventory is not None:
+            inventory = job.inventory
+        reply = answer(reviewer, job, inventory)
+        if max_rss and _rss_bytes() > max_rss:
+            reply = Reply(reply.body, reply.decision, reply.codes, reply.error, recycle=True)
+        try:
+            conn.send(reply)
+        except (BrokenPipeError, OSError):
+            return
+        if reply.recycle:
+            return

@@ -1,0 +1,145 @@
+"""Named bounds on what a manifest author can make kv-planner read (docs/security.md, "Input caps").
+
+A manifest is untrusted input: its author can put 2,000 containers in a pod, a 200 KB GPU name in an
+annotation, nested ``$(VAR)`` references that expand to hundreds of megabytes, or a 100,000-level
+structure in front of the webhook. Every such dimension has a bound here, checked before any planning
+work starts (:func:`screen`), so the cost of one review is bounded by the bounds, not by the manifest.
+Going over a bound is the manifest's doing: the finding has a ``cannot-start`` severity, so Enforce denies
+and Audit warns, each with its own reason code.
+
+The walk is iterative (no recursion: depth is what it checks) and touches every node once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from planner.errors import InputCapError
+from planner.policy.codes import Code, Finding, finding
+
+_CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
+_OWN_PREFIX = "kv-planner.io/"
+_GPU_ANNOTATION = "kv-planner.io/gpu"  # matched against GPU names: bounded like a selector value
+# Values kv-planner matches against GPU names (node selectors, node affinity, GPU annotations): a
+# Kubernetes label value is at most 63 characters, so 256 leaves room for any real spelling.
+_SELECTOR_KEYS = ("nodeSelector", "affinity")
+
+
+class InputCaps(BaseModel):
+    """The bounds (policy ``limits``; trusted admins may change them, manifest authors cannot)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+    max_containers: int = Field(default=64, ge=1, le=10_000, description="containers of all kinds per pod template")
+    max_args: int = Field(default=1024, ge=1, le=100_000, description="command + args words (and env entries)")
+    max_value_chars: int = Field(default=65_536, ge=64, le=10_000_000, description="one argument / env value")
+    max_selector_chars: int = Field(default=256, ge=63, le=65_536, description="node selector / affinity values")
+    max_annotation_chars: int = Field(default=16_384, ge=64, le=1_000_000, description="kv-planner.io/* values")
+    max_expansion_chars: int = Field(default=262_144, ge=1024, le=100_000_000, description="$(VAR) output")
+    max_model_name_chars: int = Field(default=256, ge=16, le=4096, description="--model / positional model")
+    max_depth: int = Field(default=64, ge=8, le=1000, description="nesting of the object")
+
+
+DEFAULT_CAPS = InputCaps()
+
+
+def cap_error(code: Code, limit: int, text: str) -> InputCapError:
+    return InputCapError(text, code=code.value, limit=limit)
+
+
+def cap_finding(error: InputCapError, container: str | None = None) -> Finding:
+    return finding(Code(error.code), container, error.message)
+
+
+def screen(obj: Any, caps: InputCaps = DEFAULT_CAPS) -> list[Finding]:
+    """The bounds ``obj`` exceeds (empty when it is within all of them). Linear in the object's size."""
+    stack: list[tuple[Any, int, str | None]] = [(obj, 1, None)]
+    found: dict[str, Finding] = {}
+
+    def note(code: Code, limit: int, text: str) -> None:
+        found.setdefault(code.value, finding(code, None, f"{text} (limit {limit}): not planned"))
+
+    while stack:
+        value, depth, key = stack.pop()
+        if depth > caps.max_depth:
+            note(Code.TOO_DEEP, caps.max_depth, f"object nested deeper than {caps.max_depth} levels")
+            continue
+        if isinstance(value, Mapping):
+            _check_mapping(value, caps, note)
+            stack.extend((child, depth + 1, str(k)) for k, child in value.items())
+        elif isinstance(value, list):
+            stack.extend((child, depth + 1, key) for child in value)
+    return list(found.values())
+
+
+def _check_mapping(value: Mapping[Any, Any], caps: InputCaps, note: Any) -> None:
+    containers = [c for name in _CONTAINER_LISTS for c in _as_list(value.get(name))]
+    if len(containers) > caps.max_containers:
+        note(Code.TOO_MANY_CONTAINERS, caps.max_containers, f"{len(containers)} containers in one pod")
+    for container in containers:
+        if isinstance(container, Mapping):
+            _check_container(container, caps, note)
+    annotations = value.get("annotations")
+    if isinstance(annotations, Mapping):
+        for name, text in annotations.items():
+            if not (str(name).startswith(_OWN_PREFIX) and isinstance(text, str)):
+                continue
+            limit = caps.max_selector_chars if name == _GPU_ANNOTATION else caps.max_annotation_chars
+            if len(text) > limit:
+                note(Code.ANNOTATION_TOO_LONG, limit, f"annotation {name} has {len(text)} chars")
+    for key in _SELECTOR_KEYS:
+        selector = value.get(key)
+        if selector is not None:
+            longest = _longest_string(selector, caps.max_depth)
+            if longest > caps.max_selector_chars:
+                note(Code.VALUE_TOO_LONG, caps.max_selector_chars, f"a {key} value has {longest} chars")
+
+
+def _check_container(container: Mapping[str, Any], caps: InputCaps, note: Any) -> None:
+    words = _as_list(container.get("command")) + _as_list(container.get("args"))
+    env = _as_list(container.get("env"))
+    if len(words) > caps.max_args or len(env) > caps.max_args:
+        count = max(len(words), len(env))
+        note(Code.TOO_MANY_ARGS, caps.max_args, f"a container has {count} arguments or env entries")
+    values = [w for w in words if isinstance(w, str)]
+    values += [str(e["value"]) for e in env if isinstance(e, Mapping) and isinstance(e.get("value"), str)]
+    image = container.get("image")
+    if isinstance(image, str):
+        values.append(image)
+    longest = max((len(v) for v in values), default=0)
+    if longest > caps.max_value_chars:
+        note(Code.VALUE_TOO_LONG, caps.max_value_chars, f"a container argument or env value has {longest} chars")
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _longest_string(value: Any, max_depth: int) -> int:
+    longest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > max_depth:
+            continue
+        if isinstance(item, str):
+            longest = max(longest, len(item))
+        elif isinstance(item, Mapping):
+            for k, v in item.items():
+                longest = max(longest, len(str(k)))
+                stack.append((v, depth + 1))
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return longest
+
+
+def check_model_name(name: str, caps: InputCaps = DEFAULT_CAPS) -> None:
+    """Raise :class:`InputCapError` (KVP075) for a model name longer than any Hub id or sane path."""
+    if len(name) > caps.max_model_name_chars:
+        raise cap_error(
+            Code.MODEL_NAME_TOO_LONG, caps.max_model_name_chars, f"model name of {len(name)} chars: not planned"
+        )

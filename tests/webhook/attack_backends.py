@@ -1,0 +1,21 @@
+"""Planning backends for the attack tests, importable by the webhook's worker processes."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from planner.policy.planning import CoreBackend
+
+ATTACKER_MODEL = "attacker/endless"
+
+
+class EndlessForAttacker(CoreBackend):
+    """The real backend, except that planning the attacker's model never ends: it stands for any review
+    that overruns its budget (a pathological manifest, a planner bug), without depending on a particular
+    slow path that a later fix would remove."""
+
+    def resolve_model(self, name: str, **kwargs: Any) -> Any:
+        if name == ATTACKER_MODEL:
+            time.sleep(3600)
+        return super().resolve_model(name, **kwargs)
