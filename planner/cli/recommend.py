@@ -16,6 +16,7 @@ from planner.cli._lookup import gpu_for, model_for
 from planner.cli._output import console, err_console, print_json, print_yaml
 from planner.cli._plan_table import render_fleet, render_plan
 from planner.errors import CapacityError, PlannerInputError, WorkloadProfileError
+from planner.findings import Code, Finding
 from planner.gpus.catalog import all_gpus
 from planner.gpus.share import GpuShare
 from planner.gpus.spec import GpuSpec
@@ -271,7 +272,7 @@ def recommend(
         plan = _inverse(loaded.spec, gpu_spec, args, share, plan, target_seqs, profile, target_risk, options)
     elif target_risk is not None:
         raise PlannerInputError("--target-risk needs --target-seqs (and --workload)")
-    plan.warnings[:0] = loaded.warnings
+    plan.findings[:0] = [Finding.of(Code.MODEL_RESOLUTION_NOTE, note) for note in loaded.warnings]
     _warn_suspicious_values(plan, args, headroom_flag)
     if emit is not None:
         _emit_thresholds(
@@ -312,7 +313,7 @@ def _draft(
     except KvPlannerError as error:
         if settings.method == "draft_model":
             raise
-        warnings.append(f"KVP201 drafter {settings.model} not read ({error.message.splitlines()[0]})")
+        warnings.append(f"drafter {settings.model} not read ({error.message.splitlines()[0]}): sized from the target")
         return None
 
 
@@ -355,9 +356,12 @@ def _inverse(
         result.recommendation.max_num_seqs = target_seqs
         result.recommendation.basis = f"target: {target_seqs} sequences ({advice.basis})"
     if share is not None and share.budget_bytes is not None and advice.pod_bytes > share.budget_bytes:
-        result.warnings.append(
-            f"KVP208 {target_seqs} sequences need {advice.pod_bytes / (1 << 30):.1f} GiB per GPU, more than this "
-            f"pod's share ({share.budget_bytes / (1 << 30):.1f} GiB)"
+        result.findings.append(
+            Finding.of(
+                Code.TARGET_SEQS_DO_NOT_FIT,
+                f"{target_seqs} sequences need {advice.pod_bytes / (1 << 30):.1f} GiB per GPU, more than this "
+                f"pod's share ({share.budget_bytes / (1 << 30):.1f} GiB)",
+            )
         )
     return result
 

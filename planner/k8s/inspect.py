@@ -109,7 +109,7 @@ def inspect_workload(
     notes: list[PlatformNote] = []
     if problem:
         notes.append(PlatformNote(reason="bad-version-annotation", text=problem))
-    read = read_platform(obj, runtimes=runtimes)
+    read = read_platform(obj, runtimes=runtimes, configmaps=configmaps)
     if read is not None:
         platform: str | None = read.platform
         views = list(read.views)
@@ -151,6 +151,8 @@ def inspect_workload(
         peer = get_path(obj, ref.peer_spec_path) if ref.peer_spec_path else None
         findings = []
         for found in containers:
+            if found.style == "image" and not view.image_entrypoint:
+                continue  # the platform runs its own command there, not the image's vLLM entrypoint
             raw = pod_spec["containers"][found.index]
             accelerator = _non_gpu(raw)
             if accelerator:
@@ -213,7 +215,16 @@ def inspect_workload(
 
 # API groups of Kubernetes' own kinds (never "an LLM server we cannot read").
 _BUILTIN_GROUPS = ("", "apps", "batch", "autoscaling", "policy", "networking.k8s.io", "rbac.authorization.k8s.io")
-_NON_GPU_IMAGES = ("vllm/vllm-tpu", "vllm-neuron", "vllm-gaudi", "vllm-hpu")
+# vLLM builds for TPU, Neuron, Gaudi, Ascend NPUs and CPUs (vllm/vllm-openai-cpu, vllm-cpu-release-repo).
+_NON_GPU_IMAGES = (
+    "vllm/vllm-tpu",
+    "vllm-neuron",
+    "vllm-gaudi",
+    "vllm-hpu",
+    "vllm-ascend",
+    "vllm-openai-cpu",
+    "vllm-cpu",
+)
 
 
 def _non_gpu(container: Mapping[str, Any]) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from planner.findings import Code, Finding
 from planner.kv.dtypes import KvDtype
 from planner.kv.grouping import Grouping, group_layers
 from planner.kv.specs import LayerCache, RankLayout
@@ -40,21 +41,29 @@ def engine_drafter(
 
 def with_drafter_layers(
     rank: RankLayout, grouping: Grouping, drafter: DrafterCost | None, release: Release
-) -> tuple[RankLayout, Grouping, int, list[str]]:
+) -> tuple[RankLayout, Grouping, int, list[Finding]]:
     """(rank, grouping, layers appended, notes) with the drafter's KV layers in the layout."""
     if drafter is None or drafter.kv_bytes_per_token <= 0:
         return rank, grouping, 0, []
     target_page = rank.attention_page_per_token
     if target_page <= 0:
-        return rank, grouping, 0, ["KVP209 the drafter's KV layers are not placed: the target has no attention"]
-    notes: list[str] = []
+        return (
+            rank,
+            grouping,
+            0,
+            [Finding.of(Code.DRAFTER_LAYOUT, "the drafter's KV layers are not placed: no attention")],
+        )
+    notes: list[Finding] = []
     if drafter.kv_bytes_per_token == target_page * drafter.kv_layers:
         count = drafter.kv_layers
     else:
         count = cdiv(drafter.kv_bytes_per_token, target_page)
         if drafter.kv_bytes_per_token % target_page:
             notes.append(
-                f"KVP209 draft KV pages ({drafter.kv_bytes_per_token} B/token) rounded up to {count} target layers"
+                Finding.of(
+                    Code.DRAFTER_LAYOUT,
+                    f"draft KV pages ({drafter.kv_bytes_per_token} B/token) rounded up to {count} target layers",
+                )
             )
     spec = LayerCache("full", target_page * rank.block_size, rank.block_size)
     extra: list[LayerCache | None] = [spec] * count

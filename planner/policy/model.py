@@ -23,7 +23,6 @@ workload's own ``kv-planner.io/workload`` annotation overrides both for that wor
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -247,8 +246,3 @@ def load_policy(path: str | Path) -> Policy:
     except OSError as error:
         raise PolicyError(f"{file}: cannot read the policy file: {error.strerror or error}") from None
     return parse_policy_text(text, source=str(file))
-
-
-def policy_json(policy: Policy) -> str:
-    """Canonical JSON of a policy (camelCase), for logs and the webhook's /readyz detail."""
-    return json.dumps(policy.model_dump(mode="json", by_alias=True), sort_keys=True)
