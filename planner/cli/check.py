@@ -75,7 +75,7 @@ def _policy(path: Path | None) -> Any:
 
 def _print_table(report: CheckReport) -> None:
     table = Table(show_lines=False, header_style="bold")
-    for column in ("workload", "container", "model", "GPU", "decision", "codes"):
+    for column in ("workload", "container", "model", "GPU", "KV cache/GPU", "decision", "codes"):
         table.add_column(column, overflow="fold")  # wrap long names, never cut them
     for entry in report.workloads:
         gpu = entry.gpu
@@ -89,6 +89,7 @@ def _print_table(report: CheckReport) -> None:
             entry.container or "",
             entry.model or "",
             gpu_text,
+            entry.kv_cache.text if entry.kv_cache is not None else "",
             entry.decision,
             " ".join(entry.codes),
         )

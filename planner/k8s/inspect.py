@@ -107,7 +107,7 @@ def inspect_workload(
     notes: list[PlatformNote] = []
     if problem:
         notes.append(PlatformNote(reason="bad-version-annotation", text=problem))
-    read = read_platform(obj, runtimes=runtimes)
+    read = read_platform(obj, runtimes=runtimes, configmaps=configmaps)
     if read is not None:
         platform: str | None = read.platform
         views = list(read.views)

