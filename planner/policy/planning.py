@@ -78,8 +78,10 @@ class PlanningBackend(Protocol):
         vllm_version: str | None,
         headroom: float,
         workload: Any | None,
+        draft: ModelSpec | None = None,
     ) -> Plan:
-        """make_plan. Raises PlannerInputError subclasses for settings vLLM refuses."""
+        """make_plan (``draft``: the resolved drafter of --speculative-config). Raises PlannerInputError
+        subclasses for settings vLLM refuses."""
         ...
 
     def effective_args(
@@ -201,14 +203,17 @@ class CoreBackend:
         vllm_version: str | None,
         headroom: float,
         workload: Any | None,
+        draft: ModelSpec | None = None,
     ) -> Plan:
         key = self._key(model, gpu, args, vllm_version, headroom, workload)
+        if draft is not None:
+            key += "|draft|" + self._json_of(draft)
         with self._lock:
             hit = self._memo.get(key)
             if hit is not None:
                 self._memo.move_to_end(key)
                 return hit
-        plan = make_plan(model, gpu, args, vllm_version=vllm_version, headroom=headroom, workload=workload)
+        plan = make_plan(model, gpu, args, vllm_version=vllm_version, headroom=headroom, workload=workload, draft=draft)
         with self._lock:
             self._memo[key] = plan
             while len(self._memo) > self._memo_size:

@@ -97,6 +97,16 @@ def test_near_full_without_preemptions_also_lowers() -> None:
     assert (decisions[-1].action, decisions[-1].reason, decisions[-1].recommended) == ("lower", KV_CACHE_NEAR_FULL, 15)
 
 
+def test_a_cut_for_a_cache_kept_near_full_is_a_ceiling_too() -> None:
+    quick, state = SETTINGS.model_copy(update={"min_dwell_s": 0}), WorkloadState()
+    assert run([signals(configured=20, usage=0.97)] * 3, quick, state=state)[-1].recommended == 15
+    assert state.ceiling == 20
+    # Requests got a little shorter (97 blocks: capacity 20, within the noise band that keeps the
+    # ceiling): a raise from 16 stops below the value that filled the cache.
+    later = run([slack(configured=16, footprint_blocks=97.0)] * 3, quick, start=1000.0, state=state)
+    assert (later[-1].capacity, later[-1].recommended) == (20, 19)
+
+
 def test_unexplained_pressure_cuts_a_quarter() -> None:
     # Preemptions at 12, where the estimate says 15 fit: the estimate is wrong for this load.
     assert run([pressure(configured=12)] * 3)[-1].recommended == 9
