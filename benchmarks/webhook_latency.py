@@ -289,7 +289,9 @@ def _row(label: str, client_ms: list[float], server_ms: list[float], elapsed: fl
     }
 
 
-def start_server(tmp: Path, cpu: int | None) -> tuple[subprocess.Popen[bytes], int, Path]:
+def start_server(
+    tmp: Path, cpu: int | None, extra: list[str] | None = None
+) -> tuple[subprocess.Popen[bytes], int, Path]:
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1")
     cert.cert_chain_pems[0].write_to_path(str(tmp / "tls.crt"))
@@ -314,6 +316,7 @@ def start_server(tmp: Path, cpu: int | None) -> tuple[subprocess.Popen[bytes], i
         str(tmp / "tls.key"),
         "--log-level",
         "warning",
+        *(extra or []),
     ]
     if cpu is not None and shutil.which("taskset"):
         command = ["taskset", "-c", str(cpu), *command]

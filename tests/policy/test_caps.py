@@ -92,10 +92,12 @@ def test_model_names_are_never_read_from_the_local_file_system(
 
 def test_screen_names_each_cap() -> None:
     caps = InputCaps(max_containers=2, max_args=3, max_value_chars=64, max_depth=8)
+    deeper = {"a": {"b": {"c": {"d": {"e": {"f": {"g": {"h": {}}}}}}}}}
     obj = _deployment("Qwen/Qwen2.5-7B-Instruct", **{"kv-planner.io/gpu": "L4" * 200})
     spec = obj["spec"]["template"]["spec"]  # type: ignore[index]
     spec["containers"] *= 3
     spec["containers"][0] = {**spec["containers"][0], "args": ["x" * 100, "a", "b", "c"]}
+    obj["status"] = deeper
     codes = {f.code for f in screen(obj, caps)}
     assert codes == {"KVP070", "KVP071", "KVP072", "KVP073", "KVP076"}
     assert screen(_deployment("Qwen/Qwen2.5-7B-Instruct")) == []

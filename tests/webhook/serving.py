@@ -89,6 +89,8 @@ def start(
         "cluster": False,
         "log_level": "warning",
         "body_limit": 256 * 1024,
+        # Tests run on shared, loaded machines: only the tests about budgets use a short one (?timeout=).
+        "review_budget": 8.0,
     }
     settings = WebhookSettings(**{**values, **overrides})
     webhook = Webhook(settings, cache=StaticCache(), backend_factory=backend)
