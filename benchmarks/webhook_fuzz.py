@@ -320,11 +320,14 @@ async def fuzz(args: argparse.Namespace) -> dict[str, Any]:
     base = seeds()
     tally = Tally()
     health_ms: list[float] = []
+    victim_ms: list[float] = []
+    victim_wrong: list[str] = []
     rss: list[int] = []
     with tempfile.TemporaryDirectory() as directory:
         tmp = Path(directory)
         policy = tmp / "policy.yaml"
-        policy.write_text("validationAction: Enforce\nmutation: clamp\n")
+        # The victim's namespace fills but does not clamp: its review must come back denied (KVP002).
+        policy.write_text("validationAction: Enforce\nmutation: clamp\nnamespaces:\n  victim: {mutation: fill}\n")
         os.environ["HF_HUB_OFFLINE"] = "1"
         os.environ["HF_HOME"] = str(tmp / "hf")
         process, port, ca = start_server(tmp, args.cpu, extra=["--policy-file", str(policy)])
@@ -332,7 +335,7 @@ async def fuzz(args: argparse.Namespace) -> dict[str, Any]:
         # /healthz and RSS are sampled from another process, so this one's CPU (mutating and encoding
         # reviews) does not show up as the server's latency.
         stop = multiprocessing.Event()
-        results: multiprocessing.Queue[tuple[list[float], list[int]]] = multiprocessing.Queue()
+        results: multiprocessing.Queue[Any] = multiprocessing.Queue()
         monitor = multiprocessing.Process(target=watch, args=(port, str(ca), process.pid, stop, results))
         monitor.start()
 
@@ -373,7 +376,7 @@ async def fuzz(args: argparse.Namespace) -> dict[str, Any]:
         try:
             await asyncio.gather(*(worker() for _ in range(args.concurrency)))
             stop.set()
-            health_ms, rss = results.get(timeout=60)
+            health_ms, rss, victim_ms, victim_wrong = results.get(timeout=60)
             monitor.join(timeout=10)
         finally:
             process.terminate()
@@ -392,6 +395,11 @@ async def fuzz(args: argparse.Namespace) -> dict[str, Any]:
         "server_max_ms": max(tally.server_ms or [0.0]),
         "healthz_p99_ms": pct(health_ms, 0.99),
         "healthz_max_ms": max(health_ms or [0.0]),
+        "victims": len(victim_ms),
+        "victims_wrong": len(victim_wrong),
+        "victim_wrong_examples": victim_wrong[:3],
+        "victim_p99_ms": pct(victim_ms, 0.99),
+        "victim_max_ms": max(victim_ms or [0.0]),
         "rss_max_mib": max(rss or [0]) / 2**20,
         "rss_median_mib": (statistics.median(rss) if rss else 0) / 2**20,
         "cache_bytes": cache,
@@ -399,19 +407,38 @@ async def fuzz(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+VICTIM = ROOT / "tests" / "webhook" / "golden" / "deployment-context-too-long-enforce.in.json"
+
+
 def watch(port: int, ca: str, pid: int, stop: Any, results: Any) -> None:
-    """Every 50 ms: GET /healthz on its own connection (milliseconds) and the server tree's RSS."""
+    """Every 50 ms: GET /healthz on its own connection (milliseconds) and the server tree's RSS; every
+    0.5 s a victim review from another namespace that Enforce must deny (KVP002), timed and checked."""
     health_ms: list[float] = []
+    victim_ms: list[float] = []
+    victim_wrong: list[str] = []
     rss: list[int] = []
     context = ssl.create_default_context(cafile=ca)
+    victim = json.loads(VICTIM.read_text())["review"]
+    victim["request"]["namespace"] = victim["request"]["object"]["metadata"]["namespace"] = "victim"
     with httpx.Client(base_url=f"https://127.0.0.1:{port}", verify=context, timeout=30) as client:
+        ticks = 0
         while not stop.is_set():
             started = time.perf_counter()
             status = client.get("/healthz").status_code
             health_ms.append((time.perf_counter() - started) * 1000 if status == 200 else float("inf"))
             rss.append(tree_rss(pid))
+            ticks += 1
+            if ticks % 10 == 0:
+                victim["request"]["uid"] = f"victim-{ticks}"
+                started = time.perf_counter()
+                answer = client.post("/mutate?timeout=2s", json=victim)
+                victim_ms.append((time.perf_counter() - started) * 1000)
+                response = answer.json().get("response", {}) if answer.status_code == 200 else {}
+                message = str(response.get("status", {}).get("message", ""))
+                if response.get("allowed") is not False or not message.startswith("kv-planner: KVP002"):
+                    victim_wrong.append(f"{answer.status_code} {answer.text[:200]}")
             time.sleep(0.05)
-    results.put((health_ms, rss))
+    results.put((health_ms, rss, victim_ms, victim_wrong))
 
 
 def dump(args: argparse.Namespace, name: str, review: dict[str, Any]) -> None:
@@ -465,15 +492,16 @@ def main() -> None:
     if args.markdown:
         print(
             "| requests | 5xx | invalid | non-applying | non-idempotent | 4xx | server p50 / p99 / max (ms) "
-            "| client p50 / p99 (ms) | /healthz p99 / max (ms) | RSS max (MiB) |"
+            "| client p50 / p99 (ms) | /healthz p99 / max (ms) | victim reviews: wrong / max (ms) | RSS max (MiB) |"
         )
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         r = result
         print(
             f"| {r['requests']} | {r['5xx']} | {r['invalid']} | {r['non-applying']} | {r['non-idempotent']} | "
             f"{r['4xx']} | {r['server_p50_ms']:.1f} / {r['server_p99_ms']:.1f} / {r['server_max_ms']:.0f} | "
             f"{r['client_p50_ms']:.1f} / {r['client_p99_ms']:.1f} | {r['healthz_p99_ms']:.1f} / "
-            f"{r['healthz_max_ms']:.1f} | {r['rss_max_mib']:.0f} |"
+            f"{r['healthz_max_ms']:.1f} | {r['victims_wrong']} of {r['victims']} / {r['victim_max_ms']:.0f} | "
+            f"{r['rss_max_mib']:.0f} |"
         )
         print(f"\ndecisions: {json.dumps(r['decisions'], sort_keys=True)}; {r['seeds']} seeds; {r['seconds']:.0f} s")
         if r["examples"]:
