@@ -270,7 +270,15 @@ class Connection:
 
 class Tally:
     def __init__(self) -> None:
-        self.counts = {"requests": 0, "5xx": 0, "4xx": 0, "invalid": 0, "non-applying": 0, "non-idempotent": 0}
+        self.counts = {
+            "requests": 0,
+            "5xx": 0,
+            "4xx": 0,
+            "invalid": 0,
+            "non-applying": 0,
+            "non-idempotent": 0,
+            "closed": 0,  # the server closed the connection without an answer (twice in a row)
+        }
         self.decisions: dict[str, int] = {}
         self.client_ms: list[float] = []
         self.server_ms: list[float] = []
@@ -350,7 +358,12 @@ async def fuzz(args: argparse.Namespace) -> dict[str, Any]:
                 review["request"]["uid"] = uid
                 body = encode(review, rng)
                 started = time.perf_counter()
-                status, headers, content = await connection.request("POST", "/mutate?timeout=2s", body)
+                try:
+                    status, headers, content = await connection.request("POST", "/mutate?timeout=2s", body)
+                except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError) as error:
+                    tally.note("closed", f"{error!r} on a {len(body)}-byte review")
+                    dump(args, f"closed-{i}", review)
+                    continue
                 tally.client_ms.append((time.perf_counter() - started) * 1000)
                 tally.counts["requests"] += 1
                 if "server-timing" in headers:
@@ -360,9 +373,13 @@ async def fuzz(args: argparse.Namespace) -> dict[str, Any]:
                     again = copy.deepcopy(review)
                     again["request"]["object"] = jsonpatch.apply_patch(review["request"]["object"], patch)
                     again["request"]["uid"] = uid + "-again"
-                    status, headers, content = await connection.request(
-                        "POST", "/mutate?timeout=2s", encode(again, rng)
-                    )
+                    try:
+                        status, headers, content = await connection.request(
+                            "POST", "/mutate?timeout=2s", encode(again, rng)
+                        )
+                    except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError) as error:
+                        tally.note("closed", f"{error!r} on a patched review")
+                        continue
                     second = _check(tally, status, headers, content, again, uid + "-again")
                     if second:
                         tally.note("non-idempotent", json.dumps(second)[:300])
@@ -492,16 +509,17 @@ def main() -> None:
     if args.markdown:
         print(
             "| requests | 5xx | invalid | non-applying | non-idempotent | 4xx | server p50 / p99 / max (ms) "
-            "| client p50 / p99 (ms) | /healthz p99 / max (ms) | victim reviews: wrong / max (ms) | RSS max (MiB) |"
+            "| client p50 / p99 (ms) | /healthz p99 / max (ms) | victim reviews: wrong / max (ms) | RSS max (MiB) "
+            "| closed without answer |"
         )
-        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         r = result
         print(
             f"| {r['requests']} | {r['5xx']} | {r['invalid']} | {r['non-applying']} | {r['non-idempotent']} | "
             f"{r['4xx']} | {r['server_p50_ms']:.1f} / {r['server_p99_ms']:.1f} / {r['server_max_ms']:.0f} | "
             f"{r['client_p50_ms']:.1f} / {r['client_p99_ms']:.1f} | {r['healthz_p99_ms']:.1f} / "
             f"{r['healthz_max_ms']:.1f} | {r['victims_wrong']} of {r['victims']} / {r['victim_max_ms']:.0f} | "
-            f"{r['rss_max_mib']:.0f} |"
+            f"{r['rss_max_mib']:.0f} | {r['closed']} |"
         )
         print(f"\ndecisions: {json.dumps(r['decisions'], sort_keys=True)}; {r['seeds']} seeds; {r['seconds']:.0f} s")
         if r["examples"]:
