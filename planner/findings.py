@@ -129,6 +129,12 @@ class Code(str, Enum):
         "a shared GPU whose per-pod memory is unknown: nothing filled",
         "set the `kv-planner.io/gpu-memory` annotation",
     )
+    HOST_MEMORY_TIGHT = (
+        "KVP015",
+        _WARN,
+        "the container's memory limit leaves under 2 GiB beside the KV offload buffers",
+        "raise the container's memory limit",
+    )
     # Changes (mutation: fill / clamp).
     FILLED_MAX_MODEL_LEN = ("KVP020", _MUTATE, "added `--max-model-len`")
     FILLED_MAX_NUM_SEQS = ("KVP021", _MUTATE, "added `--max-num-seqs`")
@@ -329,9 +335,17 @@ class Code(str, Enum):
     CHUNKED_AS_FULL = ("KVP110", _INFO, "chunked local attention sized as full attention (hybrid manager off)")
     CONNECTOR_NO_HYBRID = ("KVP111", _INFO, "a KV connector turns the hybrid KV cache manager off")
     V0_ENGINE = ("KVP112", _INFO, "planned for vLLM's V0 engine")
-    SPECULATIVE_NOT_MODELLED = ("KVP201", _INFO, "speculative decoding: the draft model is not modelled")
+    SPECULATIVE_NOT_MODELLED = (
+        "KVP201",
+        _INFO,
+        "speculative decoding: the drafter's weights, KV layers and lookahead slots (planned, in numbers)",
+    )
     KV_TRANSFER_NOT_MODELLED = ("KVP202", _INFO, "KV transfer (disaggregated prefill/decode) is not modelled")
-    CPU_OFFLOAD_NOT_COUNTED = ("KVP203", _INFO, "KV offloading to CPU adds capacity kv-planner does not count")
+    CPU_OFFLOAD_NOT_COUNTED = (
+        "KVP203",
+        _INFO,
+        "KV offloading to CPU: the CPU tier's host memory and tokens (or why the flags do nothing)",
+    )
     PACKED_DTYPE_APPROXIMATED = ("KVP204", _INFO, "packed KV-cache dtype approximated by its nominal bits")
     SWAP_SPACE_V0_ONLY = ("KVP205", _INFO, "`--swap-space` only matters for the V0 engine")
     DATA_PARALLEL = ("KVP206", _INFO, "data parallel: each engine has the capacity shown")
@@ -341,6 +355,7 @@ class Code(str, Enum):
         _INFO,
         "`--target-seqs`: the sequences asked for need more than the GPU (or share) has",
     )
+    DRAFTER_LAYOUT = ("KVP209", _INFO, "the drafter's KV layers placed approximately (pages rounded, or no attention)")
 
 
 class Fix(BaseModel):

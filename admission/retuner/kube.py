@@ -35,6 +35,9 @@ COMPONENT = "kv-planner-retuner"
 APPLIED = "MaxNumSeqsApplied"
 APPLY_BLOCKED = "MaxNumSeqsApplyBlocked"
 SUPPORTED_KINDS = ("Deployment", "StatefulSet")
+# (connect, read) seconds for every API call: the kubernetes client waits forever by default, and a
+# hung API server must not stall the retuner's rounds.
+API_TIMEOUT_S = (5.0, 15.0)
 
 
 class WorkloadRef(BaseModel):
@@ -67,6 +70,7 @@ class KubeWriter:
         self.settings = settings
         self.clock = clock
         self._last_apply: dict[WorkloadRef, float] = {}
+        self._last_attempt: dict[WorkloadRef, float] = {}
         self._recent_applies: deque[float] = deque()
         self.instance = os.environ.get("HOSTNAME", "kv-planner")
 
@@ -109,7 +113,7 @@ class KubeWriter:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(ref.namespace, body)
+            self.core.create_namespaced_event(ref.namespace, body, _request_timeout=API_TIMEOUT_S)
         except Exception as error:  # events are best effort
             logger.warning("could not record event %s on %s/%s: %s", reason, ref.namespace, ref.name, error)
 
@@ -119,17 +123,21 @@ class KubeWriter:
             # was resolved, the API server refuses the patch (409) instead of patching the new one.
             body = {**body, "metadata": {**body.get("metadata", {}), "uid": ref.uid}}
         if ref.kind == "Deployment":
-            self.apps.patch_namespaced_deployment(ref.name, ref.namespace, body)
+            self.apps.patch_namespaced_deployment(ref.name, ref.namespace, body, _request_timeout=API_TIMEOUT_S)
         elif ref.kind == "StatefulSet":
-            self.apps.patch_namespaced_stateful_set(ref.name, ref.namespace, body)
+            self.apps.patch_namespaced_stateful_set(ref.name, ref.namespace, body, _request_timeout=API_TIMEOUT_S)
         else:
             raise ValueError(f"kv-planner does not patch {ref.kind} objects")
 
     def _read(self, ref: WorkloadRef) -> dict[str, Any]:
         if ref.kind == "Deployment":
-            return _to_dict(self.apps.read_namespaced_deployment(ref.name, ref.namespace))
+            return _to_dict(
+                self.apps.read_namespaced_deployment(ref.name, ref.namespace, _request_timeout=API_TIMEOUT_S)
+            )
         if ref.kind == "StatefulSet":
-            return _to_dict(self.apps.read_namespaced_stateful_set(ref.name, ref.namespace))
+            return _to_dict(
+                self.apps.read_namespaced_stateful_set(ref.name, ref.namespace, _request_timeout=API_TIMEOUT_S)
+            )
         raise ValueError(f"kv-planner does not patch {ref.kind} objects")
 
     def annotate(self, ref: WorkloadRef, value: int) -> None:
@@ -153,6 +161,14 @@ class KubeWriter:
             return f"{len(self._recent_applies)} rollouts in the last hour (limit {self.settings.apply_max_per_hour})"
         return None
 
+    def due(self, ref: WorkloadRef) -> bool:
+        """Whether a recommendation still waiting to be applied may be tried again now (silently:
+        a rate-limited or failed rollout is retried once per ``apply_min_interval_s``, not every round)."""
+        last = self._last_attempt.get(ref)
+        if last is not None and self.clock() - last < self.settings.apply_min_interval_s:
+            return False
+        return self._rate_limited(ref) is None
+
     def apply(self, ref: WorkloadRef, decision: Decision) -> ApplyResult:
         value = decision.recommended
         if value is None or decision.action == "hold":
@@ -169,6 +185,7 @@ class KubeWriter:
             return self._blocked(ref, f"{ref.kind} workloads are not patched; apply the recommendation by hand")
         # A rollback undoes our own probe (which was rate-limited): it must not wait an hour while the
         # probed value preempts.
+        self._last_attempt[ref] = self.clock()
         limited = None if decision.rollback else self._rate_limited(ref)
         if limited is not None:
             return self._blocked(ref, limited)

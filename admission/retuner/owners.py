@@ -14,7 +14,8 @@ object at a time, and every link must match by UID:
   before it treats a pod as its own.
 
 Anything else -- no controller, a name that does not exist, a UID that differs (the object was
-replaced, or the reference was forged), a kind kv-planner does not patch -- resolves to the pod itself,
+replaced, or the reference was forged), a kind kv-planner does not patch, a Deployment or StatefulSet
+that another controller manages (a LeaderWorkerSet's, KServe's) -- resolves to the pod itself,
 which is never written to. Only namespaces in ``--retune-namespaces`` are looked at (the RBAC Roles
 the chart renders cover exactly those). Results are cached for ``ttl_s`` (owners do not change during
 a pod's life; a recreated object with the same name gets a new UID and fails the match). API errors
@@ -33,6 +34,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from admission.kubeapi import to_dict
+from admission.retuner.kube import API_TIMEOUT_S
 
 logger = logging.getLogger("admission.retuner")
 
@@ -146,9 +148,9 @@ class OwnerResolver:
 
     # --- the chain -------------------------------------------------------------------------------
 
-    def _get(self, read: Callable[[str, str], Any], kind: str, name: str, namespace: str) -> dict[str, Any]:
+    def _get(self, read: Callable[..., Any], kind: str, name: str, namespace: str) -> dict[str, Any]:
         try:
-            return to_dict(read(name, namespace))
+            return to_dict(read(name, namespace, _request_timeout=API_TIMEOUT_S))
         except Exception as error:
             if _status(error) == 404:
                 raise _Unresolved("mismatch", f"{kind} {name} does not exist") from None
@@ -186,6 +188,11 @@ class OwnerResolver:
         if kind == "ReplicaSet":
             kind, owner = self._follow(owner, namespace, ("Deployment",))
         metadata = owner.get("metadata") or {}
+        manager = _controller(metadata)
+        if manager is not None:
+            # E.g. a LeaderWorkerSet's StatefulSets, KServe's Deployments: their controller rewrites
+            # them from its own spec, so a patch would be undone (and fought over). Not ours to patch.
+            raise _Unresolved("not_owned", f"{kind} {metadata.get('name')} is managed by {manager.get('kind')}")
         return Owner(
             namespace=namespace,
             kind=kind,

@@ -157,6 +157,7 @@ class Retuner:
             usage=max(usages) if usages else None,
             waiting=waiting,
             configured=min(configured) if configured else None,
+            mixed=len(set(configured)) > 1,
             usable_blocks=min(blocks) - 1 if blocks and min(blocks) > 1 else None,
             footprint_blocks=peak_blocks(means, size, max_model_len) if (means and size) else None,
             occupancy_blocks=max(occupancies) if occupancies else None,
@@ -250,19 +251,36 @@ class Retuner:
         if self.writer is None:
             return
         for key, decision in decisions.items():
-            if decision.action == "hold" or decision.recommended is None:
+            if decision.recommended is None:
                 continue
             ref = self.refs[key]
+            changed = decision.action != "hold"
+            # Apply mode: advice that differs from what runs (a rollout that was rate-limited or failed)
+            # is tried again when the writer says it is due, without a new event each round.
+            pending = (
+                not changed
+                and self.settings.mode == "apply"
+                and decision.current is not None
+                and decision.recommended != decision.current
+            )
+            if not (changed or pending):
+                continue
             if not ref.verified:
                 # Not resolved through the API (or outside --retune-namespaces): metrics only.
-                logger.info("%s/%s: %s (not written: %s)", key[0], key[1], decision.message, "owner not verified")
+                if changed:
+                    logger.info("%s/%s: %s (not written: owner not verified)", key[0], key[1], decision.message)
                 continue
-            if self.settings.events:
+            if changed and self.settings.events:
                 self.writer.event(ref, decision.reason, decision.message)
-            if self.settings.annotate and self.settings.mode != "apply":
+            if changed and self.settings.annotate and self.settings.mode != "apply":
                 self.writer.annotate(ref, decision.recommended)
-            if self.settings.mode == "apply":
-                result = self.writer.apply(ref, decision)
+            if self.settings.mode == "apply" and (changed or self.writer.due(ref)):
+                attempt = decision
+                if pending:
+                    assert decision.current is not None
+                    direction = "lower" if decision.recommended < decision.current else "raise"
+                    attempt = decision.model_copy(update={"action": direction})
+                result = self.writer.apply(ref, attempt)
                 with self._lock:
                     self.applies[(key[0], key[1], result.result)] += 1
 

@@ -150,7 +150,7 @@ checked where an InferenceService / LLMInferenceService uses them, so they are n
 - apiGroups: ["orchestration.aibrix.ai"]
   apiVersions: ["v1alpha1"]
   operations: ["CREATE", "UPDATE"]
-  resources: ["rayclusterfleets", "stormservices"]
+  resources: ["rayclusterfleets", "stormservices", "rolesets"]
   scope: Namespaced
 {{- end }}
 {{- if .dynamo.enabled }}

@@ -36,6 +36,7 @@ _RELEASE = r"(\d+\.\d+\.\d+)(?:\.\d+|\.post\d+)?"
 _OFFICIAL_REPOSITORIES = (
     "vllm/vllm-openai",
     "vllm/vllm-openai-rocm",
+    "vllm/vllm-openai-cpu",
     "q9t5s3a7/vllm-release-repo",
     "q9t5s3a7/vllm-cpu-release-repo",
 )
@@ -63,12 +64,17 @@ NGC_TRITON_VLLM: dict[str, str] = {
 
 def _mirrors_official(host: str, repository: str) -> bool:
     """The vLLM project's repository, on its registry or a mirror that keeps its path
-    (``harbor.corp/dockerhub/vllm/vllm-openai``, an ECR pull-through cache). A mirror that renames it
+    (``harbor.corp/dockerhub/vllm/vllm-openai``, ``mirror.example/vllm/vllm-openai``, an ECR pull-through
+    cache). A mirror that renames it
     (``registry.local/ml/vllm-openai``) is indistinguishable from a derivative such as
     ``lmcache/vllm-openai``: no evidence."""
     if host in ("docker.io", "public.ecr.aws"):
         return repository in _OFFICIAL_REPOSITORIES
-    return any(repository.endswith("/" + official) for official in _OFFICIAL_REPOSITORIES if "/" in official)
+    return any(
+        repository == official or repository.endswith("/" + official)
+        for official in _OFFICIAL_REPOSITORIES
+        if official.startswith("vllm/")
+    )
 
 
 class VersionEvidence(BaseModel):

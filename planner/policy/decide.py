@@ -57,6 +57,26 @@ class GpuEntry(BaseModel):
     source: str | None = None
 
 
+class KvCacheBand(BaseModel):
+    """``KV cache 54.99 GiB +0.20/-0.40`` as data (planner/plan/margin.py); limits are filled at ``low_bytes``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bytes: int
+    low_bytes: int
+    high_bytes: int
+    text: str
+
+    @classmethod
+    def of(cls, plan: Plan | None) -> KvCacheBand | None:
+        band = plan.margin if plan is not None else None
+        if band is None:
+            return None
+        return cls(
+            bytes=band.kv_cache_bytes, low_bytes=band.low_bytes, high_bytes=band.high_bytes, text=band.describe()
+        )
+
+
 class WorkloadEntry(BaseModel):
     """One entry of ``planner check --output json``: document -> pod template -> vLLM container."""
 
@@ -76,6 +96,9 @@ class WorkloadEntry(BaseModel):
     decision: Decision = "skip"
     codes: list[str] = Field(default_factory=list)
     messages: list[str] = Field(default_factory=list)
+    kv_cache: KvCacheBand | None = Field(
+        default=None, description="the planned KV memory per GPU and the band of the planner's measured error"
+    )
     patch: list[Operation] = Field(default_factory=list)
     findings: list[Finding] = Field(
         default_factory=list, description="codes, messages and structured fixes (fix.args) behind the decision"
@@ -448,6 +471,7 @@ def _entry(header: Mapping[str, Any], found: ContainerFinding, outcome: Containe
             source=gpu.source,
         ),
         plan=outcome.plan,
+        kv_cache=KvCacheBand.of(outcome.plan),
     )
 
 

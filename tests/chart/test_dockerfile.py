@@ -118,6 +118,7 @@ def command_listing(python: Path) -> subprocess.CompletedProcess[str]:
     return run_entrypoint(python, "--help")
 
 
+@pytest.mark.slow
 def test_entrypoint_runs_from_a_virtualenv(image_python: Path) -> None:
     proc = command_listing(image_python)
     assert proc.returncode == 0, proc.stdout + proc.stderr

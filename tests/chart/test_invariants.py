@@ -32,7 +32,7 @@ HANDLED = {
     ("serving.kserve.io", "v1alpha2"): {"llminferenceservices"},
     ("kubeai.org", "v1"): {"models"},
     ("ray.io", "v1"): {"rayclusters", "rayservices", "rayjobs"},
-    ("orchestration.aibrix.ai", "v1alpha1"): {"rayclusterfleets", "stormservices"},
+    ("orchestration.aibrix.ai", "v1alpha1"): {"rayclusterfleets", "stormservices", "rolesets"},
     ("nvidia.com", "v1alpha1"): {"dynamographdeployments"},
 }
 

@@ -34,6 +34,7 @@ ENTRY_KEYS = {
     "messages",
     "findings",
     "patch",
+    "kv_cache",  # the planned KV memory and the band of the planner's measured error (issue 12)
 }
 
 
@@ -98,6 +99,11 @@ def test_json_contract_and_exit_zero(tmp_path: Path) -> None:
         "source": "cloud-label",
     }
     assert deployment["decision"] in ("mutate", "warn", "allow")
+    band = deployment["kv_cache"]
+    assert band["low_bytes"] < band["bytes"] < band["high_bytes"] and band["text"].endswith(
+        f"-{(band['bytes'] - band['low_bytes']) / 2**30:.2f}"
+    )
+    assert data["workloads"][0]["kv_cache"] is None
     assert data["workloads"][0]["decision"] == "skip" and data["workloads"][0]["patch"] == []
 
 

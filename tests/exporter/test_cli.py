@@ -42,6 +42,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_exporter_process_reads_flags_from_the_environment() -> None:
     settings = SimulatorSettings(num_gpu_blocks=90, max_model_len=512, time_scale=0.0)
     with start_simulator(settings) as sim:

@@ -15,6 +15,8 @@ from planner.k8s.images import annotated_release, image_release
         ("vllm/vllm-openai:v0.9.0-cu126", "0.9.0", "official-image"),
         ("public.ecr.aws/q9t5s3a7/vllm-cpu-release-repo:v0.11.2", "0.11.2", "official-image"),
         ("harbor.corp.example/dockerhub/vllm/vllm-openai:v0.19.0", "0.19.0", "official-image"),
+        ("mirror.example.com/vllm/vllm-openai:0.11.0", "0.11.0", "official-image"),
+        ("vllm/vllm-openai-cpu:v0.19.0", "0.19.0", "official-image"),
         ("rocm/vllm:rocm6.3.1_vllm_0.8.5_20250521", "0.8.5", "derivative-image"),
         ("aibrix/vllm-openai:v0.7.3.self.post1", "0.7.3", "derivative-image"),
         (
@@ -50,6 +52,9 @@ def test_publisher_mappings(image: str, version: str, source: str) -> None:
         "vllm/vllm-openai@sha256:0123abcd",
         "vllm/vllm-tpu:23194d83e8f2a6783b0d8c275f5f8a22faab9aec",
         "myorg/vllm-server:1.2.3",
+        "vllm/vllm-omni:v0.20.0",  # vLLM-Omni's own version
+        "quay.io/ascend/vllm-ascend:v0.11.0rc1-a3",  # the vllm-ascend plugin's version
+        "aibrix/vllm-openai:v0.6.1-edb07092-20250118",  # a commit build: not the release itself
         "",
     ],
 )
@@ -63,3 +68,11 @@ def test_annotation_states_the_release() -> None:
     evidence, problem = annotated_release(None, {"kv-planner.io/vllm-version": "latest"})
     assert evidence is None and problem is not None and "not a vLLM release" in problem
     assert annotated_release({"other": "x"}) == (None, None)
+
+
+def test_stand_ins_are_not_vllm_images() -> None:
+    from planner.k8s.detect import is_vllm_image
+
+    assert is_vllm_image("vllm/vllm-openai:v0.19.0") and is_vllm_image("lmcache/vllm-openai:v0.3.7")
+    assert not is_vllm_image("aibrix/vllm-mock:nightly")
+    assert not is_vllm_image("aibrix/vllm-simulator-a40:nightly")

@@ -82,6 +82,17 @@ READS: list[tuple[Any, ...]] = [
         {"max_model_len": None},
     ),
     (
+        "kubeai-cluster-config.yaml",
+        "Model/llama-3.1-70b-gke-h100",
+        "model",
+        "meta-llama/Llama-3.1-70B-Instruct",
+        "0.11.2",
+        "H100-80GB",
+        2,
+        "cloud-label",
+        {"tensor_parallel_size": 2, "max_model_len": 32768},
+    ),
+    (
         "kserve-inferenceservices.yaml",
         "InferenceService/qwen-chat",
         "predictor",
@@ -420,3 +431,12 @@ def test_every_patched_object_validates_against_its_crd(name: str) -> None:
         jsonschema.validate(patched, validator)
         checked += 1
     assert checked or name in ("images.yaml", "dynamo.yaml", "kserve-llminferenceservices.yaml")
+
+
+def test_kubeai_without_the_cluster_config_knows_only_the_count() -> None:
+    """Without the ConfigMap the profile `gke-h100` is not one of KubeAI's defaults: 2 GPUs, type and
+    release unknown (what the webhook sees: it reads no ConfigMaps)."""
+    text = (FIXTURES / "kubeai-cluster-config.yaml").read_text().split("\n---\n", 1)[1]
+    alone = run_check(read_documents(text, "model"), policy=POLICY, backend=BACKEND).workloads[0]
+    assert (alone.gpu.name, alone.gpu.count, alone.vllm_version) == (None, 2, None)
+    assert "KVP042" in alone.codes

@@ -32,6 +32,8 @@ from planner.sim import SimulatorSettings, start_simulator
 from planner.sim.server import RunningSimulator
 from tests.retuner.fake_kube import FakeCluster, owner_ref
 
+pytestmark = pytest.mark.slow  # real servers and load: seconds per test
+
 BLOCKS, BLOCK_SIZE, PROMPT, OUTPUT = 65, 16, 128, 256
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from admission.observations.model import EngineObservation, Snapshot, TargetObservation
 from admission.observations.targets import Target
@@ -118,6 +119,19 @@ def test_a_replicaset_without_a_deployment_is_not_patched() -> None:
     cluster.objects[("ReplicaSet", "ml", rs)].metadata.owner_references = None
     cluster.pod("ml", "chat-p", owners=[owner_ref("ReplicaSet", rs, rs_uid)])
     assert resolver(cluster).resolve("ml", "chat-p").verdict == "not_owned"
+
+
+def test_workloads_another_controller_manages_are_not_ours_to_patch() -> None:
+    cluster = FakeCluster()
+    uid = cluster.stateful_set("ml", "lws")
+    cluster.objects[("StatefulSet", "ml", "lws")].metadata.owner_references = [
+        client.V1OwnerReference(
+            api_version="leaderworkerset.x-k8s.io/v1", kind="LeaderWorkerSet", name="lws", uid="l", controller=True
+        )
+    ]
+    cluster.pod("ml", "lws-0", owners=[owner_ref("StatefulSet", "lws", uid)])
+    owner = resolver(cluster).resolve("ml", "lws-0")
+    assert (owner.verdict, owner.kind) == ("not_owned", "Pod") and "LeaderWorkerSet" in owner.detail
 
 
 def test_a_deployment_replaced_under_the_same_name_fails_the_uid_match() -> None:
@@ -291,3 +305,41 @@ def test_the_exporter_wires_writes_only_with_a_namespace_list() -> None:
     assert parts.retuner.resolver.namespaces == {"ml"}
     quiet = build(ExporterConfig(targets=targets), core_api=cluster, apps_api=cluster)
     assert quiet.retuner is not None and quiet.retuner.writer is None and quiet.retuner.resolver is None
+
+
+def test_a_rate_limited_rollout_is_applied_once_due_without_an_event_every_round() -> None:
+    cluster, clock = FakeCluster(), Clock()
+    rs, rs_uid = cluster.deployment("ml", "chat")
+    for pod in ("chat-a", "chat-b"):
+        cluster.pod("ml", pod, owners=[owner_ref("ReplicaSet", rs, rs_uid)])
+    settings = RetunerSettings(
+        mode="apply", persist=1, min_dwell_s=0, namespaces=("ml",), apply_min_interval_s=600, events=True
+    )
+    retuner = Retuner(
+        settings,
+        writer=KubeWriter(cluster, cluster, settings, clock=clock),
+        resolver=OwnerResolver(cluster, cluster, settings.namespaces, clock=clock),
+    )
+
+    def round_(pod: str, configured: int, preemptions: float) -> None:
+        observation = _obs("ml", pod, "chat", preemptions)
+        observation = observation.model_copy(
+            update={"target": observation.target.model_copy(update={"max_num_seqs": configured})}
+        )
+        snapshot = Snapshot(targets=[observation])
+        retuner.publish(retuner.observe(snapshot, now=clock.now, owners=retuner.resolve_owners(snapshot)))
+        clock.now += 60
+
+    round_("chat-a", 64, 0)
+    round_("chat-a", 64, 10)  # lower 64 -> 32: applied
+    round_("chat-b", 32, 10)  # the rollout ran; still preempting: lower 32 -> 16, rate-limited
+    for _ in range(3):
+        round_("chat-b", 32, 20)  # pending, not due: nothing written
+    assert [p[3]["spec"]["template"]["spec"]["containers"][0]["args"][-1] for p in cluster.patches] == ["32"]
+    reasons = [e["reason"] for _, e in cluster.events]
+    assert reasons == ["PreemptionsPersist", "MaxNumSeqsApplied", "PreemptionsPersist", "MaxNumSeqsApplyBlocked"]
+    clock.now += 600
+    round_("chat-b", 32, 30)  # due: the standing advice is applied, once
+    round_("chat-b", 32, 30)
+    assert [p[3]["spec"]["template"]["spec"]["containers"][0]["args"][-1] for p in cluster.patches] == ["32", "16"]
+    assert [e["reason"] for _, e in cluster.events][4:] == ["MaxNumSeqsApplied"]

@@ -246,7 +246,7 @@ def test_signals_use_exact_mean_lengths_and_the_occupancy() -> None:
     assert signals.footprint_blocks == 128 and signals.requests == 80
     assert signals.usable_blocks == 2177  # the null block is not the requests'
     assert signals.occupancy_blocks == pytest.approx(0.9 * 2177 / 12)  # the fuller engine
-    # Without sums (the Prometheus API mode reads only buckets): each bucket's upper bound, on the safe side.
+    # Without sums (a page that lacks them): each bucket's upper bound, on the safe side.
     bare = _engine(prompt_tokens_sum=None, generation_tokens_sum=None)
     assert retuner._signals([_target_obs("b", bare)]).footprint_blocks == math.ceil(3999 / 16)
 
@@ -278,3 +278,9 @@ def test_unverified_workloads_are_advised_but_never_written() -> None:
     decisions = retuner.observe(Snapshot(targets=[obs("a", 5)]), now=60)  # no owners: not resolved
     retuner.publish(decisions)
     assert decisions[("ml", "chat")].recommended == 32 and writer.calls == []
+
+
+def test_pods_on_different_configurations_mean_a_rollout_is_under_way() -> None:
+    retuner = Retuner(RetunerSettings(persist=1, min_dwell_s=0), advisor=lambda _: None)
+    decisions = retuner.observe(Snapshot(targets=[obs("a", 9, max_num_seqs=64), obs("b", 0, max_num_seqs=32)]), now=0)
+    assert decisions[("ml", "chat")].reason == "RolloutInProgress"

@@ -110,6 +110,11 @@ def mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def listed(value: Any) -> list[Any]:
+    """``value`` when it is a list, else an empty one."""
+    return value if isinstance(value, list) else []
+
+
 def strings(value: Any) -> list[str] | None:
     """A list of strings as Kubernetes would accept it (numbers and booleans as YAML scalars), else None."""
     if not isinstance(value, list):
@@ -138,7 +143,13 @@ def model_from_uri(uri: Any) -> str | None:
 
 
 # Accelerators vLLM can run on that the planner does not model (its catalog and memory model are GPUs').
-NON_GPU_RESOURCES = ("google.com/tpu", "aws.amazon.com/neuron", "aws.amazon.com/neuroncore", "habana.ai/gaudi")
+NON_GPU_RESOURCES = (
+    "google.com/tpu",
+    "aws.amazon.com/neuron",
+    "aws.amazon.com/neuroncore",
+    "habana.ai/gaudi",
+    "huawei.com/ascend",
+)
 
 
 def non_gpu_accelerator(resources: Any) -> str | None:
