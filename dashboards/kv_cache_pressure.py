@@ -245,6 +245,81 @@ def latency_row() -> list[timeseries.Panel]:
     return [ttft, itl]
 
 
+def requests_row(p: Params) -> list[timeseries.Panel]:
+    finished = ts_panel(
+        "Finished requests by reason",
+        "Requests finished per second by vLLM's finish reason (vllm:request_success_total, recording "
+        f"rule {n.REC_FINISHED}): stop (end of answer), length (max_tokens or --max-model-len reached), "
+        "abort (vLLM aborted it), error, repetition.",
+        "reqps",
+        [
+            Query(
+                f"sum by (namespace, pod, finished_reason) ({n.REC_FINISHED}{{{S}}})",
+                "{{finished_reason}} {{pod}}",
+            )
+        ],
+        w=8,
+    ).min(0)
+    length = (
+        ts_panel(
+            "Stopped by length",
+            "Share of finished requests that stopped at a length limit (finish_reason=length, recording "
+            f"rule {n.REC_LENGTH_STOPPED}): their max_tokens, or --max-model-len when prompt plus output "
+            "reached it, which truncates the answer. KVPlannerRequestsStoppedByLength (info) fires above "
+            f"{_pct(p.length_stop_ratio)} for {p.length_stop_for}.",
+            "percentunit",
+            [Query(f"max by (namespace, pod) ({n.REC_LENGTH_STOPPED}{{{S}}})", "{{namespace}}/{{pod}}")],
+            w=8,
+        )
+        .min(0)
+        .max(1)
+    )
+    throughput = ts_panel(
+        "Token throughput",
+        "Prompt tokens processed and tokens generated per second (vllm:prompt_tokens_total, "
+        "vllm:generation_tokens_total). Prompt tokens include recomputation after preemptions.",
+        "short",
+        [
+            Query(
+                f"sum by (namespace, pod) (rate({n.VLLM_PROMPT_TOKENS_TOTAL}{{{S}}}[$__rate_interval]))",
+                "prompt {{pod}}",
+            ),
+            Query(
+                f"sum by (namespace, pod) (rate({n.VLLM_GENERATION_TOKENS_TOTAL}{{{S}}}[$__rate_interval]))",
+                "generated {{pod}}",
+            ),
+        ],
+        w=8,
+    ).min(0)
+    queue = ts_panel(
+        "Queue time and end-to-end latency",
+        "Time finished requests spent waiting in vLLM's queue (vllm:request_queue_time_seconds) and "
+        "from arrival to the last token (vllm:e2e_request_latency_seconds), 50th/90th/99th percentile "
+        "per model. Queue time that grows with KV usage means requests wait for KV blocks.",
+        "s",
+        [
+            *_quantiles(f"rate({n.VLLM_QUEUE_TIME}_bucket{{{S}}}[$__rate_interval])", "queue "),
+            *_quantiles(f"rate({n.VLLM_E2E_LATENCY}_bucket{{{S}}}[$__rate_interval])", "e2e "),
+        ],
+        w=12,
+    ).min(0)
+    waiting = ts_panel(
+        "Waiting for capacity vs deferred",
+        "Waiting requests by reason (vllm:num_requests_waiting_by_reason, vLLM 0.20.2 and later): "
+        "capacity = no room in the KV cache or the batch; deferred = held back for another reason "
+        "(e.g. waiting for remote KV). Only capacity waits are fixed by more KV blocks or replicas.",
+        "short",
+        [
+            Query(
+                f"sum by (namespace, pod, reason) ({n.VLLM_WAITING_BY_REASON}{{{S}}})",
+                "{{reason}} {{pod}}",
+            )
+        ],
+        w=12,
+    ).min(0)
+    return [finished, length, throughput, queue, waiting]
+
+
 def build(p: Params) -> dm.Dashboard:
     d = base_dashboard(
         "kv-planner / KV cache pressure",
@@ -263,6 +338,7 @@ def build(p: Params) -> dm.Dashboard:
         ("Plan vs actual", [*plan_row(p)]),
         ("Request lengths", [*lengths_row()]),
         ("Latency", [*latency_row()]),
+        ("Requests", [*requests_row(p)]),
     ]
     for title, panels in rows:
         d = d.with_row(db.Row(title))

@@ -43,6 +43,11 @@ class Params(BaseModel):
     queue_kv_ratio: Ratio = 0.9
     queue_for: Duration = "5m"
 
+    # KVPlannerRequestsStoppedByLength: share of finished requests with finish_reason=length above
+    # this, for this long (info: it may be the clients' max_tokens, or a --max-model-len too short).
+    length_stop_ratio: Ratio = 0.5
+    length_stop_for: Duration = "30m"
+
     # KVPlannerKVBlocksDeviateFromPlan: |actual / planned - 1| above this (vLLM's block count is fixed
     # at startup, so a deviation is a planning error, not load).
     plan_deviation: float = Field(default=0.1, gt=0.0, lt=1.0)

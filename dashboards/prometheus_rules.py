@@ -71,6 +71,25 @@ def recording_rules() -> list[dict[str, Any]]:
             ),
         },
         {
+            # Finished requests per second by vLLM's finish reason (stop, length, abort, error,
+            # repetition); the exporter's copy only for pods Prometheus does not scrape directly.
+            "record": n.REC_FINISHED,
+            "expr": (
+                f"sum by ({_BY_POD_MODEL}, finished_reason) (rate({n.VLLM_REQUEST_SUCCESS}[5m]))\n"
+                f"or on ({n.POD_LABELS}) sum by ({_BY_POD_MODEL}, finished_reason) (rate({n.EXP_FINISHED}[5m]))"
+            ),
+        },
+        {
+            # Share of finished requests that stopped at a length limit (max_tokens or --max-model-len).
+            "record": n.REC_LENGTH_STOPPED,
+            # A pod whose requests all stopped otherwise has no "length" series: 0, not "no data".
+            "expr": (
+                f'(sum by ({_BY_POD_MODEL}) ({n.REC_FINISHED}{{finished_reason="length"}})\n'
+                f"  or 0 * sum by ({_BY_POD_MODEL}) ({n.REC_FINISHED}))\n"
+                f"/ sum by ({_BY_POD_MODEL}) ({n.REC_FINISHED})"
+            ),
+        },
+        {
             # Bucket boundaries may differ between the two names (V0 vs V1), so the old histogram is
             # used only for pods that do not emit the new one at all, never mixed bucket by bucket.
             "record": n.REC_ITL_BUCKETS,
@@ -89,6 +108,7 @@ def vllm_alerts(p: Params) -> list[dict[str, Any]]:
     usage = f"max by ({_BY_POD_MODEL}) ({n.REC_KV_USAGE})"
     preemptions = f"sum by ({_BY_POD_MODEL}) ({n.REC_PREEMPTIONS})"
     usage_by_pod = f"max by ({n.POD_LABELS}) ({n.REC_KV_USAGE})"
+    stopped = f"max by ({_BY_POD_MODEL}) ({n.REC_LENGTH_STOPPED})"
     return [
         {
             "alert": "KVPlannerKVCacheNearFull",
@@ -166,6 +186,33 @@ def vllm_alerts(p: Params) -> list[dict[str, Any]]:
                     "3. If KVPlannerPreemptionsSustained fires too, lower --max-num-seqs first.\n"
                     "4. If long prompts fill the cache, set --max-model-len to the observed p99 prompt "
                     "plus generation length."
+                ),
+            },
+        },
+        {
+            "alert": "KVPlannerRequestsStoppedByLength",
+            SIGNALS: [stopped],
+            "expr": f"{stopped} > {p.length_stop_ratio:g}",
+            "for": p.length_stop_for,
+            "labels": {"severity": "info"},
+            "annotations": {
+                "summary": (
+                    f"{{{{ $value | humanizePercentage }}}} of the requests of {where} stop at a length limit."
+                ),
+                "description": (
+                    f"For {p.length_stop_for} more than {_pct(p.length_stop_ratio)} of the requests "
+                    f"finished by vLLM pod {where} ended with finish_reason=length: they hit their "
+                    "max_tokens or the context limit (--max-model-len). Answers cut at the context "
+                    "limit are truncated for the user."
+                ),
+                "runbook": (
+                    "1. Compare the generation length quantiles on the 'kv-planner / KV cache pressure' "
+                    "dashboard with the max_tokens clients send (vllm:request_params_max_tokens).\n"
+                    "2. If requests stop at prompt + generation = --max-model-len, the context is too "
+                    "short for this traffic: raise --max-model-len (check that it fits with `planner "
+                    "recommend --max-model-len N`), or lower --max-num-seqs to make room.\n"
+                    "3. If they stop at the clients' max_tokens, that is the clients' choice; raise this "
+                    "alert's threshold (length_stop_ratio) for this workload."
                 ),
             },
         },
@@ -249,9 +296,14 @@ def exporter_alerts(p: Params) -> list[dict[str, Any]]:
                 ),
                 "runbook": (
                     "1. Check that the pod is Ready and serves /metrics on its port.\n"
-                    "2. Read the exporter's log for the reason it gives for this target.\n"
-                    "3. If kv_planner_scrape_duration_seconds is close to the scrape timeout, the pod "
-                    "answers too slowly: look at its CPU throttling."
+                    "2. Read the exporter's log: when the target went down it wrote one line "
+                    "'target <namespace>/<pod> (<url>) is down: reason=<reason>: <detail>' "
+                    "(kv_planner_scrape_errors_total{reason} counts the same reasons).\n"
+                    "3. reason=timeout: if kv_planner_scrape_duration_seconds was close to the timeout, "
+                    "the pod answers too slowly (CPU throttling); reason=too_large, too_many_series or "
+                    "label_too_long: the page exceeds the exporter's bounds (docs/security.md); "
+                    "reason=parse: the page is broken (e.g. two # TYPE lines), check with promtool "
+                    "check metrics."
                 ),
             },
         },

@@ -24,6 +24,8 @@ builtin that says what kind of fault it is, so callers can catch either::
     │   ├── RepoNotAllowedError (PermissionError) the policy's allow-list does not name the repo
     │   └── ResolutionTimeoutError (TimeoutError) the lookup budget ran out
     └── ScrapeError (OSError)                     a /metrics page could not be fetched or parsed
+        ├── ExpositionError                       the page is not valid Prometheus text (promtool would refuse it)
+        └── ExpositionLimitError                  the page exceeds a reader's bounds (samples, label length)
 
 Errors carry structured context (``field``, ``suggestions``, ``hint``) so the CLI and the webhook
 can render an actionable one-line message without parsing strings.
@@ -174,3 +176,15 @@ class ResolutionTimeoutError(ModelResolutionError, TimeoutError):
 
 class ScrapeError(KvPlannerError, OSError):
     """A vLLM /metrics page (or Prometheus query) could not be fetched or parsed."""
+
+
+class ExpositionError(ScrapeError):
+    """A /metrics page that is not a valid Prometheus text exposition where kv-planner reads it."""
+
+
+class ExpositionLimitError(ScrapeError):
+    """A /metrics page beyond a reader's bounds; ``reason`` names it (``too_many_samples``, ``label_too_long``)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason

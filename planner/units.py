@@ -9,7 +9,6 @@ value can be pasted between a manifest and the CLI.
 
 from __future__ import annotations
 
-import math
 import re
 
 from planner.errors import PlannerInputError
@@ -119,11 +118,6 @@ def gib(num_bytes: float) -> float:
     return num_bytes / GiB
 
 
-def format_gib(num_bytes: float, digits: int = 2) -> str:
-    """Format like vLLM's logs: ``58.11 GiB``."""
-    return f"{num_bytes / GiB:.{digits}f} GiB"
-
-
 def format_bytes(num_bytes: float) -> str:
     """Human-friendly binary size: ``128 KiB``, ``4 GiB``, ``1.5 MiB``."""
     value = float(num_bytes)
@@ -139,7 +133,3 @@ def format_bytes(num_bytes: float) -> str:
 def cdiv(a: int, b: int) -> int:
     """Ceiling division of non-negative integers, as vLLM's ``cdiv``."""
     return -(a // -b)
-
-
-def ceil_int(x: float) -> int:
-    return math.ceil(x)

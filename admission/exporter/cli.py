@@ -82,7 +82,22 @@ def exporter(
         float, typer.Option(envvar=_env("resync-seconds"), min=1.0, help="Seconds per pod watch before relisting.")
     ] = 60.0,
     scrape_timeout: Annotated[
-        float, typer.Option(envvar=_env("scrape-timeout"), min=0.01, rich_help_panel=_S, help="Per target, seconds.")
+        float,
+        typer.Option(
+            envvar=_env("scrape-timeout"),
+            min=0.01,
+            rich_help_panel=_S,
+            help="Seconds a target gets unless its recent reads show it needs more (hung targets get this).",
+        ),
+    ] = 1.0,
+    scrape_timeout_max: Annotated[
+        float,
+        typer.Option(
+            envvar=_env("scrape-timeout-max"),
+            min=0.01,
+            rich_help_panel=_S,
+            help="Most seconds any target gets (a normally slow pod: 4x its slowest recent read).",
+        ),
     ] = 5.0,
     scrape_timeout_offset: Annotated[
         float,
@@ -110,7 +125,7 @@ def exporter(
         typer.Option(
             envvar=_env("max-body-bytes"), min=1024, rich_help_panel=_S, help="Largest /metrics page accepted."
         ),
-    ] = 16 << 20,
+    ] = 4 << 20,
     retune: Annotated[
         RetuneMode,
         typer.Option(
@@ -177,6 +192,15 @@ def exporter(
     retune_apply_max_per_hour: Annotated[
         int, typer.Option(envvar=_env("retune-apply-max-per-hour"), min=1, rich_help_panel=_R)
     ] = 4,
+    retune_namespaces: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--retune-namespaces",
+            envvar=_env("retune-namespaces"),
+            rich_help_panel=_R,
+            help="The only namespaces written in (Events, annotation, apply); repeatable. None: metrics only.",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(envvar=_env("log-level"), help="debug, info, warning, error.")] = "info",
 ) -> None:
     """Expose kv_planner_* metrics for vLLM pods; optionally recommend or apply --max-num-seqs."""
@@ -196,8 +220,6 @@ def exporter(
         raise fail("--targets cannot be combined with --discover or --prometheus-url")
     if not (targets or discover or prometheus_url):
         raise fail("give --targets URL..., --discover or --prometheus-url URL")
-    if retune is RetuneMode.apply and not discover:
-        raise fail("--retune apply patches workloads through the Kubernetes API: add --discover")
     try:
         config = ExporterConfig(
             host=host,
@@ -212,6 +234,7 @@ def exporter(
             kubeconfig=kubeconfig,
             scrape=ScrapeSettings(
                 scrape_timeout_s=scrape_timeout,
+                scrape_timeout_max_s=scrape_timeout_max,
                 timeout_offset_s=scrape_timeout_offset,
                 max_targets=max_targets,
                 max_concurrency=max_concurrency,
@@ -234,6 +257,7 @@ def exporter(
                 events=retune_events,
                 apply_min_interval_s=retune_apply_min_interval,
                 apply_max_per_hour=retune_apply_max_per_hour,
+                namespaces=tuple(retune_namespaces or ()),
             ),
             log_level=log_level,
         )

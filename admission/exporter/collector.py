@@ -25,7 +25,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from admission.exporter.normalize import bucket_count
-from admission.exporter.quantiles import QUANTILES, histogram_quantile
+from admission.exporter.quantiles import QUANTILES, histogram_quantile, token_upper_bound
 from admission.exporter.state import ExporterState
 from admission.observations.model import EngineObservation, Snapshot, TargetObservation
 
@@ -109,6 +109,7 @@ def render(snapshot: Snapshot, state: ExporterState) -> list[Metric]:
     errors = CounterMetricFamily(
         "kv_planner_scrape_errors", "Failed reads of a target, by reason.", labels=[*POD, "reason"]
     )
+    signals = _Signals()
 
     for obs in snapshot.targets:
         pod = _pod(obs)
@@ -144,8 +145,9 @@ def render(snapshot: Snapshot, state: ExporterState) -> list[Metric]:
                 running.add_metric(labels, engine.running)
             if engine.waiting is not None:
                 waiting.add_metric(labels, engine.waiting)
-            _summary(prompt, labels, engine.prompt_tokens, engine.prompt_tokens_sum)
-            _summary(generation, labels, engine.generation_tokens, engine.generation_tokens_sum)
+            _summary(prompt, labels, engine.prompt_tokens, engine.prompt_tokens_sum, target.max_model_len)
+            _summary(generation, labels, engine.generation_tokens, engine.generation_tokens_sum, target.max_model_len)
+            signals.add(labels, engine)
     for (namespace, pod_name, workload), reasons in state.scrape_errors().items():
         for reason, count in sorted(reasons.items()):
             errors.add_metric([namespace, pod_name, workload, reason], float(count))
@@ -169,20 +171,130 @@ def render(snapshot: Snapshot, state: ExporterState) -> list[Metric]:
         length,
         prompt,
         generation,
+        *signals.families(),
     ]
     families.extend(_exporter_families(snapshot, state))
     return families
 
 
+class _Signals:
+    """What users look at next (issue 15): finish reasons, queue and end-to-end time, token throughput,
+    prefix-cache hits, waiting by reason, speculative decoding, KV offload traffic. vLLM's counters are
+    passed through per engine (rates and ratios are the rules' job); a family a page lacks is absent."""
+
+    def __init__(self) -> None:
+        self.finished = CounterMetricFamily(
+            "kv_planner_requests_finished",
+            "Finished requests by vLLM finish reason (vllm:request_success); length = hit max_tokens or "
+            "--max-model-len.",
+            labels=[*ENGINE, "finished_reason"],
+        )
+        self.queue = SummaryMetricFamily(
+            "kv_planner_request_queue_time_seconds",
+            "Time finished requests waited in vLLM's queue (vllm:request_queue_time_seconds _sum/_count).",
+            labels=ENGINE,
+        )
+        self.e2e = SummaryMetricFamily(
+            "kv_planner_e2e_request_latency_seconds",
+            "End-to-end latency of finished requests (vllm:e2e_request_latency_seconds _sum/_count).",
+            labels=ENGINE,
+        )
+        self.prompt = CounterMetricFamily(
+            "kv_planner_prompt_tokens", "Prompt tokens processed (vllm:prompt_tokens).", labels=ENGINE
+        )
+        self.generation = CounterMetricFamily(
+            "kv_planner_generation_tokens", "Tokens generated (vllm:generation_tokens).", labels=ENGINE
+        )
+        self.prefix_queries = CounterMetricFamily(
+            "kv_planner_prefix_cache_queries",
+            "Prompt tokens looked up in the prefix cache (vllm:prefix_cache_queries, gpu_ before 0.12).",
+            labels=ENGINE,
+        )
+        self.prefix_hits = CounterMetricFamily(
+            "kv_planner_prefix_cache_hits",
+            "Prompt tokens found in the prefix cache (vllm:prefix_cache_hits, gpu_ before 0.12).",
+            labels=ENGINE,
+        )
+        self.waiting = GaugeMetricFamily(
+            "kv_planner_requests_waiting_by_reason",
+            "Waiting requests: capacity (no KV room) or deferred (vllm:num_requests_waiting_by_reason).",
+            labels=[*ENGINE, "reason"],
+        )
+        self.drafts = CounterMetricFamily(
+            "kv_planner_spec_decode_drafts", "Speculative-decoding drafts (vllm:spec_decode_num_drafts).", labels=ENGINE
+        )
+        self.draft_tokens = CounterMetricFamily(
+            "kv_planner_spec_decode_draft_tokens",
+            "Draft tokens proposed (vllm:spec_decode_num_draft_tokens).",
+            labels=ENGINE,
+        )
+        self.accepted = CounterMetricFamily(
+            "kv_planner_spec_decode_accepted_tokens",
+            "Draft tokens accepted (vllm:spec_decode_num_accepted_tokens).",
+            labels=ENGINE,
+        )
+        self.offload = CounterMetricFamily(
+            "kv_planner_kv_offload_bytes",
+            "KV bytes moved by the offloading connector: store = GPU to offload medium, load = back.",
+            labels=[*ENGINE, "direction"],
+        )
+
+    def add(self, labels: list[str], engine: EngineObservation) -> None:
+        for reason, count in sorted((engine.finished or {}).items()):
+            self.finished.add_metric([*labels, reason], count)
+        for family, total, finished in (
+            (self.queue, engine.queue_time_sum_s, engine.queue_time_count),
+            (self.e2e, engine.e2e_latency_sum_s, engine.e2e_latency_count),
+        ):
+            if finished is not None:
+                family.add_metric(labels, count_value=int(finished), sum_value=total or 0.0)
+        for counter, value in (
+            (self.prompt, engine.prompt_tokens_processed),
+            (self.generation, engine.generation_tokens_processed),
+            (self.prefix_queries, engine.prefix_cache_queries),
+            (self.prefix_hits, engine.prefix_cache_hits),
+            (self.drafts, engine.spec_decode_drafts),
+            (self.draft_tokens, engine.spec_decode_draft_tokens),
+            (self.accepted, engine.spec_decode_accepted_tokens),
+        ):
+            if value is not None:
+                counter.add_metric(labels, value)
+        for reason, waiting in sorted((engine.waiting_by_reason or {}).items()):
+            self.waiting.add_metric([*labels, reason], waiting)
+        for direction, moved in sorted((engine.kv_offload_bytes or {}).items()):
+            self.offload.add_metric([*labels, direction], moved)
+
+    def families(self) -> list[Metric]:
+        return [
+            self.finished,
+            self.queue,
+            self.e2e,
+            self.prompt,
+            self.generation,
+            self.prefix_queries,
+            self.prefix_hits,
+            self.waiting,
+            self.drafts,
+            self.draft_tokens,
+            self.accepted,
+            self.offload,
+        ]
+
+
 def _summary(
-    family: SummaryMetricFamily, labels: list[str], buckets: list[tuple[float, float]] | None, total: float | None
+    family: SummaryMetricFamily,
+    labels: list[str],
+    buckets: list[tuple[float, float]] | None,
+    total: float | None,
+    max_model_len: int | None,
 ) -> None:
     if buckets is None:
         return
     count = bucket_count(buckets)
     family.add_metric(labels, count_value=int(count), sum_value=total or 0.0)
+    upper = token_upper_bound(buckets, max_model_len)
     for q in QUANTILES:
-        value = histogram_quantile(q, buckets)
+        value = histogram_quantile(q, buckets, upper)
         if value is not None:
             family.add_sample(family.name, dict(zip([*ENGINE, "quantile"], [*labels, str(q)], strict=True)), value)
 

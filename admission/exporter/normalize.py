@@ -1,16 +1,18 @@
 """A vLLM ``/metrics`` page -> per-engine observations, the same whatever the release.
 
-The page is parsed with prometheus_client's exposition parser. Only the families kv-planner reads are
-handed to it (lines are selected by metric name first), which keeps a scrape of a 100 kB vLLM page to
-a few milliseconds of CPU; lines of other families are not interpreted.
-
-Normalization across releases (research/vllm-internals.md §7.3, checked in each release's source):
+Names come from the one catalogue (:mod:`planner.vllm.metrics_catalog`), the page is read by the one
+parser (:mod:`planner.vllm.exposition`), which interprets only the families listed in :data:`READ_NAMES`
+and enforces :class:`ReadLimits`. Normalization across releases (research/vllm-internals.md §7.3,
+checked in each release's source):
 
 * KV usage: ``vllm:kv_cache_usage_perc`` (0.10.1+), else ``vllm:gpu_cache_usage_perc`` (0.8.5 V1,
   V0, and shown next to the new name until 0.11); the family used is reported.
+* prefix cache: ``vllm:prefix_cache_*`` (0.10.1+), else ``vllm:gpu_prefix_cache_*`` (V1 <= 0.11).
 * ``engine`` label: present on V1 pages; a page without it (the V0 engine) is engine ``"0"``.
 * ``vllm:cache_config_info``: ``num_gpu_blocks`` / ``block_size`` labels, ``engine`` label from 0.10.1
   (without it the values apply to every engine of the page); ``"None"`` values count as missing.
+* KV offload traffic: ``vllm:kv_offload_store_bytes``/``load_bytes`` (0.33), else
+  ``vllm:kv_offload_total_bytes{transfer_type="GPU_to_CPU"|"CPU_to_GPU"}`` (0.16+).
 * counters are read from their ``_total`` samples (0.8.5 registered the suffix itself, later releases
   let prometheus_client add it; the exposition is the same).
 """
@@ -18,24 +20,34 @@ Normalization across releases (research/vllm-internals.md §7.3, checked in each
 from __future__ import annotations
 
 import math
-import re
-from collections import defaultdict
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
+from pydantic import BaseModel, ConfigDict, Field
 
 from admission.observations.model import Buckets, EngineObservation
-from planner.errors import ScrapeError
+from planner.errors import ExpositionLimitError, ScrapeError
+from planner.vllm import metrics_catalog as catalog
+from planner.vllm.exposition import Exposition, ParseLimits, Sample, bucket_bound, parse
 
-USAGE_NEW = "vllm:kv_cache_usage_perc"
-USAGE_OLD = "vllm:gpu_cache_usage_perc"
-PREEMPTIONS = "vllm:num_preemptions_total"
-RUNNING = "vllm:num_requests_running"
-WAITING = "vllm:num_requests_waiting"
-CACHE_CONFIG = "vllm:cache_config_info"
-PROMPT = "vllm:request_prompt_tokens"
-GENERATION = "vllm:request_generation_tokens"
+USAGE_NEW = catalog.exposed_name("kv_cache_usage")
+USAGE_OLD = catalog.exposed_name("gpu_cache_usage")
+CACHE_CONFIG = catalog.CACHE_CONFIG_INFO
+PROMPT = catalog.exposed_name("request_prompt_tokens")
+GENERATION = catalog.exposed_name("request_generation_tokens")
+QUEUE_TIME = catalog.exposed_name("request_queue_time")
+PREEMPTIONS = catalog.exposed_name("num_preemptions")
+RUNNING = catalog.exposed_name("running")
+WAITING = catalog.exposed_name("waiting")
+E2E_LATENCY = catalog.exposed_name("e2e_request_latency")
 
+# The queue-time and end-to-end histograms are read as _sum/_count only (a mean per rate window):
+# their buckets are the costliest lines of a page and the dashboards take quantiles from vLLM directly.
+READ_NAMES: frozenset[str] = catalog.read_sample_names() - {f"{QUEUE_TIME}_bucket", f"{E2E_LATENCY}_bucket"}
+
+# Finish reasons vLLM knows (vllm X.Y.Z vllm/v1/engine/__init__.py: FINISH_REASON_STRINGS, all releases);
+# any other value is counted as "other", so a page cannot mint label values.
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
+WAITING_REASONS = catalog.WAITING_REASONS
 
 SIGNALS = (
     "kv_cache_usage",
@@ -48,29 +60,17 @@ SIGNALS = (
 )
 
 
-# Whole lines (samples, HELP, TYPE) of the families read, matched in one pass over the page.
-_WANTED_LINE = re.compile(
-    r"^(?:# (?:HELP|TYPE) )?vllm:(?:kv_cache_usage_perc|gpu_cache_usage_perc|num_preemptions(?:_total)?"
-    r"|num_requests_running|num_requests_waiting|cache_config_info"
-    r"|request_(?:prompt|generation)_tokens(?:_bucket|_sum|_count)?)(?=[{ \t]).*$",
-    re.MULTILINE,
-)
+class ReadLimits(BaseModel):
+    """What one target's page may make the exporter hold; beyond it the target is down with a reason."""
 
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-def select_lines(text: str) -> str:
-    """Keep the samples and HELP/TYPE lines of the families kv-planner reads."""
-    return "\n".join(_WANTED_LINE.findall(text)) + "\n"
+    max_samples: int = Field(default=20_000, ge=1, description="samples of the read families per page")
+    max_label_value_chars: int = Field(default=256, ge=1, description="characters per label value read")
+    max_engines: int = Field(default=64, ge=1, description="engines (data-parallel ranks) per target")
 
-
-def _samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    out: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
-    try:
-        for family in text_string_to_metric_families(select_lines(text)):
-            for sample in family.samples:
-                out[sample.name].append((dict(sample.labels), float(sample.value)))
-    except (ValueError, TypeError, KeyError, IndexError) as error:
-        raise ScrapeError(f"not a valid Prometheus exposition: {error}") from None
-    return out
+    def parse_limits(self) -> ParseLimits:
+        return ParseLimits(max_samples=self.max_samples, max_label_value_chars=self.max_label_value_chars)
 
 
 def _int_label(labels: dict[str, str], name: str) -> int | None:
@@ -79,7 +79,7 @@ def _int_label(labels: dict[str, str], name: str) -> int | None:
         return None
     try:
         number = int(float(value))
-    except ValueError:
+    except (ValueError, OverflowError):
         return None  # "None" before the engine has sized its cache
     return number if number > 0 else None
 
@@ -88,49 +88,119 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def parse_page(text: str) -> tuple[list[EngineObservation], list[str]]:
-    """Engines found on the page and the signals it lacks. Raises ScrapeError for unusable pages."""
-    samples = _samples(text)
-    if not samples:
-        raise ScrapeError("no vLLM metrics on the page (is this a vLLM /metrics endpoint?)")
-    engines: dict[str, dict[str, Any]] = {}
+class _Engines:
+    """Per-engine accumulation, bounded in number of engines."""
 
-    def engine_of(labels: dict[str, str]) -> dict[str, Any]:
+    def __init__(self, max_engines: int) -> None:
+        self.max_engines = max_engines
+        self.entries: dict[str, dict[str, Any]] = {}
+
+    def of(self, labels: dict[str, str]) -> dict[str, Any]:
         key = labels.get("engine") or "0"
-        entry = engines.setdefault(key, {"engine": key})
-        if labels.get("model_name") and "model_name" not in entry:
+        entry = self.entries.get(key)
+        if entry is None:
+            if len(self.entries) >= self.max_engines:
+                raise ExpositionLimitError("too_many_series", f"more than {self.max_engines} engines on one page")
+            entry = self.entries[key] = {"engine": key}
+        if "model_name" not in entry and labels.get("model_name"):
             entry["model_name"] = labels["model_name"]
         return entry
 
-    for metric, field in ((PREEMPTIONS, "preemptions_total"), (RUNNING, "running"), (WAITING, "waiting")):
-        for labels, value in samples.get(metric, []):
-            entry = engine_of(labels)
+    def add(self, samples: list[Sample], field: str) -> None:
+        for labels, value in samples:
+            entry = self.of(labels)
             entry[field] = (entry.get(field) or 0.0) + (_finite(value) or 0.0)
+
+    def add_by(self, samples: list[Sample], field: str, label: str, allowed: tuple[str, ...], other: str) -> None:
+        for labels, value in samples:
+            entry = self.of(labels)
+            given = labels.get(label, "")
+            kind = given if given in allowed else other
+            table = entry.setdefault(field, {})
+            table[kind] = table.get(kind, 0.0) + (_finite(value) or 0.0)
+
+
+def _buckets(page: Exposition, engines: _Engines, family: str, field: str) -> None:
+    per_engine: dict[str, dict[float, float]] = {}
+    for labels, value in page.get(f"{family}_bucket"):
+        le = labels.get("le")
+        if le is None:
+            continue
+        entry = engines.of(labels)
+        buckets = per_engine.setdefault(entry["engine"], {})
+        bound = bucket_bound(le)
+        buckets[bound] = buckets.get(bound, 0.0) + value
+    for engine, buckets in per_engine.items():
+        engines.entries[engine][field] = sorted(buckets.items())
+    for labels, value in page.get(f"{family}_sum"):
+        engines.of(labels)[f"{field}_sum"] = _finite(value)
+
+
+def _offload(page: Exposition, engines: _Engines) -> None:
+    flat = (
+        ("store", page.get(catalog.exposed_name("kv_offload_store_bytes"))),
+        ("load", page.get(catalog.exposed_name("kv_offload_load_bytes"))),
+    )
+    if any(samples for _, samples in flat):
+        for flat_direction, samples in flat:
+            for labels, value in samples:
+                table = engines.of(labels).setdefault("kv_offload_bytes", {})
+                table[flat_direction] = table.get(flat_direction, 0.0) + (_finite(value) or 0.0)
+        return
+    for labels, value in page.get(catalog.exposed_name("kv_offload_bytes")):
+        direction = catalog.offload_direction(labels.get("transfer_type", ""))
+        if direction is not None:
+            table = engines.of(labels).setdefault("kv_offload_bytes", {})
+            table[direction] = table.get(direction, 0.0) + (_finite(value) or 0.0)
+
+
+def parse_page(text: str, limits: ReadLimits | None = None) -> tuple[list[EngineObservation], list[str]]:
+    """Engines found on the page and the signals it lacks.
+
+    Raises ScrapeError for unusable pages: :class:`~planner.errors.ExpositionError` for broken ones,
+    :class:`~planner.errors.ExpositionLimitError` for pages beyond ``limits``.
+    """
+    limits = limits or ReadLimits()
+    page = parse(text, READ_NAMES, limits.parse_limits())
+    if not any(page.samples.values()):
+        raise ScrapeError("no vLLM metrics on the page (is this a vLLM /metrics endpoint?)")
+    engines = _Engines(limits.max_engines)
+    name = catalog.exposed_name
+    for key, field in (
+        ("num_preemptions", "preemptions_total"),
+        ("running", "running"),
+        ("waiting", "waiting"),
+        ("prompt_tokens", "prompt_tokens_processed"),
+        ("generation_tokens", "generation_tokens_processed"),
+        ("spec_decode_drafts", "spec_decode_drafts"),
+        ("spec_decode_draft_tokens", "spec_decode_draft_tokens"),
+        ("spec_decode_accepted_tokens", "spec_decode_accepted_tokens"),
+    ):
+        engines.add(page.get(name(key)), field)
+    for new, old, field in (
+        ("prefix_cache_queries", "gpu_prefix_cache_queries", "prefix_cache_queries"),
+        ("prefix_cache_hits", "gpu_prefix_cache_hits", "prefix_cache_hits"),
+    ):
+        engines.add(page.get(name(new)) or page.get(name(old)), field)
+    for family, field in ((QUEUE_TIME, "queue_time"), (E2E_LATENCY, "e2e_latency")):
+        engines.add(page.get(f"{family}_sum"), f"{field}_sum_s")
+        engines.add(page.get(f"{family}_count"), f"{field}_count")
+    engines.add_by(page.get(name("request_success")), "finished", "finished_reason", FINISH_REASONS, "other")
+    engines.add_by(page.get(name("waiting_by_reason")), "waiting_by_reason", "reason", WAITING_REASONS, "other")
+    _offload(page, engines)
     for metric in (USAGE_OLD, USAGE_NEW):  # the new name wins where both are shown
-        for labels, value in samples.get(metric, []):
+        for labels, value in page.get(metric):
             if _finite(value) is not None:
-                entry = engine_of(labels)
+                entry = engines.of(labels)
                 entry["kv_cache_usage"] = value
                 entry["usage_metric"] = metric
-    for family, field in ((PROMPT, "prompt_tokens"), (GENERATION, "generation_tokens")):
-        per_engine: dict[str, dict[float, float]] = defaultdict(dict)
-        for labels, value in samples.get(f"{family}_bucket", []):
-            le = labels.get("le")
-            if le is None:
-                continue
-            bound = math.inf if le in ("+Inf", "Inf", "inf") else float(le)
-            entry = engine_of(labels)
-            buckets = per_engine[entry["engine"]]
-            buckets[bound] = buckets.get(bound, 0.0) + value
-        for engine, buckets in per_engine.items():
-            engines[engine][field] = sorted(buckets.items())
-        for labels, value in samples.get(f"{family}_sum", []):
-            engine_of(labels)[f"{field}_sum"] = _finite(value)
+    _buckets(page, engines, PROMPT, "prompt_tokens")
+    _buckets(page, engines, GENERATION, "generation_tokens")
     shared: dict[str, int] = {}
-    for labels, _value in samples.get(CACHE_CONFIG, []):
+    for labels, _value in page.get(CACHE_CONFIG):
         blocks, size = _int_label(labels, "num_gpu_blocks"), _int_label(labels, "block_size")
         if "engine" in labels:
-            entry = engine_of(labels)
+            entry = engines.of(labels)
             if blocks is not None:
                 entry["num_gpu_blocks"] = blocks
             if size is not None:
@@ -138,12 +208,12 @@ def parse_page(text: str) -> tuple[list[EngineObservation], list[str]]:
         else:
             shared.update({k: v for k, v in (("num_gpu_blocks", blocks), ("block_size", size)) if v is not None})
     if shared:
-        if not engines:
-            engines["0"] = {"engine": "0"}
-        for entry in engines.values():
+        if not engines.entries:
+            engines.of({})
+        for entry in engines.entries.values():
             for key, value in shared.items():
                 entry.setdefault(key, value)
-    observations = [EngineObservation(**entry) for _, entry in sorted(engines.items())]
+    observations = [EngineObservation(**entry) for _, entry in sorted(engines.entries.items())]
     return observations, missing_signals(observations)
 
 

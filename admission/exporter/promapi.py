@@ -82,6 +82,9 @@ def _queries(selector: str) -> dict[str, str]:
         CACHE_CONFIG: f"{CACHE_CONFIG}{sel}",
         PROMPT: f"sum by ({by}, le) ({PROMPT}_bucket{sel})",
         GENERATION: f"sum by ({by}, le) ({GENERATION}_bucket{sel})",
+        # The sums make the retuner's mean lengths exact (the buckets alone only bound them).
+        f"{PROMPT}_sum": f"sum by ({by}) ({PROMPT}_sum{sel})",
+        f"{GENERATION}_sum": f"sum by ({by}) ({GENERATION}_sum{sel})",
         "up": f"up{sel}" if selector else "",
     }
 
@@ -130,7 +133,13 @@ class PrometheusSource:
                 record.setdefault("model_name", labels["model_name"])
             return record
 
-        for name, field in ((PREEMPTIONS, "preemptions_total"), (RUNNING, "running"), (WAITING, "waiting")):
+        for name, field in (
+            (PREEMPTIONS, "preemptions_total"),
+            (RUNNING, "running"),
+            (WAITING, "waiting"),
+            (f"{PROMPT}_sum", "prompt_tokens_sum"),
+            (f"{GENERATION}_sum", "generation_tokens_sum"),
+        ):
             for sample in by_name[name]:
                 record = entry(sample.metric)
                 if record is not None:

@@ -1,23 +1,34 @@
-"""Fetch every target's ``/metrics`` concurrently, each inside the time left of the scrape budget.
+"""Fetch every target's ``/metrics`` concurrently, each inside the time left of the scrape's deadline.
 
-A target that hangs, refuses, answers 500, sends too much or sends something that is not a vLLM page
-becomes a *down* observation with a reason; the others are unaffected. Nothing here raises.
+A target that hangs, refuses, answers 500, sends too much, sends a broken page or one beyond the read
+limits becomes a *down* observation with a reason; the others are unaffected. Nothing here raises.
+
+Connection reuse cannot race the server's idle close: pooled connections are dropped after
+:data:`KEEPALIVE_EXPIRY_S` (vLLM's server closes idle ones after 5 s, vllm X.Y.Z ``vllm/envs.py:
+VLLM_HTTP_TIMEOUT_KEEP_ALIVE``, passed to uvicorn as ``timeout_keep_alive``), and a request that fails
+before any response byte with a symptom of a connection closed under it (the server hung up, a read or
+write on a dead socket) is retried once on a fresh connection if the deadline allows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import httpx
 
-from admission.exporter.normalize import parse_page
+from admission.exporter.normalize import ReadLimits, parse_page
 from admission.observations.model import ErrorReason, TargetObservation
 from admission.observations.targets import Target
-from planner.errors import ScrapeError
+from planner.errors import ExpositionLimitError, ScrapeError
 
 ACCEPT = "text/plain;version=0.0.4;q=1.0, */*;q=0.1"
+# Well below the 5 s of vLLM/uvicorn (and the 60 s+ of common proxies): an idle pooled connection is
+# closed by us long before the server may close it.
+KEEPALIVE_EXPIRY_S = 2.0
+# What a request on a connection the server closed meanwhile looks like (nothing was answered).
+_STALE_CONNECTION = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
 
 
 class _Failed(Exception):
@@ -27,11 +38,24 @@ class _Failed(Exception):
         self.detail = detail
 
 
+class _Stale(Exception):
+    """The request failed before any response arrived, as on a connection closed by the server."""
+
+    def __init__(self, error: httpx.HTTPError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 async def _fetch(client: httpx.AsyncClient, url: str, max_bytes: int) -> str:
+    answered = False
     try:
         async with client.stream("GET", url, headers={"Accept": ACCEPT}) as response:
+            answered = True
             if response.status_code != 200:
                 raise _Failed("http_status", f"HTTP {response.status_code}")
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > max_bytes:
+                raise _Failed("too_large", f"Content-Length {declared} is more than {max_bytes} bytes")
             body = bytearray()
             async for chunk in response.aiter_bytes():
                 body.extend(chunk)
@@ -39,13 +63,42 @@ async def _fetch(client: httpx.AsyncClient, url: str, max_bytes: int) -> str:
                     raise _Failed("too_large", f"more than {max_bytes} bytes")
     except httpx.TimeoutException as error:
         raise _Failed("timeout", f"timed out ({type(error).__name__})") from None
+    except _STALE_CONNECTION as error:
+        if not answered:
+            raise _Stale(error) from None
+        raise _Failed("connect", f"{type(error).__name__}: {error}") from None
     except httpx.HTTPError as error:
         raise _Failed("connect", f"{type(error).__name__}: {error}") from None
     return body.decode("utf-8", errors="replace")
 
 
+async def _fetch_with_retry(client: httpx.AsyncClient, url: str, max_bytes: int) -> str:
+    try:
+        return await _fetch(client, url, max_bytes)
+    except _Stale:
+        pass  # one more try on a new connection (the pool dropped the dead one)
+    try:
+        return await _fetch(client, url, max_bytes)
+    except _Stale as stale:
+        raise _Failed("connect", f"{type(stale.error).__name__}: {stale.error}") from None
+
+
+def _down_reason(error: ScrapeError) -> ErrorReason:
+    if isinstance(error, ExpositionLimitError):
+        return "label_too_long" if error.reason == "label_too_long" else "too_many_series"
+    if "no vLLM metrics" in error.message:
+        return "not_vllm"
+    return "parse"
+
+
 async def scrape_one(
-    client: httpx.AsyncClient, target: Target, *, deadline: float, timeout_s: float, max_bytes: int
+    client: httpx.AsyncClient,
+    target: Target,
+    *,
+    deadline: float,
+    timeout_s: float,
+    max_bytes: int,
+    limits: ReadLimits | None = None,
 ) -> TargetObservation:
     started = time.monotonic()
     remaining = min(timeout_s, deadline - started)
@@ -58,35 +111,47 @@ async def scrape_one(
     if remaining <= 0:
         return down("budget", "no time left in the scrape budget")
     try:
-        text = await asyncio.wait_for(_fetch(client, target.url, max_bytes), remaining)
+        text = await asyncio.wait_for(_fetch_with_retry(client, target.url, max_bytes), remaining)
     except asyncio.TimeoutError:
         return down("timeout", f"no complete answer within {remaining:.2f} s")
     except _Failed as failure:
         return down(failure.reason, failure.detail)
     try:
-        engines, missing = parse_page(text)
+        engines, missing = parse_page(text, limits)
     except ScrapeError as error:
-        reason: ErrorReason = "not_vllm" if "no vLLM metrics" in error.message else "parse"
-        return down(reason, error.message)
+        return down(_down_reason(error), error.message)
     return TargetObservation(
         target=target, up=True, engines=engines, missing=missing, duration_s=time.monotonic() - started
     )
 
 
 async def scrape_all(
-    client: httpx.AsyncClient,
+    client_for: Callable[[Target], httpx.AsyncClient],
     targets: Sequence[Target],
     *,
     budget_s: float,
-    timeout_s: float,
+    timeout_for: Callable[[Target], float],
     max_bytes: int,
     concurrency: int,
+    limits: ReadLimits | None = None,
 ) -> list[TargetObservation]:
+    """Every target, each within ``min(timeout_for(target), time left before the collection's deadline)``.
+
+    The deadline is ``budget_s`` from now for the whole collection: a target waiting for a free slot
+    (``concurrency``) gets only what is left, so the collection ends on time whatever any target does.
+    """
     deadline = time.monotonic() + budget_s
     gate = asyncio.Semaphore(max(1, concurrency))
 
     async def guarded(target: Target) -> TargetObservation:
         async with gate:
-            return await scrape_one(client, target, deadline=deadline, timeout_s=timeout_s, max_bytes=max_bytes)
+            return await scrape_one(
+                client_for(target),
+                target,
+                deadline=deadline,
+                timeout_s=timeout_for(target),
+                max_bytes=max_bytes,
+                limits=limits,
+            )
 
     return list(await asyncio.gather(*(guarded(t) for t in targets)))

@@ -29,6 +29,7 @@ from admission.exporter.state import ExporterState
 from admission.observations.targets import Target
 from admission.retuner import Retuner, RetunerSettings
 from admission.retuner.kube import KubeWriter
+from admission.retuner.owners import OwnerResolver
 
 logger = logging.getLogger("admission.exporter")
 
@@ -89,8 +90,21 @@ def build(config: ExporterConfig, *, core_api: Any = None, apps_api: Any = None)
     exporter = Exporter(config.scrape, targets=provider, prometheus=prometheus, state=state, source=source)
     retuner: Retuner | None = None
     if config.retuner.mode != "off":
-        writer = KubeWriter(apps_api, core_api, config.retuner) if (discovery and apps_api is not None) else None
-        retuner = Retuner(config.retuner, writer=writer)
+        writer: KubeWriter | None = None
+        resolver: OwnerResolver | None = None
+        if config.retuner.namespaces:
+            # Writes only in the listed namespaces, to owners resolved through the API (never from a
+            # pod's own labels or owner references).
+            if core_api is None or apps_api is None:
+                from admission import kubeapi
+
+                kubeapi.load_config(config.kubeconfig)
+                core_api, apps_api = core_api or kubeapi.core_api(), apps_api or kubeapi.apps_api()
+            writer = KubeWriter(apps_api, core_api, config.retuner)
+            resolver = OwnerResolver(core_api, apps_api, config.retuner.namespaces)
+        else:
+            logger.info("retuner: no --retune-namespaces, so no Events, annotations or rollouts (metrics only)")
+        retuner = Retuner(config.retuner, writer=writer, resolver=resolver)
         state.add_provider(retuner.families)
     return Parts(exporter=exporter, discovery=discovery, retuner=retuner)
 

@@ -8,8 +8,20 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from admission.observations.targets import Target
 
-ErrorReason = Literal["timeout", "connect", "http_status", "too_large", "parse", "not_vllm", "budget"]
-ERROR_REASONS: tuple[str, ...] = ("timeout", "connect", "http_status", "too_large", "parse", "not_vllm", "budget")
+ErrorReason = Literal[
+    "timeout", "connect", "http_status", "too_large", "too_many_series", "label_too_long", "parse", "not_vllm", "budget"
+]
+ERROR_REASONS: tuple[str, ...] = (
+    "timeout",
+    "connect",
+    "http_status",
+    "too_large",
+    "too_many_series",
+    "label_too_long",
+    "parse",
+    "not_vllm",
+    "budget",
+)
 
 Buckets = list[tuple[float, float]]  # cumulative (le, count), +Inf last
 
@@ -32,6 +44,21 @@ class EngineObservation(BaseModel):
     prompt_tokens_sum: float | None = None
     generation_tokens: Buckets | None = None
     generation_tokens_sum: float | None = None
+    # Counters since vLLM started (None: the page does not carry the family).
+    prompt_tokens_processed: float | None = None
+    generation_tokens_processed: float | None = None
+    finished: dict[str, float] | None = Field(default=None, description="finished requests by vLLM finish reason")
+    queue_time_sum_s: float | None = None
+    queue_time_count: float | None = None
+    e2e_latency_sum_s: float | None = None
+    e2e_latency_count: float | None = None
+    prefix_cache_queries: float | None = None
+    prefix_cache_hits: float | None = None
+    waiting_by_reason: dict[str, float] | None = Field(default=None, description="capacity / deferred (0.20.2+)")
+    spec_decode_drafts: float | None = None
+    spec_decode_draft_tokens: float | None = None
+    spec_decode_accepted_tokens: float | None = None
+    kv_offload_bytes: dict[str, float] | None = Field(default=None, description="store / load bytes")
 
 
 class TargetObservation(BaseModel):

@@ -6,7 +6,8 @@ Static targets carry their metadata in the URL fragment (never sent to the serve
 
 Keys: ``namespace``, ``pod``, ``workload``, ``kind`` (Deployment, StatefulSet ...),
 ``planned-num-gpu-blocks``, ``max-num-seqs``, ``max-model-len``, ``gpu``, ``gpu-count``, ``vllm-version``.
-Without ``pod`` the target is named after ``host:port``. A bare ``host:port`` means ``http://host:port/metrics``.
+Without ``pod`` the target is named after ``host:port`` (plus the path when it is not ``/metrics``).
+A bare ``host:port`` means ``http://host:port/metrics``.
 """
 
 from __future__ import annotations
@@ -90,5 +91,8 @@ def parse_static_target(text: str) -> Target:
                 raise PlannerInputError(f"--targets {text!r}: {key} must be positive")
         else:
             fields[name] = value
-    fields.setdefault("pod", f"{parts.hostname}:{port}" if port else parts.hostname)
+    # The path is part of the default name when it is not the usual one: two servers behind one
+    # host:port (a proxy) are two targets, not one series twice.
+    host = f"{parts.hostname}:{port}" if port else parts.hostname
+    fields.setdefault("pod", host if path == "/metrics" else f"{host}{path}")
     return Target.model_validate({"url": url, "source": "static", **fields})

@@ -49,7 +49,7 @@ def length_means(
 
 def bucket_mean(buckets: list[tuple[float, float]]) -> float | None:
     """Mean length from cumulative buckets alone, taking each bucket's upper bound (an over-estimate:
-    used only where a source gives no ``_sum``, e.g. the Prometheus API mode)."""
+    used only where an engine reports buckets without their ``_sum``)."""
     total = buckets[-1][1] if buckets else 0.0
     if total <= 0:
         return None

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from admission.kubeapi import to_dict as _to_dict
 from admission.retuner.decide import Decision
@@ -35,6 +35,9 @@ COMPONENT = "kv-planner-retuner"
 APPLIED = "MaxNumSeqsApplied"
 APPLY_BLOCKED = "MaxNumSeqsApplyBlocked"
 SUPPORTED_KINDS = ("Deployment", "StatefulSet")
+# (connect, read) seconds for every API call: the kubernetes client waits forever by default, and a
+# hung API server must not stall the retuner's rounds.
+API_TIMEOUT_S = (5.0, 15.0)
 
 
 class WorkloadRef(BaseModel):
@@ -43,6 +46,8 @@ class WorkloadRef(BaseModel):
     namespace: str
     kind: str
     name: str
+    uid: str = ""
+    verified: bool = Field(default=False, description="resolved from a pod through the API, UID-matched")
 
 
 class ApplyResult(BaseModel):
@@ -65,18 +70,37 @@ class KubeWriter:
         self.settings = settings
         self.clock = clock
         self._last_apply: dict[WorkloadRef, float] = {}
+        self._last_attempt: dict[WorkloadRef, float] = {}
         self._recent_applies: deque[float] = deque()
         self.instance = os.environ.get("HOSTNAME", "kv-planner")
+
+    def refused(self, ref: WorkloadRef) -> str | None:
+        """Why the retuner may not write to ``ref`` (None: it may). Checked before every write."""
+        if ref.namespace not in self.settings.namespaces:
+            return f"namespace {ref.namespace!r} is not in --retune-namespaces"
+        if not ref.verified:
+            return "the workload was not resolved from its pods through the Kubernetes API"
+        return None
 
     # --- events and annotation ---------------------------------------------------------------------
 
     def event(self, ref: WorkloadRef, reason: str, message: str, *, warning: bool = False) -> None:
+        why = self.refused(ref)
+        if why is not None:
+            logger.info("no event %s on %s/%s %s: %s", reason, ref.namespace, ref.kind, ref.name, why)
+            return
         stamp = _now_iso()
         body = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"generateName": f"{ref.name}.", "namespace": ref.namespace},
-            "involvedObject": {"apiVersion": "apps/v1", "kind": ref.kind, "name": ref.name, "namespace": ref.namespace},
+            "involvedObject": {
+                "apiVersion": "apps/v1",
+                "kind": ref.kind,
+                "name": ref.name,
+                "namespace": ref.namespace,
+                **({"uid": ref.uid} if ref.uid else {}),
+            },
             "reason": reason,
             "message": message[:1024],
             "type": "Warning" if warning else "Normal",
@@ -89,27 +113,35 @@ class KubeWriter:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(ref.namespace, body)
+            self.core.create_namespaced_event(ref.namespace, body, _request_timeout=API_TIMEOUT_S)
         except Exception as error:  # events are best effort
             logger.warning("could not record event %s on %s/%s: %s", reason, ref.namespace, ref.name, error)
 
     def _patch(self, ref: WorkloadRef, body: dict[str, Any]) -> None:
+        if ref.uid:
+            # A UID precondition: if the object was deleted and recreated under the same name since it
+            # was resolved, the API server refuses the patch (409) instead of patching the new one.
+            body = {**body, "metadata": {**body.get("metadata", {}), "uid": ref.uid}}
         if ref.kind == "Deployment":
-            self.apps.patch_namespaced_deployment(ref.name, ref.namespace, body)
+            self.apps.patch_namespaced_deployment(ref.name, ref.namespace, body, _request_timeout=API_TIMEOUT_S)
         elif ref.kind == "StatefulSet":
-            self.apps.patch_namespaced_stateful_set(ref.name, ref.namespace, body)
+            self.apps.patch_namespaced_stateful_set(ref.name, ref.namespace, body, _request_timeout=API_TIMEOUT_S)
         else:
             raise ValueError(f"kv-planner does not patch {ref.kind} objects")
 
     def _read(self, ref: WorkloadRef) -> dict[str, Any]:
         if ref.kind == "Deployment":
-            return _to_dict(self.apps.read_namespaced_deployment(ref.name, ref.namespace))
+            return _to_dict(
+                self.apps.read_namespaced_deployment(ref.name, ref.namespace, _request_timeout=API_TIMEOUT_S)
+            )
         if ref.kind == "StatefulSet":
-            return _to_dict(self.apps.read_namespaced_stateful_set(ref.name, ref.namespace))
+            return _to_dict(
+                self.apps.read_namespaced_stateful_set(ref.name, ref.namespace, _request_timeout=API_TIMEOUT_S)
+            )
         raise ValueError(f"kv-planner does not patch {ref.kind} objects")
 
     def annotate(self, ref: WorkloadRef, value: int) -> None:
-        if ref.kind not in SUPPORTED_KINDS:
+        if ref.kind not in SUPPORTED_KINDS or self.refused(ref) is not None:
             return
         try:
             self._patch(ref, {"metadata": {"annotations": {ANNOTATION: str(value)}}})
@@ -129,10 +161,23 @@ class KubeWriter:
             return f"{len(self._recent_applies)} rollouts in the last hour (limit {self.settings.apply_max_per_hour})"
         return None
 
+    def due(self, ref: WorkloadRef) -> bool:
+        """Whether a recommendation still waiting to be applied may be tried again now (silently:
+        a rate-limited or failed rollout is retried once per ``apply_min_interval_s``, not every round)."""
+        last = self._last_attempt.get(ref)
+        if last is not None and self.clock() - last < self.settings.apply_min_interval_s:
+            return False
+        return self._rate_limited(ref) is None
+
     def apply(self, ref: WorkloadRef, decision: Decision) -> ApplyResult:
         value = decision.recommended
         if value is None or decision.action == "hold":
             return ApplyResult(result="blocked", detail="nothing to apply")
+        why = self.refused(ref)
+        if why is not None:
+            # No event either: the retuner has no right to write there, or no proof of whose it is.
+            logger.warning("not applying --max-num-seqs %d to %s/%s: %s", value, ref.namespace, ref.name, why)
+            return ApplyResult(result="blocked", detail=why)
         s = self.settings
         if value < s.min_seqs or (s.max_seqs is not None and value > s.max_seqs):
             return self._blocked(ref, f"{value} is outside the policy bounds [{s.min_seqs}, {s.max_seqs}]")
@@ -140,6 +185,7 @@ class KubeWriter:
             return self._blocked(ref, f"{ref.kind} workloads are not patched; apply the recommendation by hand")
         # A rollback undoes our own probe (which was rate-limited): it must not wait an hour while the
         # probed value preempts.
+        self._last_attempt[ref] = self.clock()
         limited = None if decision.rollback else self._rate_limited(ref)
         if limited is not None:
             return self._blocked(ref, limited)

@@ -25,6 +25,7 @@ from admission.retuner.advice import AdviceInput, Advisor, risk_bounded_max_num_
 from admission.retuner.decide import Decision, WorkloadSignals, WorkloadState, decide
 from admission.retuner.estimate import LengthMeans, bucket_mean, length_means, occupancy_blocks, peak_blocks
 from admission.retuner.kube import KubeWriter, WorkloadRef
+from admission.retuner.owners import Owner, OwnerResolver
 from admission.retuner.settings import RetunerSettings
 
 logger = logging.getLogger("admission.retuner")
@@ -65,11 +66,13 @@ class Retuner:
         *,
         advisor: Advisor = risk_bounded_max_num_seqs,
         writer: KubeWriter | None = None,
+        resolver: OwnerResolver | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self.advisor = advisor
         self.writer = writer
+        self.resolver = resolver
         self.clock = clock
         self._lock = threading.Lock()
         self.states: dict[WorkloadKey, WorkloadState] = {}
@@ -154,6 +157,7 @@ class Retuner:
             usage=max(usages) if usages else None,
             waiting=waiting,
             configured=min(configured) if configured else None,
+            mixed=len(set(configured)) > 1,
             usable_blocks=min(blocks) - 1 if blocks and min(blocks) > 1 else None,
             footprint_blocks=peak_blocks(means, size, max_model_len) if (means and size) else None,
             occupancy_blocks=max(occupancies) if occupancies else None,
@@ -161,18 +165,67 @@ class Retuner:
             risk_limit=risk_limit,
         )
 
-    def observe(self, snapshot: Snapshot, now: float | None = None) -> dict[WorkloadKey, Decision]:
-        """One observation of every workload in the snapshot; returns this round's decisions."""
+    def resolve_owners(self, snapshot: Snapshot) -> dict[tuple[str, str], Owner]:
+        """Each up pod's owner through the Kubernetes API (blocking; run it off the event loop)."""
+        if self.resolver is None:
+            return {}
+        self.resolver.forget_stale()
+        return {
+            obs.target.key: self.resolver.resolve(obs.target.namespace, obs.target.pod)
+            for obs in snapshot.targets
+            if obs.up
+        }
+
+    def _group_key(
+        self, obs: TargetObservation, owners: dict[tuple[str, str], Owner] | None
+    ) -> tuple[WorkloadKey, WorkloadRef]:
+        """The workload a pod's observations count for, and whether the retuner may write to it.
+
+        With a resolver, only an owner verified through the API (UID match at every link) is writable;
+        a pod whose claimed owner did not verify counts as its own workload, so a forged owner
+        reference cannot move another team's recommendation either. Without one (static targets,
+        Prometheus labels, namespaces not in --retune-namespaces) the target's workload is used for the
+        metrics and nothing is written.
+        """
+        target = obs.target
+        owner = owners.get(target.key) if owners is not None else None
+        if owner is not None and owner.verified:
+            ref = WorkloadRef(namespace=owner.namespace, kind=owner.kind, name=owner.name, uid=owner.uid, verified=True)
+            return (owner.namespace, owner.name), ref
+        if owner is not None and owner.verdict in ("not_owned", "mismatch"):
+            return (target.namespace, target.pod), WorkloadRef(namespace=target.namespace, kind="Pod", name=target.pod)
+        key = target.workload_key
+        return key, WorkloadRef(namespace=key[0], kind=target.workload_kind or "Deployment", name=key[1])
+
+    def observe(
+        self,
+        snapshot: Snapshot,
+        now: float | None = None,
+        *,
+        owners: dict[tuple[str, str], Owner] | None = None,
+    ) -> dict[WorkloadKey, Decision]:
+        """One observation of every workload in the snapshot; returns this round's decisions.
+
+        ``owners`` (from :meth:`resolve_owners`) groups pods by their verified owner.
+        """
         now = self.clock() if now is None else now
         groups: dict[WorkloadKey, list[TargetObservation]] = defaultdict(list)
+        refs: dict[WorkloadKey, set[WorkloadRef]] = defaultdict(set)
         for obs in snapshot.targets:
             if obs.up:
-                groups[obs.target.workload_key].append(obs)
+                key, ref = self._group_key(obs, owners)
+                groups[key].append(obs)
+                refs[key].add(ref)
         decisions: dict[WorkloadKey, Decision] = {}
         with self._lock:
             for key, observations in sorted(groups.items()):
-                target = observations[0].target
-                self.refs[key] = WorkloadRef(namespace=key[0], kind=target.workload_kind or "Deployment", name=key[1])
+                found = refs[key]
+                # Writable only when every pod of the group verified to the same object.
+                self.refs[key] = (
+                    next(iter(found))
+                    if len(found) == 1
+                    else WorkloadRef(namespace=key[0], kind=sorted(r.kind for r in found)[0], name=key[1])
+                )
                 signals = self._signals(observations)
                 state = self.states.setdefault(key, WorkloadState())
                 decision = decide(state, signals, self.settings, now)
@@ -198,15 +251,36 @@ class Retuner:
         if self.writer is None:
             return
         for key, decision in decisions.items():
-            if decision.action == "hold" or decision.recommended is None:
+            if decision.recommended is None:
                 continue
             ref = self.refs[key]
-            if self.settings.events:
+            changed = decision.action != "hold"
+            # Apply mode: advice that differs from what runs (a rollout that was rate-limited or failed)
+            # is tried again when the writer says it is due, without a new event each round.
+            pending = (
+                not changed
+                and self.settings.mode == "apply"
+                and decision.current is not None
+                and decision.recommended != decision.current
+            )
+            if not (changed or pending):
+                continue
+            if not ref.verified:
+                # Not resolved through the API (or outside --retune-namespaces): metrics only.
+                if changed:
+                    logger.info("%s/%s: %s (not written: owner not verified)", key[0], key[1], decision.message)
+                continue
+            if changed and self.settings.events:
                 self.writer.event(ref, decision.reason, decision.message)
-            if self.settings.annotate and self.settings.mode != "apply":
+            if changed and self.settings.annotate and self.settings.mode != "apply":
                 self.writer.annotate(ref, decision.recommended)
-            if self.settings.mode == "apply":
-                result = self.writer.apply(ref, decision)
+            if self.settings.mode == "apply" and (changed or self.writer.due(ref)):
+                attempt = decision
+                if pending:
+                    assert decision.current is not None
+                    direction = "lower" if decision.recommended < decision.current else "raise"
+                    attempt = decision.model_copy(update={"action": direction})
+                result = self.writer.apply(ref, attempt)
                 with self._lock:
                     self.applies[(key[0], key[1], result.result)] += 1
 
@@ -265,7 +339,8 @@ class Retuner:
         while not stop.is_set():
             try:
                 snapshot = await source.snapshot(budget_s, record=False)
-                decisions = self.observe(snapshot)
+                owners = await asyncio.to_thread(self.resolve_owners, snapshot) if self.resolver else None
+                decisions = self.observe(snapshot, owners=owners)
                 await asyncio.to_thread(self.publish, decisions)
             except Exception:  # the exporter must keep serving whatever happens here
                 logger.exception("retuner round failed")

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 RetuneMode = Literal["off", "recommend", "apply"]
+
+# A namespace name (RFC 1123 label): "*", "" and patterns are not namespaces.
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 class RetunerSettings(BaseModel):
@@ -28,9 +32,26 @@ class RetunerSettings(BaseModel):
     events: bool = True
     apply_min_interval_s: float = Field(default=3600.0, ge=0, description="per workload, between rollouts")
     apply_max_per_hour: int = Field(default=4, ge=1, description="rollouts per hour, all workloads")
+    namespaces: tuple[str, ...] = Field(
+        default=(), description="the only namespaces written to (Events, annotation, apply); empty: none"
+    )
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespace_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not _NAMESPACE.fullmatch(name):
+                raise ValueError(f"{name!r} is not a namespace name (one namespace per entry, no patterns)")
+        return tuple(sorted(set(value)))
 
     @model_validator(mode="after")
     def _bands(self) -> RetunerSettings:
         if self.max_seqs is not None and self.max_seqs < self.min_seqs:
             raise ValueError(f"max_seqs ({self.max_seqs}) is below min_seqs ({self.min_seqs})")
+        if self.mode == "apply" and not self.namespaces:
+            raise ValueError(
+                "apply mode writes to workloads: list the namespaces it may write in (--retune-namespaces)"
+            )
+        if self.annotate and self.mode != "off" and not self.namespaces:
+            raise ValueError("the annotation is a write: list the namespaces it may write in (--retune-namespaces)")
         return self

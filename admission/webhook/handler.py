@@ -29,7 +29,7 @@ from admission.webhook.review import (
 )
 from planner.errors import PolicyError
 from planner.k8s.nodes import NodeInfo
-from planner.policy.codes import Code, finding
+from planner.policy.codes import Code, finding, shorten
 from planner.policy.decide import ObjectDecision, decide
 from planner.policy.model import EffectivePolicy, Policy, load_policy
 from planner.policy.planning import PlanningBackend
@@ -196,7 +196,7 @@ def fail_open(request: AdmissionRequest, reason: str) -> Outcome:
     response = AdmissionResponse(
         uid=request.uid,
         allowed=True,
-        warnings=[item.message],
+        warnings=[shorten(item.message)],
         audit_annotations={"decision": "error", "codes": item.code},
     )
     return Outcome(body=AdmissionReviewOut(response=response).to_json(), decision="error")
@@ -210,7 +210,9 @@ def undecided(request: AdmissionRequest, policy: EffectivePolicy, reason: str) -
     if policy.validation_action == "Enforce" and policy.on_timeout == "deny":
         outcome = denied(request, [item.message], [], audit)
         return Outcome(body=outcome.body, decision="timeout-deny")
-    response = AdmissionResponse(uid=request.uid, allowed=True, warnings=[item.message], audit_annotations=audit)
+    response = AdmissionResponse(
+        uid=request.uid, allowed=True, warnings=[shorten(item.message)], audit_annotations=audit
+    )
     return Outcome(body=AdmissionReviewOut(response=response).to_json(), decision="timeout-allow")
 
 

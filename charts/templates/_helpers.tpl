@@ -144,9 +144,6 @@ platforms that assign UIDs (OpenShift) can.
 {{- fail "webhook.tls.provided.caBundle (base64 PEM of the CA) is required when webhook.tls.mode is provided" -}}
 {{- end -}}
 {{- end -}}
-{{- if and .Values.exporter.enabled (eq .Values.exporter.source "discover") (not (empty .Values.exporter.rbac.namespaces)) -}}
-{{- fail "exporter.rbac.namespaces cannot be used with exporter.source discover: discovery lists pods in all namespaces (and keeps those labelled kv-planner.io/enabled=true), which needs the cluster-wide binding" -}}
-{{- end -}}
 {{- if and .Values.exporter.enabled (eq .Values.exporter.source "targets") (empty .Values.exporter.targets) -}}
 {{- fail "exporter.source is targets but exporter.targets is empty" -}}
 {{- end -}}

@@ -65,8 +65,24 @@ Ignore.
     (r.apiVersion == 'apps/v1' && r.kind in ['Deployment', 'StatefulSet', 'DaemonSet', 'ReplicaSet']) ||
     (r.apiVersion == 'batch/v1' && r.kind == 'Job') ||
     (r.apiVersion.startsWith('leaderworkerset.x-k8s.io/') && r.kind == 'LeaderWorkerSet')
-    {{- if .Values.webhook.kserve.enabled }} ||
-    (r.apiVersion.startsWith('serving.kserve.io/') && r.kind in ['InferenceService', 'ServingRuntime'])
+    {{- with .Values.webhook.platforms }}
+    {{- if .kserve.enabled }} ||
+    (r.apiVersion.startsWith('serving.kserve.io/') &&
+     r.kind in ['InferenceService', 'ServingRuntime', 'LLMInferenceService'])
+    {{- end }}
+    {{- if .kubeai.enabled }} ||
+    (r.apiVersion.startsWith('kubeai.org/') && r.kind == 'Model')
+    {{- end }}
+    {{- if .ray.enabled }} ||
+    (r.apiVersion.startsWith('ray.io/') && r.kind in ['RayCluster', 'RayService', 'RayJob'])
+    {{- end }}
+    {{- if .aibrix.enabled }} ||
+    r.apiVersion.startsWith('orchestration.aibrix.ai/')
+    {{- end }}
+    {{- if .dynamo.enabled }} ||
+    (r.apiVersion.startsWith('nvidia.com/') &&
+     r.kind in ['DynamoGraphDeployment', 'DynamoComponentDeployment'])
+    {{- end }}
     {{- end }}))
 # Updates to an object that is being deleted (finalizers running) are not worth a plan.
 - name: not-terminating
@@ -100,17 +116,50 @@ afterwards, so an UPDATE can only be a metadata change, and a patch to the args 
   operations: ["CREATE", "UPDATE"]
   resources: ["leaderworkersets"]
   scope: Namespaced
-{{- if .Values.webhook.kserve.enabled }}
+{{- with .Values.webhook.platforms }}
+{{- /* Serving platforms' own resources (docs/platforms.md). A rule for a resource whose CRD is not
+installed matches nothing: harmless. ServingRuntimes and LLMInferenceServiceConfigs are templates,
+checked where an InferenceService / LLMInferenceService uses them, so they are not sent. */}}
+{{- if .kserve.enabled }}
 - apiGroups: ["serving.kserve.io"]
   apiVersions: ["v1beta1"]
   operations: ["CREATE", "UPDATE"]
   resources: ["inferenceservices"]
   scope: Namespaced
 - apiGroups: ["serving.kserve.io"]
+  apiVersions: ["v1alpha1", "v1alpha2"]
+  operations: ["CREATE", "UPDATE"]
+  resources: ["llminferenceservices"]
+  scope: Namespaced
+{{- end }}
+{{- if .kubeai.enabled }}
+- apiGroups: ["kubeai.org"]
+  apiVersions: ["v1"]
+  operations: ["CREATE", "UPDATE"]
+  resources: ["models"]
+  scope: Namespaced
+{{- end }}
+{{- if .ray.enabled }}
+- apiGroups: ["ray.io"]
+  apiVersions: ["v1"]
+  operations: ["CREATE", "UPDATE"]
+  resources: ["rayclusters", "rayservices", "rayjobs"]
+  scope: Namespaced
+{{- end }}
+{{- if .aibrix.enabled }}
+- apiGroups: ["orchestration.aibrix.ai"]
   apiVersions: ["v1alpha1"]
   operations: ["CREATE", "UPDATE"]
-  resources: ["servingruntimes"]
+  resources: ["rayclusterfleets", "stormservices", "rolesets"]
   scope: Namespaced
+{{- end }}
+{{- if .dynamo.enabled }}
+- apiGroups: ["nvidia.com"]
+  apiVersions: ["v1alpha1"]
+  operations: ["CREATE", "UPDATE"]
+  resources: ["dynamographdeployments"]
+  scope: Namespaced
+{{- end }}
 {{- end }}
 {{- end -}}
 

@@ -28,7 +28,7 @@ from planner.calibration.records import StartupRecord
 from planner.calibration.validate import serving_args, validate_records
 from planner.errors import KvPlannerError
 from planner.gpus.spec import GpuSpec
-from planner.memory.activation import dense_width, moe_width
+from planner.memory.activation import dense_width, moe_width, moe_workspace_bytes, sampler_bytes_per_logit
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.memory.cudagraph import capture_sizes
 from planner.models.spec import ModelSpec
@@ -66,6 +66,9 @@ class Observation:
     dense_feature: float
     moe_feature: float
     sampler_feature: float
+    sampler_fixed: float
+    """bytes held through the sampler warm-up that are not the fitted constant's: the sorted copy on
+    the sort path, the persistent fused-MoE workspaces (0.14+)"""
     activation: float | None
     non_torch: float | None
     graph_features: tuple[float, float, float]
@@ -84,6 +87,14 @@ def observe(record: StartupRecord, spec: ModelSpec, gpu: GpuSpec) -> Observation
     moe_layers = first_stage_layers if model.moe is not None else 0
     sizes = len(capture_sizes(resolved.max_num_seqs)) / DEFAULT_COEFFICIENTS.cudagraph_reference_sizes
     gib = float(GiB)
+    release = prediction.release
+    num_reqs = min(resolved.max_num_seqs, tokens)
+    # The logged terms are the first stage's: it runs the sampler only without PP.
+    sampler_feature = float(num_reqs * model.vocab_size) if pp == 1 else 0.0
+    extra = sampler_bytes_per_logit(DEFAULT_COEFFICIENTS, release.sampler_kernel, num_reqs)
+    sampler_fixed = (extra - DEFAULT_COEFFICIENTS.sampler_bytes_per_logit) * sampler_feature
+    if pp == 1 and release.moe_workspace_held and model.quantization is None:
+        sampler_fixed += moe_workspace_bytes(model, tokens, tp, dtype_bytes)
 
     def logged(value: float | None) -> float | None:
         return None if value is None else value * gib
@@ -95,8 +106,8 @@ def observe(record: StartupRecord, spec: ModelSpec, gpu: GpuSpec) -> Observation
         nvls=gpu.nvswitch_multicast,
         dense_feature=tokens * dense_width(model, tp) * dtype_bytes,
         moe_feature=tokens * moe_width(model, tp) * dtype_bytes,
-        # The logged terms are the first stage's: it runs the sampler only without PP.
-        sampler_feature=float(min(resolved.max_num_seqs, tokens) * model.vocab_size) if pp == 1 else 0.0,
+        sampler_feature=sampler_feature,
+        sampler_fixed=sampler_fixed,
         activation=logged(record.activation_peak_gib),
         non_torch=logged(record.non_torch_gib),
         graph_features=(1 / math.sqrt(tp), sizes * first_stage_layers, sizes * moe_layers),
@@ -119,11 +130,16 @@ def _fit_activation(obs: Sequence[Observation], prior: MemoryCoefficients) -> tu
         groups: dict[str, tuple[list[float], list[float]]] = {"a": ([], []), "c": ([], []), "b": ([], [])}
         for o in rows:
             assert o.activation is not None
-            candidates = {"a": a * o.dense_feature, "c": c * o.moe_feature, "b": b * o.sampler_feature}
+            candidates = {
+                "a": a * o.dense_feature,
+                "c": c * o.moe_feature,
+                "b": b * o.sampler_feature + o.sampler_fixed,
+            }
             branch = max(candidates, key=lambda k: candidates[k])
             feature = {"a": o.dense_feature, "c": o.moe_feature, "b": o.sampler_feature}[branch]
+            fixed = o.sampler_fixed if branch == "b" else 0.0
             groups[branch][0].append(feature)
-            groups[branch][1].append(o.activation)
+            groups[branch][1].append(o.activation - fixed)
         a = _through_origin(*groups["a"], default=a)
         c = _through_origin(*groups["c"], default=c)
         b = _through_origin(*groups["b"], default=b)

@@ -219,18 +219,39 @@ def validate_record(
     lookup_gpu: GpuLookup,
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
 ) -> RecordResult:
+    def unsupported(reason: str) -> RecordResult:
+        return RecordResult(id=record.id, model=record.model, supported=False, reason=reason)
+
     try:
         resolve_release(record.vllm_version)
         spec, online = resolve_record_model(record, lookup_model)
-        gpu = lookup_gpu(record.gpu or "")
     except (UnknownModelError, UnknownVllmVersionError, LookupError) as error:
-        return RecordResult(id=record.id, model=record.model, supported=False, reason=str(error).splitlines()[0])
+        return unsupported(_one_line(error))
+    layout_only: str | None = None
+    try:
+        gpu = lookup_gpu(record.gpu or "")
+    except LookupError as error:
+        depends = gpu_dependence(spec, record)
+        if depends is not None:
+            return unsupported(f"{_one_line(error)} (and the layout depends on the GPU: {depends})")
+        if record.kv_cache_memory_gib is None:
+            return unsupported(_one_line(error))
+        gpu, layout_only = stand_in_gpu(record), f"layout only: {_one_line(error)}"
     args = serving_args(record, online_quantization=online)
     try:
         baseline = predict(spec, gpu, args, vllm_version=record.vllm_version, coefficients=coefficients)
     except KvPlannerError as error:
         return RecordResult(
             id=record.id, model=record.model, supported=True, reason=f"planner refused the settings: {error}"
+        )
+    if layout_only is not None:
+        # Fed the logged KV memory, the blocks do not depend on the GPU here: no budget, no full prediction.
+        return RecordResult(
+            id=record.id,
+            model=record.model,
+            supported=True,
+            reason=layout_only,
+            layout=_layout(record, spec, gpu, args, baseline, coefficients),
         )
     return RecordResult(
         id=record.id,
@@ -239,6 +260,39 @@ def validate_record(
         layout=_layout(record, spec, gpu, args, baseline, coefficients),
         budget=_budget(record, baseline),
         full=_full(record, baseline),
+    )
+
+
+def _one_line(error: BaseException) -> str:
+    """The message and its hint (e.g. why a model lookup failed), on one line."""
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+
+
+def gpu_dependence(spec: ModelSpec, record: StartupRecord) -> str | None:
+    """Why this record's KV layout depends on the GPU (None: fed the logged KV memory, it does not)."""
+    if spec.mla is not None and record.block_size is None:
+        return "MLA: the attention backend, and so the block size, is chosen per GPU architecture"
+    if "M" in spec.layer_pattern:
+        return "Mamba/linear attention: the block alignment depends on the GPU architecture"
+    if ("S" in spec.layer_pattern or "C" in spec.layer_pattern) and record.max_num_batched_tokens is None:
+        return "sliding windows keep max_num_batched_tokens in flight, whose default depends on the GPU's memory"
+    if (record.kv_cache_dtype or "auto").startswith("fp8") and resolve_release(record.vllm_version)[1].v0_available:
+        return "fp8 KV cache: whether vLLM falls back to V0 depends on FlashAttention 3 (the GPU)"
+    return None
+
+
+def stand_in_gpu(record: StartupRecord) -> GpuSpec:
+    """A GPU for layout-only checks: the logged total memory, Hopper features (unused by the layout)."""
+    total = record.total_gpu_memory_gib or 80.0
+    return GpuSpec(
+        name=f"unlisted ({record.gpu or 'not logged'})",
+        vendor="nvidia",
+        memory_bytes=int(total * GiB),
+        memory_source="the startup record",
+        bandwidth_bytes_per_s=1,
+        architecture="hopper",
+        compute_capability="9.0",
+        fp8=True,
     )
 
 

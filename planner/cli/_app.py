@@ -130,10 +130,6 @@ app = typer.Typer(
 )
 
 
-def stdout_is_terminal() -> bool:
-    return sys.stdout.isatty()
-
-
 @app.callback()
 def _root() -> None:
     # A root callback makes typer build a command group even before any command module is imported.

@@ -91,7 +91,7 @@ def render_plan(console: Console, plan: Plan, args: ServingArgs) -> None:
             console.print("  (every sequence at the full context; pass --workload for a realistic limit)")
     if plan.alternatives:
         alt = Table(title="What would fit", show_header=True, header_style="bold")
-        alt.add_column("change")
+        alt.add_column("change", overflow="fold")
         alt.add_column("fits")
         alt.add_column("max concurrency", justify="right")
         for a in plan.alternatives:

@@ -15,9 +15,10 @@ from planner.calibration.corrections import (
     load_corrections,
     save_corrections,
 )
+from planner.calibration.dataset import load_record_file
 from planner.calibration.fit import fit_report
 from planner.calibration.logs import parse_startup_log
-from planner.calibration.records import StartupRecord, load_records
+from planner.calibration.records import StartupRecord
 from planner.calibration.validate import serving_args
 from planner.cli._app import app
 from planner.cli._commands import COMMANDS
@@ -27,6 +28,7 @@ from planner.gpus.catalog import lookup_gpu
 from planner.models.catalog import lookup_model
 from planner.plan.build import predict
 from planner.units import GiB
+from planner.vllm.releases import resolve_release
 
 
 def _bytes(gib: float | None) -> int | None:
@@ -72,8 +74,20 @@ def _entry(record: StartupRecord, gpu_name: str, log: Path) -> tuple[CorrectionE
     return entry, {"kv_error": kv_error}
 
 
+def _log_version(log: Path, logged: str | None, given: str | None) -> str:
+    """The release a log was written by: its own version line, or ``--vllm-version``. Guessing (the newest
+    release) would plan it with another release's arithmetic, so neither is an error."""
+    if logged is None:
+        if given is None:
+            raise PlannerInputError(f"{log}: the log has no vLLM version line; pass --vllm-version X.Y.Z")
+        return given
+    if given is not None and str(resolve_release(logged)[0]) != given:
+        raise PlannerInputError(f"{log}: the log says vLLM {logged}, --vllm-version says {given}")
+    return logged
+
+
 def _fit(records_file: Path, write: Path | None, output: OutputFormat) -> None:
-    loaded = load_records(records_file)
+    loaded = load_record_file(records_file)
     records = [r for r in loaded if isinstance(r, StartupRecord)]
     if not records:
         raise PlannerInputError(f"{records_file}: no startup records")
@@ -121,8 +135,16 @@ def calibrate(
     model: Annotated[str | None, typer.Option("--model", help="Model id, when the log names a local path.")] = None,
     fit: Annotated[Path | None, typer.Option("--fit", help="JSONL of startup records to refit on.")] = None,
     write: Annotated[Path | None, typer.Option("--write", help="Corrections file to create or extend.")] = None,
+    vllm_version: Annotated[
+        str | None,
+        typer.Option(
+            "--vllm-version",
+            help="The release that wrote the logs: needed when a log has no version line; must agree when it has.",
+        ),
+    ] = None,
     output: Annotated[OutputFormat, typer.Option("--output", "-o")] = OutputFormat.table,
 ) -> None:
+    given_version = str(resolve_release(vllm_version)[0]) if vllm_version is not None else None
     if fit is not None:
         _fit(fit, write, output)
         return
@@ -145,6 +167,7 @@ def calibrate(
             record = record.model_copy(update={"model": model})
         if record.kv_cache_memory_gib is None and record.weights_gib is None:
             raise PlannerInputError(f"{log}: no vLLM memory lines found (is this a vLLM startup log?)")
+        record = record.model_copy(update={"vllm_version": _log_version(log, record.vllm_version, given_version)})
         try:
             entry, extra = _entry(record, gpu, log)
         except KvPlannerError as error:

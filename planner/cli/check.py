@@ -21,6 +21,7 @@ from planner.k8s.nodes import NodeInfo, nodes_from_documents
 from planner.policy.check import CheckReport, check_policy, run_check, summary
 from planner.policy.manifests import MAX_INPUT_BYTES, Document, read_documents
 from planner.policy.planning import CoreBackend
+from planner.untrusted import load_yaml
 
 
 class CheckOutput(str, Enum):
@@ -68,17 +69,14 @@ def _policy(path: Path | None) -> Any:
     if path is None:
         return check_policy(None)
     text, source = _read(str(path))
-    try:
-        data = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError as error:
-        raise PlannerInputError(f"{source}: not valid YAML/JSON: {error}") from None
+    data = load_yaml(text, source=source) if text.strip() else None
     return check_policy(data, source=source)
 
 
 def _print_table(report: CheckReport) -> None:
     table = Table(show_lines=False, header_style="bold")
-    for column in ("workload", "container", "model", "GPU", "decision", "codes"):
-        table.add_column(column)
+    for column in ("workload", "container", "model", "GPU", "KV cache/GPU", "decision", "codes"):
+        table.add_column(column, overflow="fold")  # wrap long names, never cut them
     for entry in report.workloads:
         gpu = entry.gpu
         gpu_text = (
@@ -91,13 +89,21 @@ def _print_table(report: CheckReport) -> None:
             entry.container or "",
             entry.model or "",
             gpu_text,
+            entry.kv_cache.text if entry.kv_cache is not None else "",
             entry.decision,
             " ".join(entry.codes),
         )
     console.print(table)
     for entry in report.workloads:
-        for message in entry.messages:
-            console.print(f"  {entry.kind}/{entry.name}: {message}")
+        shown: set[str] = set()
+        for item in entry.findings:
+            if item.message in shown:
+                continue
+            shown.add(item.message)
+            # Whole messages, wrapped at the terminal's width; the fix's flags when the text lacks them.
+            console.print(f"  {entry.kind}/{entry.name}: {item.message}")
+            if item.fix is not None and item.fix.args and " ".join(item.fix.args) not in item.message:
+                console.print(f"    fix: {' '.join(item.fix.args)}")
     for error in report.errors:
         err_console.print(f"error: document {error.document}: {error.message}")
     counts = summary(report)

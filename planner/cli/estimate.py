@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from planner.cli._app import app
 from planner.cli._commands import COMMANDS
@@ -13,9 +13,9 @@ from planner.cli._lookup import model_for
 from planner.cli._output import OutputFormat, console, print_json, print_yaml
 from planner.errors import PlannerInputError
 from planner.kv.dtypes import resolve_kv_dtype
-from planner.kv.specs import attention_bytes_per_token
+from planner.kv.specs import attention_bytes_per_token, mamba_state_bytes
 from planner.models.spec import ModelSpec
-from planner.units import format_bytes, parse_human_int
+from planner.units import DTYPE_BYTES, format_bytes, parse_human_int
 
 
 class SequenceCost(BaseModel):
@@ -32,6 +32,26 @@ class Estimate(BaseModel):
     sequences: list[SequenceCost]
     total_bytes: int
     num_seqs: int = 1
+    layers: dict[str, int] = Field(
+        default_factory=dict, description="KV-holding layers by kind: full, sliding_window, chunked_local, mamba"
+    )
+    state_bytes_per_sequence: int = Field(default=0, description="Mamba/linear-attention state, any length")
+    note: str | None = None
+
+
+def sequence_bytes(model: ModelSpec, tokens: int, per_layer_token: int, state_per_layer: int) -> int:
+    """What one sequence of ``tokens`` keeps (TP=1): full layers every token, sliding-window layers the
+    last ``sliding_window`` tokens, chunked-local layers the current chunk, Mamba layers their state.
+    vLLM allocates whole blocks and keeps the tokens in flight on top of a window
+    (``v1/kv_cache_interface.py: SlidingWindowSpec.max_memory_usage_bytes``); ``planner recommend``
+    counts those, this estimate does not."""
+    pattern = model.layer_pattern
+    kept = pattern.count("F") * tokens
+    if model.sliding_window:
+        kept += pattern.count("S") * min(tokens, model.sliding_window)
+    if model.attention_chunk_size:
+        kept += pattern.count("C") * min(tokens, model.attention_chunk_size)
+    return kept * per_layer_token + pattern.count("M") * state_per_layer
 
 
 def _raw_model(layers: int, kv_heads: int, head_dim: int) -> ModelSpec:
@@ -98,19 +118,38 @@ def estimate(
     if not lengths or any(n < 1 for n in lengths):
         raise PlannerInputError(f"--tokens needs positive lengths, got {tokens!r}")
     per_token = kv_bytes_per_token(spec, kv_cache_dtype, dtype_bytes)
-    sequences = [SequenceCost(tokens=n, bytes=n * per_token) for n in lengths]
+    kv_layers = sum(1 for letter in spec.layer_pattern if letter in "FSC")
+    per_layer_token = per_token // kv_layers if kv_layers else 0
+    conv = DTYPE_BYTES.get(spec.dtype, 2)
+    ssm = DTYPE_BYTES[spec.mamba.ssm_dtype] if spec.mamba is not None and spec.mamba.ssm_dtype else conv
+    state = mamba_state_bytes(spec, 1, conv, ssm)
+    sequences = [SequenceCost(tokens=n, bytes=sequence_bytes(spec, n, per_layer_token, state)) for n in lengths]
+    kinds = {"F": "full", "S": "sliding_window", "C": "chunked_local", "M": "mamba"}
+    by_kind = {name: spec.layer_pattern.count(letter) for letter, name in kinds.items() if letter in spec.layer_pattern}
+    hybrid = set(spec.layer_pattern) - {"F"}
     result = Estimate(
         bytes_per_token=per_token,
         sequences=sequences,
         total_bytes=sum(s.bytes for s in sequences) * num_seqs,
         num_seqs=num_seqs,
+        layers=by_kind,
+        state_bytes_per_sequence=state * spec.layer_pattern.count("M"),
+        note=(
+            "bytes_per_token counts every KV layer; a sequence keeps only the window/chunk in "
+            "sliding-window and chunked layers and a fixed state in Mamba layers (vLLM adds block rounding "
+            "and in-flight tokens: see `planner recommend`)"
+            if hybrid
+            else None
+        ),
     )
     if output is OutputFormat.json:
         print_json(result)
     elif output is OutputFormat.yaml:
         print_yaml(result)
     else:
-        console.print(f"KV cache per token: [bold]{format_bytes(per_token)}[/] ({per_token:,} B)")
+        console.print(f"KV cache per token: [bold]{format_bytes(per_token)}[/] ({per_token:,} B, every KV layer)")
+        if result.note:
+            console.print(f"  layers: {', '.join(f'{n} {k}' for k, n in by_kind.items())}; {result.note}")
         for s in sequences:
             console.print(f"  {s.tokens:>9,} tokens: {format_bytes(s.bytes)}")
         suffix = f" ({num_seqs} sequences of each length)" if num_seqs > 1 else ""

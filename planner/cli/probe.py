@@ -106,8 +106,21 @@ Workload = Annotated[
         "Default: long requests that fill the context.",
     ),
 ]
-MaxConcurrency = Annotated[int, typer.Option("--max-concurrency", min=1, max=4096, help="Staircase top.")]
-StartConcurrency = Annotated[int, typer.Option("--start-concurrency", min=1, help="First level.")]
+MaxConcurrency = Annotated[
+    int | None,
+    typer.Option("--max-concurrency", min=1, max=4096, help="Staircase top (default: twice the planner's limit)."),
+]
+StartConcurrency = Annotated[
+    int | None, typer.Option("--start-concurrency", min=1, help="First level (default: a quarter of that limit).")
+]
+Quick = Annotated[
+    bool,
+    typer.Option(
+        "--quick",
+        help="A first look in under two minutes: prompts of at most 2,048 tokens, one round per level, "
+        "no warm-up, 100 s in all.",
+    ),
+]
 Growth = Annotated[float, typer.Option("--growth", min=1.01, max=16.0, help="Level multiplier.")]
 Levels = Annotated[str | None, typer.Option("--levels", help="Explicit levels, e.g. 4,8,12,16.")]
 Refine = Annotated[bool, typer.Option("--refine/--no-refine", help="Bisect after the first failing level.")]
@@ -150,8 +163,9 @@ def probe(  # typer passes every option by keyword
     metrics_url: MetricsUrl = None,
     model: Model = None,
     workload: Workload = None,
-    max_concurrency: MaxConcurrency = 64,
-    start_concurrency: StartConcurrency = 1,
+    max_concurrency: MaxConcurrency = None,
+    start_concurrency: StartConcurrency = None,
+    quick: Quick = False,
     growth: Growth = 2.0,
     levels: Levels = None,
     refine: Refine = True,
@@ -188,8 +202,11 @@ def probe(  # typer passes every option by keyword
         prompt_tokens=prompt_tokens,
         output_tokens=output_tokens,
         levels=_levels(levels),
-        start_concurrency=min(start_concurrency, max_concurrency),
+        start_concurrency=min(start_concurrency, max_concurrency)
+        if start_concurrency and max_concurrency
+        else start_concurrency,
         max_concurrency=max_concurrency,
+        quick=quick,
         growth=growth,
         refine=refine,
         warmup_requests=warmup_requests,

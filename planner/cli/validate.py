@@ -14,7 +14,16 @@ from planner.calibration.validate import ValidationReport, validate_records
 from planner.cli._app import app
 from planner.cli._commands import COMMANDS
 from planner.cli._output import OutputFormat, console, err_console, print_json, print_yaml
-from planner.errors import KvPlannerError, PlannerInputError, UnknownModelError
+from planner.errors import (
+    GatedModelError,
+    HubUnavailableError,
+    KvPlannerError,
+    ModelNotFoundError,
+    PlannerInputError,
+    RepoNotAllowedError,
+    ResolutionTimeoutError,
+    UnknownModelError,
+)
 from planner.gpus.catalog import lookup_gpu
 from planner.hub.resolve import resolve_model
 from planner.models.catalog import lookup_model
@@ -29,8 +38,24 @@ def lookup_any_model(name: str) -> ModelSpec:
     except UnknownModelError as unknown:
         try:
             return resolve_model(name, timeout=30.0).spec
-        except KvPlannerError:
-            raise unknown from None
+        except KvPlannerError as error:
+            # Say why the fallback failed (offline, gated, not found, network), not just "unknown".
+            raise UnknownModelError(
+                name, unknown.suggestions, hint=f"not in the catalog; {resolution_reason(error)}"
+            ) from None
+
+
+def resolution_reason(error: KvPlannerError) -> str:
+    """One line naming why a model could not be read, with the resolver's own message."""
+    kinds: list[tuple[type[KvPlannerError], str]] = [
+        (GatedModelError, "gated or private on the Hub"),
+        (RepoNotAllowedError, "not allowed by the lookup policy"),
+        (ModelNotFoundError, "not found"),
+        (ResolutionTimeoutError, "the Hub lookup timed out"),
+        (HubUnavailableError, "the Hub is unreachable (offline or network)"),
+    ]
+    label = next((text for kind, text in kinds if isinstance(error, kind)), "its config could not be read")
+    return f"{label}: {error.message}"
 
 
 def _pct(value: float | None) -> str:

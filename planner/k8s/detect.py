@@ -58,8 +58,10 @@ def image_version(image: str | None) -> str | None:
 def is_vllm_image(image: str | None) -> bool:
     if not image:
         return False
-    repository = image.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
-    return "vllm" in repository.lower()
+    repository = image.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0].lower()
+    # Stand-ins that speak vLLM's API without vLLM (aibrix/vllm-mock, aibrix/vllm-simulator,
+    # llm-d-inference-sim): their entrypoint is not vLLM's.
+    return "vllm" in repository and not any(word in repository for word in ("mock", "simulator", "-sim"))
 
 
 def find_vllm_containers(

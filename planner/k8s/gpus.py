@@ -113,10 +113,6 @@ def lookup_label(value: str, key: str, catalog: GpuCatalog, memory_hint: int | N
     return catalog.lookup(value, memory_hint)
 
 
-def _smallest(specs: Sequence[GpuSpec]) -> GpuSpec:
-    return min(specs, key=lambda g: (g.memory_bytes, g.name))
-
-
 def _label_values(pod_spec: Mapping[str, Any], key: str) -> list[tuple[str, str]]:
     """(value, where) pairs a pod spec requires for label ``key``: nodeSelector, then affinity ``In``."""
     found: list[tuple[str, str]] = []

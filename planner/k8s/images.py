@@ -6,8 +6,9 @@ An image's tag is a vLLM release only where the publisher says so:
   the tag *is* the release (``v0.10.1.1`` -> 0.10.1; a fourth part does not change behaviour);
 * AMD's ROCm builds (``rocm/vllm``): the tag names the release it contains
   (``rocm6.3.1_vllm_0.8.5_20250521``);
-* AIBrix's rebuilds (``aibrix/vllm-openai:v0.7.3.self.post1``): the vLLM release plus AIBrix's own
-  suffix (AIBrix docs, "vLLM Image": "a custom-built image ... In the upstream v0.7.3 ...");
+* AIBrix's rebuilds (``aibrix/vllm-openai:v0.7.3.self.post1``, ``...:v0.10.0-cu128-nixl-...``, also
+  from the registries AIBrix's samples mirror them to): the vLLM release, then AIBrix's own suffix
+  (AIBrix docs, "vLLM Image": a custom build of upstream v0.7.3; samples/disaggregation/vllm);
 * NVIDIA's NGC containers, whose tags are NGC release numbers (``25.10-py3``): the release notes list
   the vLLM release each contains, recorded in :data:`NGC_VLLM` and :data:`NGC_TRITON_VLLM`.
 
@@ -35,12 +36,13 @@ _RELEASE = r"(\d+\.\d+\.\d+)(?:\.\d+|\.post\d+)?"
 _OFFICIAL_REPOSITORIES = (
     "vllm/vllm-openai",
     "vllm/vllm-openai-rocm",
+    "vllm/vllm-openai-cpu",
     "q9t5s3a7/vllm-release-repo",
     "q9t5s3a7/vllm-cpu-release-repo",
 )
 _OFFICIAL_TAG = re2.compile(rf"^v?{_RELEASE}(?:$|[-+](?:cu\d+|rocm\S*|cpu|x86_64|aarch64|arm64)\S*$)")
 _ROCM_TAG = re2.compile(rf"(?:^|_)vllm_v?{_RELEASE}(?:_|$)")
-_AIBRIX_TAG = re2.compile(rf"^v?{_RELEASE}(?:\.self(?:\.post\d+)?)?$")
+_AIBRIX_TAG = re2.compile(rf"^v?{_RELEASE}(?:\.self(?:\.post\d+)?)?(?:-cu\d+\S*)?$")
 _NGC_TAG = re2.compile(r"^(\d\d\.\d\d)(?:-|$)")
 
 # NVIDIA vLLM container (nvcr.io/nvidia/vllm:YY.MM-py3) -> the vLLM release it contains, from
@@ -62,12 +64,17 @@ NGC_TRITON_VLLM: dict[str, str] = {
 
 def _mirrors_official(host: str, repository: str) -> bool:
     """The vLLM project's repository, on its registry or a mirror that keeps its path
-    (``harbor.corp/dockerhub/vllm/vllm-openai``, an ECR pull-through cache). A mirror that renames it
+    (``harbor.corp/dockerhub/vllm/vllm-openai``, ``mirror.example/vllm/vllm-openai``, an ECR pull-through
+    cache). A mirror that renames it
     (``registry.local/ml/vllm-openai``) is indistinguishable from a derivative such as
     ``lmcache/vllm-openai``: no evidence."""
     if host in ("docker.io", "public.ecr.aws"):
         return repository in _OFFICIAL_REPOSITORIES
-    return any(repository.endswith("/" + official) for official in _OFFICIAL_REPOSITORIES if "/" in official)
+    return any(
+        repository == official or repository.endswith("/" + official)
+        for official in _OFFICIAL_REPOSITORIES
+        if official.startswith("vllm/")
+    )
 
 
 class VersionEvidence(BaseModel):
@@ -123,7 +130,7 @@ def image_release(image: str | None) -> VersionEvidence | None:
         if match:
             return VersionEvidence(version=_three(match.group(1)), source="derivative-image", detail=image)
         return None
-    if host == "docker.io" and repository == "aibrix/vllm-openai":
+    if repository == "aibrix/vllm-openai" or repository.endswith("/aibrix/vllm-openai"):
         match = _AIBRIX_TAG.match(tag)
         if match:
             return VersionEvidence(version=_three(match.group(1)), source="derivative-image", detail=image)

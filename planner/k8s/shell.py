@@ -42,7 +42,9 @@ def shell_script(argv: Sequence[str]) -> str | None:
         return None
     for i, word in enumerate(argv[1:], start=1):
         if word.startswith("-") and not word.startswith("--") and "c" in word[1:]:
-            return argv[i + 1] if i + 1 < len(argv) else None
+            # `bash -lc -- SCRIPT` (KubeRay's samples): `--` ends the options, the script follows it.
+            at = i + 2 if i + 1 < len(argv) and argv[i + 1] == "--" else i + 1
+            return argv[at] if at < len(argv) else None
         if not word.startswith("-"):
             return None  # `bash script.sh`: a file we cannot read
     return None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from planner.findings import Code, Finding
 from planner.kv.specs import LayerCache
 from planner.units import cdiv
 
@@ -32,7 +33,7 @@ class Grouping:
     group_size: int
     """Layer slots per group (padding included) on the whole model."""
     padding_layers: int = 0
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
 
     @property
     def page_bytes(self) -> int:
@@ -78,15 +79,18 @@ def group_layers(
         group_size = max(sizes)
     groups: list[KvGroup] = []
     padding = 0
-    warnings: list[str] = []
+    warnings: list[Finding] = []
     for spec, members in buckets.items():
         count = cdiv(len(members), group_size)
         pad = count * group_size - len(members)
         if pad:
             padding += pad
             warnings.append(
-                f"vLLM adds {pad} padding layers to the {spec.kind} group "
-                f"(may waste up to {pad / len(members) * 100:.2f}% of KV cache memory)"
+                Finding.of(
+                    Code.PADDING_LAYERS,
+                    f"vLLM adds {pad} padding layers to the {spec.kind} group "
+                    f"(may waste up to {pad / len(members) * 100:.2f}% of KV cache memory)",
+                )
             )
         for g in range(count):
             chosen = members[g::count] if strided else members[g * group_size : (g + 1) * group_size]

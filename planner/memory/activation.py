@@ -8,7 +8,15 @@ sampler warm-up on ``num_reqs`` rows of logits (``gpu_model_runner.profile_run``
 * forward: the activations alive inside one decoder layer — residual, hidden, fused QKV, attention
   output, fused gate/up and the MLP output — ``tokens x width x dtype_bytes``; for MoE layers the
   fused-MoE workspace ``tokens x top_k x (2 x expert_width + hidden)``;
-* sampler: fp32 logits, probabilities and sort buffers, ``num_reqs x vocab x bytes_per_logit``.
+* sampler: fp32 logits, probabilities and sort buffers, ``num_reqs x vocab x bytes_per_logit``. What
+  the sampler keeps per logit depends on the release's top-k/top-p kernel (``Release.sampler_kernel``,
+  ``v1/sample/ops/topk_topp_sampler.py``): the PyTorch path (0.12-0.16, and 0.17-0.20 below 8 requests)
+  sorts the full logits (``logits.sort`` -> fp32 values and int64 indices, plus the radix sort's double
+  buffers) and scatters them back; the Triton kernel (0.17+, 8 requests or more) masks in place; FlashInfer
+  (default when installed up to 0.11, on by default from 0.21) samples from the logits in one kernel.
+* From 0.14 unquantized fused MoE runs through the modular kernel, whose workspaces come from the
+  persistent ``WorkspaceManager`` (``v1/worker/workspace.py``: grows, never frees). They are still
+  allocated when the sampler warms up, so that peak is ``workspace + sampler``, not the sampler alone.
 
 A pipeline stage after the first also holds the hidden states and residual it received
 (``IntermediateTensors``: ``2 x tokens x hidden x dtype_bytes``) through both peaks.
@@ -47,6 +55,28 @@ def moe_width(model: ModelSpec, tp: int) -> float:
     return moe.experts_per_token * (2 * moe.moe_intermediate_size / tp + model.hidden_size)
 
 
+def sampler_bytes_per_logit(coefficients: MemoryCoefficients, kernel: str, num_reqs: int) -> float:
+    """Bytes the sampler warm-up keeps per (dummy request x vocabulary entry) for the release's kernel
+    (``Release.sampler_kernel``: flashinfer_if_installed, sort_scatter, triton_batch8, flashinfer).
+
+    The fitted constant is the Triton path's (the calibration releases run it); the sort path adds the
+    sorted copy and its indices (``sampler_sort_extra_bytes_per_logit``). FlashInfer is planned with the
+    fitted constant (fp32 logits, probabilities and the sampling buffer are the same order)."""
+    base = coefficients.sampler_bytes_per_logit
+    sorts = kernel == "sort_scatter" or (kernel == "triton_batch8" and num_reqs < 8)
+    return base + coefficients.sampler_sort_extra_bytes_per_logit if sorts else base
+
+
+def moe_workspace_bytes(model: ModelSpec, tokens: int, tp: int, dtype_bytes: int) -> int:
+    """The modular fused-MoE kernel's two workspaces for ``tokens`` (TritonExperts.workspace_shapes):
+    ``(M, top_k, max(I, H))`` and ``(M, top_k, max(2I, H))``, I the expert width on the rank."""
+    moe = model.moe
+    if moe is None:
+        return 0
+    inter, hidden = moe.moe_intermediate_size / tp, model.hidden_size
+    return int(tokens * moe.experts_per_token * (max(inter, hidden) + max(2 * inter, hidden)) * dtype_bytes)
+
+
 def activation_peak(
     model: ModelSpec,
     *,
@@ -57,6 +87,8 @@ def activation_peak(
     dtype_bytes: int,
     last_stage: bool,
     receives_from_previous_stage: bool = False,
+    sampler_kernel: str = "triton_batch8",
+    moe_workspace_held: bool = False,
 ) -> ActivationPeak:
     tokens = max_num_batched_tokens
     received = 2 * tokens * model.hidden_size * dtype_bytes if receives_from_previous_stage else 0
@@ -68,7 +100,11 @@ def activation_peak(
     sampler = 0.0
     if last_stage:
         num_reqs = min(max_num_seqs, max_num_batched_tokens)
-        sampler = coefficients.sampler_bytes_per_logit * num_reqs * model.vocab_size
+        sampler = sampler_bytes_per_logit(coefficients, sampler_kernel, num_reqs) * num_reqs * model.vocab_size
+        if moe_workspace_held and model.quantization is None:
+            # vllm 0.14+ model_executor/layers/fused_moe/modular_kernel.py: workspaces from
+            # current_workspace_manager() outlive the forward pass (quantized MoE kernels not verified).
+            sampler += moe_workspace_bytes(model, tokens, tp, dtype_bytes)
     return ActivationPeak(
         forward_bytes=int(forward) + received, sampler_bytes=int(sampler) + received if last_stage else 0
     )

@@ -19,6 +19,12 @@ class MemoryCoefficients(BaseModel):
         description="bytes of sampler warm-up memory per (dummy request x vocabulary entry): fp32 logits, "
         "probabilities and top-k/top-p sort buffers"
     )
+    sampler_sort_extra_bytes_per_logit: float = Field(
+        default=24.0,
+        description="extra bytes per logit when the sampler sorts the full logits (PyTorch top-k/top-p): "
+        "sorted fp32 values (4) and int64 indices (8), plus the radix sort's double buffers (4 + 8); from "
+        "the tensors vllm allocates, not fitted (no calibration record runs that path yet)",
+    )
     forward_bytes_per_token_width: float = Field(
         description="activation bytes per (batched token x activation width element): residual, hidden, "
         "qkv, attention output, gate_up and MLP output live at the peak, in units of dtype bytes"
@@ -41,7 +47,7 @@ class MemoryCoefficients(BaseModel):
 
 # Fitted by `planner calibrate --fit ../shared/calibration/vllm-startup.jsonl` (see docs/accuracy.md).
 DEFAULT_COEFFICIENTS = MemoryCoefficients(
-    sampler_bytes_per_logit=15.35,
+    sampler_bytes_per_logit=15.2552,
     forward_bytes_per_token_width=1.236,
     moe_bytes_per_token_expert_width=2.151,
     cuda_workspace_bytes=int(0.07 * GiB),

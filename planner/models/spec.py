@@ -2,7 +2,7 @@
 
 Everything the planner needs about a model, normalised from the many spellings of Hugging Face
 ``config.json`` (see :mod:`planner.models.config`), and the schema of the embedded catalog
-(``planner/models/data/models.yaml``). Field meanings follow vLLM's reading of the config
+(``planner/models/data/*.yaml``). Field meanings follow vLLM's reading of the config
 (``vllm/transformers_utils/model_arch_config_convertor.py``), not any one model's field names.
 
 ``layer_pattern`` has one character per decoder layer:

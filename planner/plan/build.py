@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planner.errors import InvalidArgumentError, KvPlannerError
+from planner.findings import Code, Finding, fix_args
 from planner.gpus.spec import GpuSpec
 from planner.kv.capacity import KvLayout, capacity, fit_error_text, no_memory_text
 from planner.kv.dtypes import is_approximate
@@ -22,6 +23,8 @@ from planner.plan.models import (
     ModelReport,
     Plan,
 )
+from planner.plan.offload import OffloadReport, is_disaggregation, offload_report, transfer_role
+from planner.plan.speculative import DrafterCost
 from planner.units import GiB
 from planner.vllm.args import ServingArgs
 from planner.vllm.checks import check_parallelism, check_values, derived_length, resolve_max_model_len
@@ -41,22 +44,27 @@ class Prediction:
     max_model_len: int
     fits: bool
     fit_error: str | None
-    warnings: list[str]
+    warnings: list[Finding]
 
 
-def _unmodelled_warnings(args: ServingArgs, release: Release, kv_name: str) -> list[str]:
+def _unmodelled_warnings(args: ServingArgs, release: Release, kv_name: str) -> list[Finding]:
     warnings = []
-    if args.speculative_config:
+    if is_disaggregation(args):
+        connector, role = transfer_role(args)
         warnings.append(
-            "KVP201 speculative decoding: the draft model's weights and KV blocks are not modelled; "
-            "real capacity is lower"
+            Finding.of(
+                Code.KV_TRANSFER_NOT_MODELLED,
+                f"disaggregated prefill/decode ({connector}, {role or 'role not set'}): KV moved between engines "
+                "and the connector's transfer buffers are not counted; local capacity as planned",
+            )
         )
-    if args.kv_transfer_config:
-        warnings.append("KVP202 KV transfer (disaggregated prefill/decode) is not modelled")
-    if args.kv_offloading_size:
-        warnings.append("KVP203 KV offloading to CPU adds capacity kv-planner does not count")
     if is_approximate(kv_name):
-        warnings.append(f"KVP204 --kv-cache-dtype {kv_name}: packed layout approximated by its nominal bits")
+        warnings.append(
+            Finding.of(
+                Code.PACKED_DTYPE_APPROXIMATED,
+                f"--kv-cache-dtype {kv_name}: packed layout approximated by its nominal bits",
+            )
+        )
     if args.kv_cache_memory_bytes is not None and not release.kv_cache_memory_bytes_flag:
         raise InvalidArgumentError(
             "unrecognized arguments: --kv-cache-memory-bytes (added in vLLM 0.10.2)", flag="--kv-cache-memory-bytes"
@@ -66,10 +74,54 @@ def _unmodelled_warnings(args: ServingArgs, release: Release, kv_name: str) -> l
             raise InvalidArgumentError(
                 "unrecognized arguments: --swap-space (removed in vLLM 0.18.0)", flag="--swap-space"
             )
-        warnings.append("KVP205 --swap-space only matters for the V0 engine; V1 never swaps")
+        warnings.append(
+            Finding.of(Code.SWAP_SPACE_V0_ONLY, "--swap-space only matters for the V0 engine; V1 never swaps")
+        )
     if args.data_parallel_size > 1:
-        warnings.append(f"KVP206 data parallel: {args.data_parallel_size} engines, each with the capacity below")
+        warnings.append(
+            Finding.of(
+                Code.DATA_PARALLEL, f"data parallel: {args.data_parallel_size} engines, each with the capacity below"
+            )
+        )
     return warnings
+
+
+def _offload(args: ServingArgs, prediction: Prediction, plan: Plan) -> OffloadReport | None:
+    kv = plan.kv_cache
+    return offload_report(
+        args,
+        prediction.version,
+        bytes_per_block=kv.bytes_per_block,
+        block_size=kv.block_size,
+        groups=max(1, len(kv.groups)),
+        gpu_tokens=kv.tokens,
+    )
+
+
+def offload_notes(report: OffloadReport) -> list[Finding]:
+    """KVP203: the CPU tier in numbers (info)."""
+    text = (
+        f"KV offload ({report.backend}, {report.source}): CPU tier {report.cpu_tokens:,} tokens in "
+        f"{report.host_bytes / GiB:.1f} GiB {'pinned ' if report.pinned else ''}host memory; GPU tier "
+        f"{report.gpu_tokens:,} tokens"
+    )
+    return [Finding.of(Code.CPU_OFFLOAD_NOT_COUNTED, t) for t in (text, *report.notes)]
+
+
+def speculative_notes(drafter: DrafterCost | None) -> list[Finding]:
+    """KVP201: what the drafter costs (info, with the numbers)."""
+    if drafter is None:
+        return []
+    if drafter.weights_bytes == 0 and drafter.kv_layers == 0 and not drafter.notes:
+        return [
+            Finding.of(Code.SPECULATIVE_NOT_MODELLED, f"speculative decoding ({drafter.method}): no GPU weights or KV")
+        ]
+    text = (
+        f"speculative decoding ({drafter.method}, {drafter.num_speculative_tokens} tokens): drafter weights "
+        f"{drafter.weights_bytes / GiB:.2f} GiB{' (estimated)' if drafter.weights_estimated else ''}, "
+        f"{drafter.kv_layers} KV layer(s), {drafter.lookahead_tokens} lookahead slots per sequence"
+    )
+    return [Finding.of(Code.SPECULATIVE_NOT_MODELLED, t) for t in (text, *drafter.notes)]
 
 
 def predict(
@@ -81,6 +133,7 @@ def predict(
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
     available_override: list[int] | None = None,
     corrections: TermCorrections | None = None,
+    draft: ModelSpec | None = None,
 ) -> Prediction:
     """Run vLLM's startup arithmetic. ``available_override`` replaces the predicted per-stage KV
     memory (used when a log gives the real figure)."""
@@ -100,12 +153,19 @@ def predict(
         if corrections is not None
         else None
     )
-    engine = compute_engine(model, gpu, args, release, resolved, coefficients=coefficients, deltas=deltas)
+    engine = compute_engine(
+        model, gpu, args, release, resolved, coefficients=coefficients, deltas=deltas, version=version, draft=draft
+    )
     warnings += engine.warnings + _unmodelled_warnings(args, release, engine.kv_dtype.name)
+    warnings += speculative_notes(engine.drafter)
     if deltas is not None:
-        warnings.append("KVP108 memory terms corrected with measurements from the calibration file")
+        warnings.append(
+            Finding.of(Code.CORRECTED, "memory terms corrected with measurements from the calibration file")
+        )
     if engine.weights_estimated:
-        warnings.append("KVP105 weights estimated from the architecture (no exact checkpoint size)")
+        warnings.append(
+            Finding.of(Code.WEIGHTS_ESTIMATED, "weights estimated from the architecture (no exact checkpoint size)")
+        )
     if available_override is not None:
         available = list(available_override)
     elif args.kv_cache_memory_bytes is not None:
@@ -135,7 +195,13 @@ def predict(
             )
         else:
             if fit < max_len:
-                warnings.append(f"KVP106 --max-model-len auto: vLLM will reduce the context from {max_len} to {fit}")
+                warnings.append(
+                    Finding.of(
+                        Code.AUTO_FIT_CONTEXT,
+                        f"--max-model-len auto: vLLM will reduce the context from {max_len} to {fit}",
+                        fix=fix_args(["--max-model-len", str(fit)]),
+                    )
+                )
             max_len, fits = min(max_len, fit), True
     else:
         fits = layout.fits(max_len)
@@ -299,15 +365,19 @@ def plan_without_recommendation(
     gpu_count: int | None = None,
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
     corrections: TermCorrections | None = None,
+    draft: ModelSpec | None = None,
 ) -> tuple[Plan, Prediction]:
     prediction = predict(
-        model, gpu, args, vllm_version=vllm_version, coefficients=coefficients, corrections=corrections
+        model, gpu, args, vllm_version=vllm_version, coefficients=coefficients, corrections=corrections, draft=draft
     )
     warnings = list(prediction.warnings)
     if gpu_count is not None and gpu_count != args.gpus_per_engine * args.data_parallel_size:
         warnings.append(
-            f"KVP107 the pod gets {gpu_count} GPUs but TP x PP x DP = {args.gpus_total}: vLLM needs exactly "
-            "TP x PP GPUs per engine"
+            Finding.of(
+                Code.GPU_COUNT_MISMATCH,
+                f"the pod gets {gpu_count} GPUs but TP x PP x DP = {args.gpus_total}: vLLM needs exactly "
+                "TP x PP GPUs per engine",
+            )
         )
     plan = Plan(
         model=model_report(model, prediction),
@@ -323,8 +393,20 @@ def plan_without_recommendation(
         kv_cache=kv_report(model, prediction),
         fits=prediction.fits,
         fit_error=prediction.fit_error,
-        warnings=warnings,
+        findings=warnings,
+        speculative=prediction.engine.drafter,
     )
+    plan.offload = _offload(args, prediction, plan)
+    if plan.offload is not None:
+        plan.findings += offload_notes(plan.offload)
+    elif args.kv_offloading_size is not None and args.kv_offloading_backend is None:
+        # vllm 0.11.1-0.13 config/vllm.py: offloading starts only with --kv-offloading-backend.
+        plan.findings.append(
+            Finding.of(
+                Code.CPU_OFFLOAD_NOT_COUNTED,
+                f"--kv-offloading-size without --kv-offloading-backend does nothing in vLLM {plan.vllm_version}",
+            )
+        )
     plan.margin = margin_band(
         model,
         gpu,

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from planner.errors import InvalidArgumentError
+from planner.findings import Code, Finding
 from planner.gpus.spec import GpuSpec
 from planner.kv.capacity import KvLayout, StageKv
 from planner.kv.dtypes import KvDtype, resolve_kv_dtype
@@ -19,14 +20,17 @@ from planner.kv.specs import RankLayout, build_layer_caches
 from planner.memory.activation import activation_peak
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.memory.cudagraph import cuda_graph_bytes
+from planner.memory.mxfp4 import padding_bytes_per_moe_layer
 from planner.memory.nontorch import non_torch_bytes
 from planner.models.quantization import scheme_quantization
 from planner.models.spec import ModelSpec
 from planner.models.weights import estimate_weights, pp_partition
+from planner.plan.drafter import engine_drafter, with_drafter_layers
+from planner.plan.speculative import DrafterCost
 from planner.units import DTYPE_BYTES, GiB
 from planner.vllm.args import ServingArgs
 from planner.vllm.defaults import ResolvedArgs
-from planner.vllm.releases import Release
+from planner.vllm.releases import Release, Version
 
 
 @dataclass(frozen=True)
@@ -81,12 +85,15 @@ class EngineLayout:
     parameters: int
     weights_estimated: bool
     memory: list[StageMemory] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
+    drafter: DrafterCost | None = None
+    drafter_layers: int = 0
+    """KV layers the drafter appends (on the last pipeline stage)."""
 
 
-def hybrid_manager_enabled(model: ModelSpec, args: ServingArgs, release: Release) -> tuple[bool, list[str]]:
+def hybrid_manager_enabled(model: ModelSpec, args: ServingArgs, release: Release) -> tuple[bool, list[Finding]]:
     """Whether vLLM keeps sliding/chunked layers in their own groups (the hybrid KV cache manager)."""
-    notes: list[str] = []
+    notes: list[Finding] = []
     if args.disable_hybrid_kv_cache_manager:
         return False, notes
     if "C" in model.layer_pattern:
@@ -94,14 +101,20 @@ def hybrid_manager_enabled(model: ModelSpec, args: ServingArgs, release: Release
         allowed = release.chunked_local_hybrid_default if env is None else env.lower() in ("1", "true")
         if not allowed:
             notes.append(
-                "KVP110 chunked local attention sized as full attention (vLLM disables the hybrid "
-                "KV cache manager for it in this release)"
+                Finding.of(
+                    Code.CHUNKED_AS_FULL,
+                    "chunked local attention sized as full attention (vLLM disables the hybrid "
+                    "KV cache manager for it in this release)",
+                )
             )
             return False, notes
     if args.kv_transfer_config and ("S" in model.layer_pattern or "C" in model.layer_pattern):
         notes.append(
-            "KVP111 a KV connector turns the hybrid KV cache manager off: sliding-window layers "
-            "are sized as full attention"
+            Finding.of(
+                Code.CONNECTOR_NO_HYBRID,
+                "a KV connector turns the hybrid KV cache manager off: sliding-window layers "
+                "are sized as full attention",
+            )
         )
         return False, notes
     return True, notes
@@ -219,6 +232,8 @@ def stage_memory(
             dtype_bytes=dtype_bytes,
             last_stage=last,
             receives_from_previous_stage=stage > 0,
+            sampler_kernel=release.sampler_kernel,
+            moe_workspace_held=release.moe_workspace_held,
         )
         moe_layers = sum(1 for i in range(start, start + count) if model.is_moe_layer(i))
         graphs = cuda_graph_bytes(
@@ -287,7 +302,10 @@ def compute_engine(
     *,
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
     deltas: TermDeltas | None = None,
+    version: Version | None = None,
+    draft: ModelSpec | None = None,
 ) -> EngineLayout:
+    """``version`` and ``draft`` (the resolved drafter) size ``--speculative-config``."""
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     model = with_online_quantization(model, args)
     kv_dtype = resolve_kv_dtype(
@@ -307,8 +325,11 @@ def compute_engine(
             if not release.v1_default
             else "fp8 KV cache without FlashAttention 3, float32, a pre-Ampere GPU, or VLLM_USE_V1=0"
         )
-        notes.append(f"KVP112 planned for vLLM's V0 engine ({reason})")
+        notes.append(Finding.of(Code.V0_ENGINE, f"planned for vLLM's V0 engine ({reason})"))
     rank, grouping = build_rank_layout(model, gpu, args, release, resolved, kv_dtype, hybrid)
+    drafter = engine_drafter(model, args, version, kv=kv_dtype, dtype=resolved.dtype, draft=draft)
+    rank, grouping, drafter_layers, drafter_notes = with_drafter_layers(rank, grouping, drafter, release)
+    notes += drafter_notes
     partition = pp_partition(model.num_layers, pp, args.env.get("VLLM_PP_LAYER_PARTITION"))
     expert_shards = tp * args.data_parallel_size if args.enable_expert_parallel else tp
     weights = estimate_weights(
@@ -331,7 +352,21 @@ def compute_engine(
         # exactly parameters x dtype bytes, whatever the files' size.
         estimated = False
     extra = lora_bytes(model, args, DTYPE_BYTES[resolved.dtype])
-    per_stage = [b + extra for b in weights.bytes_per_stage]
+    padding = padding_bytes_per_moe_layer(
+        model,
+        tp=tp,
+        expert_shards=expert_shards,
+        architecture=gpu.architecture,
+        blackwell_intermediate_align=release.mxfp4_blackwell_intermediate_align,
+    )
+    per_stage = []
+    first = 0
+    for stage_bytes, count in zip(weights.bytes_per_stage, partition, strict=True):
+        moe_layers = sum(1 for i in range(first, first + count) if model.is_moe_layer(i))
+        per_stage.append(stage_bytes + extra + padding * moe_layers)
+        first += count
+    if drafter is not None:
+        per_stage[-1] += drafter.weights_bytes  # loaded by the runner with the target (last stage)
     memory = stage_memory(
         model,
         gpu,
@@ -354,6 +389,8 @@ def compute_engine(
         weights_estimated=estimated,
         memory=memory,
         warnings=[*notes, *grouping.warnings],
+        drafter=drafter,
+        drafter_layers=drafter_layers,
     )
 
 
@@ -363,7 +400,10 @@ def kv_layout(
     """Blocks per stage for the given per-stage KV memory."""
     stages = []
     start = 0
-    for stage, count in enumerate(engine.partition):
+    last = len(engine.partition) - 1
+    for stage, target_layers in enumerate(engine.partition):
+        # The drafter's KV layers follow the target's, on the last stage.
+        count = target_layers + (engine.drafter_layers if stage == last else 0)
         layers = range(start, start + count)
         slots = stage_group_size(engine.grouping, layers)
         stages.append(

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 from planner.errors import PlannerInputError
+from planner.findings import Code, Finding
 from planner.plan.models import BudgetAdvice, KvCacheReport, Plan
 from planner.plan.shared import CONTEXT_RESERVE_BYTES, demand_bytes
 from planner.vllm.args import ServingArgs
@@ -137,9 +138,12 @@ def smallest_budget(
     pod = demand_bytes(chosen, used_args) if (at_budget is not None or utilization is not None) else 0
     if utilization is None:
         chosen = chosen.model_copy(deep=True)
-        chosen.warnings.append(
-            f"KVP208 {target_seqs} sequences of {kv.max_model_len} tokens need {blocks} KV blocks "
-            f"({blocks * kv.bytes_per_block / (1 << 30):.1f} GiB per GPU): more than this GPU has"
+        chosen.findings.append(
+            Finding.of(
+                Code.TARGET_SEQS_DO_NOT_FIT,
+                f"{target_seqs} sequences of {kv.max_model_len} tokens need {blocks} KV blocks "
+                f"({blocks * kv.bytes_per_block / (1 << 30):.1f} GiB per GPU): more than this GPU has",
+            )
         )
     if utilization is not None:
         pod = max(pod, math.ceil(base.memory.total_bytes * utilization) + CONTEXT_RESERVE_BYTES)

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
+from planner.findings import Finding
+from planner.plan.offload import OffloadReport
+from planner.plan.speculative import DrafterCost
 from planner.units import GiB, cdiv
 
 GroupKind = Literal["full", "sliding_window", "chunked_local", "mamba"]
@@ -157,6 +160,7 @@ class Recommendation(_Report):
 
 class Alternative(_Report):
     change: str
+    args: list[str] = Field(default_factory=list, description="the vLLM flags this change sets (none for a GPU)")
     vllm_args: list[str]
     fits: bool
     max_model_len: int | None = None
@@ -217,11 +221,24 @@ class Plan(_Report):
     fit_error: str | None = Field(default=None, description="the error vLLM would raise, verbatim")
     recommendation: Recommendation | None = None
     alternatives: list[Alternative] = Field(default_factory=list)
-    warnings: list[str] = Field(default_factory=list)
     sharing: SharingReport | None = Field(default=None, description="set when the GPU is shared")
+    speculative: DrafterCost | None = Field(default=None, description="the drafter's cost (--speculative-config)")
+    offload: OffloadReport | None = Field(default=None, description="the CPU tier of the KV cache, when offloading")
     budget: BudgetAdvice | None = Field(default=None, description="set by --target-seqs: the smallest KV budget")
     margin: KvBand | None = Field(
         default=None,
         description="the KV memory band the planner's measured error allows (planner/plan/margin.py); "
         "the recommendation fits at its low end",
     )
+    findings: list[Finding] = Field(
+        default_factory=list, description="typed notes: code, severity, message and fix (see planner.findings)"
+    )
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """The findings as the strings of DESIGN's ``"warnings": [str, ...]`` (``KVPnnn text``).
+
+        A tuple, so that appending to it (a note that would be lost) fails: add to ``findings`` instead.
+        """
+        return tuple(finding.message for finding in self.findings)

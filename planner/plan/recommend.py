@@ -156,7 +156,7 @@ def recommendation(
 
 
 def _try(
-    change: str, args: ServingArgs, model: ModelSpec, gpu: GpuSpec, replan: PlanFn
+    change: str, flags: list[str], args: ServingArgs, model: ModelSpec, gpu: GpuSpec, replan: PlanFn
 ) -> tuple[Alternative, Plan] | None:
     try:
         plan = replan(model, gpu, args)
@@ -167,6 +167,7 @@ def _try(
     seqs = max(1, safe_max_num_seqs(plan, max_len, 0.0))
     return Alternative(
         change=change,
+        args=flags,
         vllm_args=vllm_args_for(args, max_len, seqs, plan.memory.gpu_memory_utilization, args.kv_cache_dtype),
         fits=plan.fits,
         max_model_len=kv.max_model_len,
@@ -192,9 +193,11 @@ def alternatives(
         return []
     out: list[tuple[Alternative, Plan]] = []
 
-    def offer(change: str, changed: ServingArgs, target: GpuSpec = gpu, *, quiet: bool = False) -> bool:
+    def offer(
+        change: str, flags: list[str], changed: ServingArgs, target: GpuSpec = gpu, *, quiet: bool = False
+    ) -> bool:
         """Add the option (``quiet``: only if it fits, alone or with a shorter context)."""
-        tried = _try(change, changed, model, target, replan)
+        tried = _try(change, flags, changed, model, target, replan)
         if tried is None:
             return False
         alt, alt_plan = tried
@@ -205,6 +208,7 @@ def alternatives(
             shorter = round_context(estimated, alt_plan.kv_cache.block_size)
             combined = _try(
                 f"{change} and --max-model-len {shorter}",
+                [*flags, "--max-model-len", str(shorter)],
                 changed.model_copy(update={"max_model_len": shorter}),
                 model,
                 target,
@@ -218,12 +222,21 @@ def alternatives(
     kv = plan.kv_cache
     if kv.estimated_max_model_len > 0 and kv.num_gpu_blocks > 0:
         shorter = round_context(kv.estimated_max_model_len, kv.block_size)
-        offer(f"shorter context: --max-model-len {shorter}", args.model_copy(update={"max_model_len": shorter}))
+        offer(
+            f"shorter context: --max-model-len {shorter}",
+            ["--max-model-len", str(shorter)],
+            args.model_copy(update={"max_model_len": shorter}),
+        )
     if not kv.kv_cache_dtype.startswith("fp8") and gpu.vendor == "nvidia":
-        offer("fp8 KV cache: --kv-cache-dtype fp8", args.model_copy(update={"kv_cache_dtype": "fp8"}))
+        offer(
+            "fp8 KV cache: --kv-cache-dtype fp8",
+            ["--kv-cache-dtype", "fp8"],
+            args.model_copy(update={"kv_cache_dtype": "fp8"}),
+        )
     if plan.memory.gpu_memory_utilization < 0.95:
         offer(
             "higher utilization: --gpu-memory-utilization 0.95",
+            ["--gpu-memory-utilization", "0.95"],
             args.model_copy(update={"gpu_memory_utilization": 0.95}),
         )
     for tp in (2, 4, 8):
@@ -231,11 +244,12 @@ def alternatives(
             continue
         if offer(
             f"more GPUs: --tensor-parallel-size {tp} ({tp * args.pipeline_parallel_size} GPUs)",
+            ["--tensor-parallel-size", str(tp)],
             args.model_copy(update={"tensor_parallel_size": tp}),
         ):
             break
     for bigger in bigger_gpus:
-        if offer(f"bigger GPU: {bigger.name}", args, bigger, quiet=True):
+        if offer(f"bigger GPU: {bigger.name}", [], args, bigger, quiet=True):
             break
     return out
 

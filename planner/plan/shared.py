@@ -30,6 +30,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from planner.findings import Code, Finding
 from planner.gpus.share import GpuShare
 from planner.gpus.spec import GpuSpec
 from planner.plan.models import Plan, SharingReport
@@ -244,7 +245,7 @@ def make_shared_plan(
     )
     plan.sharing = report
     if report.over_budget or report.budget_bytes is None:
-        plan.warnings.append(f"KVP207 shared GPU: {report.explanation}")
+        plan.findings.append(Finding.of(Code.SHARED_GPU_BUDGET, f"shared GPU: {report.explanation}"))
     if at_share is not None and at_share.fits and at_share.recommendation is not None and cap is not None:
         recommendation = at_share.recommendation.model_copy(deep=True)
         words = _replace_flag(recommendation.vllm_args, "--gpu-memory-utilization", f"{cap:g}")

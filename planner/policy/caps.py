@@ -53,7 +53,7 @@ def cap_error(code: Code, limit: int, text: str) -> InputCapError:
 
 
 def cap_finding(error: InputCapError, container: str | None = None) -> Finding:
-    return finding(Code(error.code), container, error.message)
+    return finding(Code.parse(error.code), container, error.message)
 
 
 def screen(obj: Any, caps: InputCaps = DEFAULT_CAPS) -> list[Finding]:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from planner.k8s.configfiles import configmaps_from_documents
 from planner.k8s.dra import claims_from_documents
 from planner.k8s.nodes import NodeInfo
+from planner.k8s.platforms.kserve import runtimes_from_documents
 from planner.policy.decide import Decision, ObjectDecision, WorkloadEntry, decide
 from planner.policy.manifests import Document
 from planner.policy.model import ModelLookup, Policy, parse_policy
@@ -75,6 +76,7 @@ def run_check(
     report = CheckReport()
     contents = [d.content for d in documents if d.error is None]
     configmaps = configmaps_from_documents(contents)
+    runtimes = runtimes_from_documents(contents)
     claims = claims_from_documents(contents)
     namespaces = {
         str(c["metadata"]["name"]): c["metadata"]
@@ -104,6 +106,7 @@ def run_check(
             namespace=namespace,
             allow_local_models=True,
             default_gpu=default_gpu,
+            runtimes=runtimes,
             claims=claims,
         )
         report.workloads += result.entries

@@ -35,18 +35,22 @@ from planner.errors import (
     UnknownModelError,
 )
 from planner.k8s.inspect import ContainerFinding
+from planner.models.spec import ModelSpec
 from planner.plan.models import Plan
+from planner.plan.speculative import parse_speculative_config
 from planner.policy.caps import cap_finding, check_model_name
-from planner.policy.codes import Code, Finding, Severity, finding
+from planner.policy.codes import Code, Finding, Fix, Severity, finding, fix_args
 from planner.policy.limits import LimitContext, decide_limits, parallel_text
 from planner.policy.model import WORKLOAD_ANNOTATION, EffectivePolicy
+from planner.policy.offload import host_memory_findings
 from planner.policy.outcome import ContainerOutcome
 from planner.policy.planning import PlanningBackend
 from planner.policy.rightsize import target_step
 from planner.policy.sharing import share_step, with_report
 from planner.policy.versions import ReleaseSpread, VersionBasis, assumption_findings, release_spread, soften
 from planner.vllm.args import ServingArgs
-from planner.vllm.argv import format_args
+from planner.vllm.argv import VllmCommand, format_args
+from planner.vllm.releases import resolve_release
 
 _SIZING_DESTS = (
     "model",
@@ -99,6 +103,49 @@ def _yaml(text: str) -> Any:
     return json.loads(_yaml_json(text))
 
 
+def _drafter(
+    serving: ServingArgs,
+    version: str | None,
+    backend: PlanningBackend,
+    policy: EffectivePolicy,
+    allow_local_models: bool,
+    name: str,
+    findings: list[Finding],
+) -> tuple[ModelSpec | None, bool]:
+    """(the drafter's spec, stop) for ``--speculative-config``: a draft model must resolve to be sized
+    (otherwise the container is not checked); an EAGLE head that does not resolve is sized from the
+    target's shapes (planner/plan/speculative.py)."""
+    if not serving.speculative_config:
+        return None, False
+    try:
+        settings = parse_speculative_config(serving.speculative_config, resolve_release(version)[0])
+    except KvPlannerError as error:
+        findings.append(finding(Code.COMMAND_LINE_REJECTED, name, error.message))
+        return None, True
+    if settings.model is None or settings.method in ("ngram", "ngram_gpu", "suffix", "mtp"):
+        return None, False
+    try:
+        check_model_name(settings.model, policy.limits)  # the drafter's name is manifest input too
+    except InputCapError as error:
+        findings.append(cap_finding(error, name))
+        return None, True
+    try:
+        spec = backend.resolve_model(
+            settings.model,
+            timeout=policy.model_lookup.timeout_seconds,
+            offline=policy.model_lookup.offline,
+            allow_local=allow_local_models,
+            allow_repos=policy.model_lookup.allow_repos,
+        )
+    except KvPlannerError:
+        if settings.method == "draft_model":
+            text = f"draft model {settings.model} could not be read: not checked"
+            findings.append(finding(Code.UNKNOWN_MODEL, name, text))
+            return None, True
+        return None, False
+    return spec, False
+
+
 def _applied(args: ServingArgs, result: ContainerOutcome) -> ServingArgs:
     """``args`` with the limits ``result`` adds (the object as it will be admitted)."""
     update: dict[str, Any] = {}
@@ -142,16 +189,62 @@ def evaluate(
     annotations: list[Mapping[str, Any] | None],
     allow_local_models: bool,
 ) -> ContainerOutcome:
-    """Evaluate one vLLM container. Never raises for kv-planner's own failures (they become findings)."""
+    """Evaluate one vLLM container. Never raises for kv-planner's own failures (they become findings).
+
+    Steps: read the command line, check the GPU count against TP x PP x DP, resolve the GPU and the
+    model, then plan the limits (shared-GPU share, target sequences, fill/clamp) and, for a container
+    kv-planner does not edit, say what it would add.
+    """
+    out = ContainerOutcome()
+    read = _read_command(found, policy, out)
+    if read is None:
+        return out
+    command, serving, mutable = read
+    out.findings += _gpu_count_findings(found, serving)
+    unknown_gpu = _unknown_gpu(found)
+    if unknown_gpu is not None:
+        out.findings.append(unknown_gpu)
+        return out
+    model = _resolve_model(found, command.model or "", policy, backend, allow_local_models, out)
+    if model is None:
+        return out
+    name = found.container.name
+    profile = workload_profile(annotations, policy, backend, name, out.findings)
+    version = found.container.vllm_version or policy.vllm_version
+    draft, stop = _drafter(serving, version, backend, policy, allow_local_models, name, out.findings)
+    if stop:
+        return out
+    ctx = LimitContext(
+        found=found,
+        model=model,
+        profile=profile,
+        policy=policy,
+        backend=backend,
+        version=version,
+        draft=draft,
+    )
+    if any(f.severity == Severity.cannot_start for f in out.findings):
+        mutable = False  # (TP x PP vs GPUs) no limits are filled into a workload that cannot start
+    result = _plan_limits(ctx, serving, mutable, out)
+    result.findings = out.findings + result.findings
+    result.args = out.args
+    result.model_id = out.model_id
+    return result
+
+
+def _read_command(
+    found: ContainerFinding, policy: EffectivePolicy, out: ContainerOutcome
+) -> tuple[VllmCommand, ServingArgs, bool] | None:
+    """The command, its serving args and whether it may be changed; None (with a finding) when the
+    command line cannot be checked."""
     container = found.container
     name = container.name
-    out = ContainerOutcome()
     command = container.command
     if command is None:
         out.findings.append(finding(Code.COMMAND_LINE_REJECTED, name, container.parse_error or "unreadable"))
-        return out
+        return None
     out.model_id = command.model
-    mutable = policy.mutation != "off"  # (the command's style decides below whether it can be edited)
+    mutable = policy.mutation != "off"  # (the command's style decides later whether it can be edited)
     if command.errors:
         out.findings.append(
             finding(
@@ -169,7 +262,7 @@ def evaluate(
                 f"--config {command.config_file} is not readable here: its flags are not checked",
             )
         )
-        return out
+        return None
     values = command.values
     unresolved = list(container.unresolved)
     sizing_text = " ".join(str(values.get(d, "")) for d in _SIZING_DESTS) + " " + str(command.model or "")
@@ -181,64 +274,90 @@ def evaluate(
                 f"${{{unresolved[0]}}} has no value in the manifest: not checked",
             )
         )
-        return out
+        return None
     try:
         serving = command.serving_args(env=container.env)
     except KvPlannerError as error:
         out.findings.append(finding(Code.COMMAND_LINE_REJECTED, name, error.message))
-        return out
+        return None
     out.args = written_args(serving, values)
     if not command.model:
         out.findings.append(finding(Code.UNKNOWN_MODEL, name, "no model on the command line: not checked"))
-        return out
+        return None
     try:
         check_model_name(command.model, policy.limits)
     except InputCapError as error:
         out.findings.append(cap_finding(error, name))
-        return out
+        return None
+    return command, serving, mutable
 
+
+def _gpu_count_findings(found: ContainerFinding, serving: ServingArgs) -> list[Finding]:
+    """TP x PP x DP against the GPUs the pod (or LeaderWorkerSet group) gets."""
+    name = found.container.name
     gpu = found.gpu
     needed = serving.gpus_total
     if gpu.count is None and found.claims:
         claim = found.claims[0]
-        out.findings.append(
+        return [
             finding(
                 Code.NO_GPU_REQUEST,
                 name,
                 f"GPUs come from DRA {claim.kind} {claim.object_name}, not readable here: TP x PP not checked",
             )
-        )
-    elif gpu.count is None:
-        out.findings.append(
-            finding(Code.NO_GPU_REQUEST, name, "no nvidia.com/gpu or amd.com/gpu request: TP x PP not checked")
-        )
-    elif gpu.group_gpus is not None and needed > gpu.group_gpus:
+        ]
+    if gpu.count is None:
+        return [finding(Code.NO_GPU_REQUEST, name, "no nvidia.com/gpu or amd.com/gpu request: TP x PP not checked")]
+    if gpu.group_gpus is not None and needed > gpu.group_gpus:
         where = f"the group of {gpu.group_size} pods" if (gpu.group_size or 1) > 1 else "the pod"
-        out.findings.append(
+        return [
             finding(
                 Code.TOO_FEW_GPUS,
                 name,
                 f"{parallel_text(serving)} = {needed} GPUs but {where} gets {gpu.group_gpus}: "
                 f"request {needed} GPUs or lower --tensor-parallel-size",
+                Fix(text=f"request {needed} GPUs or lower --tensor-parallel-size"),
             )
-        )
-    elif gpu.group_gpus is not None and needed < gpu.group_gpus:
-        out.findings.append(
+        ]
+    if gpu.group_gpus is not None and needed < gpu.group_gpus:
+        return [
             finding(
                 Code.IDLE_GPUS,
                 name,
                 f"the pod gets {gpu.group_gpus} GPUs, vLLM uses {parallel_text(serving)} = "
                 f"{needed}: {gpu.group_gpus - needed} idle",
+                Fix(text=f"request {needed} GPUs or raise --tensor-parallel-size to use {gpu.group_gpus}"),
             )
-        )
-    if gpu.spec is None:
-        label = f"{gpu.label!r} is not in the catalog" if gpu.label else "no GPU label or inventory"
-        out.findings.append(finding(Code.UNKNOWN_GPU, name, f"GPU type unknown ({label}): set kv-planner.io/gpu"))
-        return out
+        ]
+    return []
 
+
+def _unknown_gpu(found: ContainerFinding) -> Finding | None:
+    gpu = found.gpu
+    if gpu.spec is not None:
+        return None
+    label = f"{gpu.label!r} is not in the catalog" if gpu.label else "no GPU label or inventory"
+    return finding(
+        Code.UNKNOWN_GPU,
+        found.container.name,
+        f"GPU type unknown ({label}): set kv-planner.io/gpu",
+        Fix(text="set the kv-planner.io/gpu annotation (e.g. H100-80GB)"),
+    )
+
+
+def _resolve_model(
+    found: ContainerFinding,
+    model_name: str,
+    policy: EffectivePolicy,
+    backend: PlanningBackend,
+    allow_local_models: bool,
+    out: ContainerOutcome,
+) -> ModelSpec | None:
+    """The model's spec, or None with the finding that says why it is not checked."""
+    name = found.container.name
     try:
-        model = backend.resolve_model(
-            command.model,
+        return backend.resolve_model(
+            model_name,
             timeout=policy.model_lookup.timeout_seconds,
             offline=policy.model_lookup.offline,
             allow_local=allow_local_models,
@@ -246,40 +365,31 @@ def evaluate(
         )
     except RepoNotAllowedError:
         out.findings.append(
-            finding(Code.MODEL_NOT_ALLOWED, name, f"model {command.model} is not in allowRepos: not checked")
+            finding(Code.MODEL_NOT_ALLOWED, name, f"model {model_name} is not in allowRepos: not checked")
         )
-        return out
     except UnknownModelError:
-        out.findings.append(finding(Code.UNKNOWN_MODEL, name, f"model {command.model} is unknown: not checked"))
-        return out
+        out.findings.append(finding(Code.UNKNOWN_MODEL, name, f"model {model_name} is unknown: not checked"))
     except ModelResolutionError as error:
         out.findings.append(
             finding(
                 Code.MODEL_LOOKUP_FAILED,
                 name,
-                f"model {command.model}: {error.message.splitlines()[0]} (not checked)",
+                f"model {model_name}: {error.message.splitlines()[0]} (not checked)",
             )
         )
-        return out
     except PlannerInputError as error:
-        out.findings.append(finding(Code.UNKNOWN_MODEL, name, f"model {command.model}: {error.message}"))
-        return out
+        out.findings.append(finding(Code.UNKNOWN_MODEL, name, f"model {model_name}: {error.message}"))
+    return None
 
-    profile = workload_profile(annotations, policy, backend, name, out.findings)
-    ctx = LimitContext(
-        found=found,
-        model=model,
-        profile=profile,
-        policy=policy,
-        backend=backend,
-        version=container.vllm_version or policy.vllm_version,
-    )
+
+def _plan_limits(ctx: LimitContext, serving: ServingArgs, mutable: bool, out: ContainerOutcome) -> ContainerOutcome:
+    """The release assumed, the shared-GPU share, target sequences and the limits to fill or clamp."""
+    found, policy = ctx.found, ctx.policy
+    container = found.container
     basis, spread = _version_basis(ctx, serving)
     if basis == "range" and spread is not None:
         ctx = ctx.model_copy(update={"version": spread.worst, "version_known": False})
     style_ok = container.style in ("argv", "image") and found.writable
-    if any(f.severity == Severity.cannot_start for f in out.findings):
-        mutable = False  # (TP x PP vs GPUs) no limits are filled into a workload that cannot start
     can_edit = mutable and style_ok
     shared = share_step(
         ctx,
@@ -298,7 +408,8 @@ def evaluate(
     result = decide_limits(ctx, shared.args, can_edit)
     result.changes = {**shared.changes, **result.changes}
     result.plan = with_report(ctx, shared.args if not result.changes else _applied(shared.args, result), result.plan)
-    result.findings += assumption_findings(name, basis, ctx.version, spread, container.image)
+    result.findings += host_memory_findings(ctx, result.plan, serving.data_parallel_size)
+    result.findings += assumption_findings(container.name, basis, ctx.version, spread, container.image)
     if spread is not None and spread.mixed:
         result.findings = soften(result.findings)
     if (
@@ -308,20 +419,25 @@ def evaluate(
         and result.plan.fits
         and not any(f.severity == Severity.cannot_start for f in out.findings + result.findings)
     ):
-        # A shell script is not edited (a word's position depends on the shell): say what would be added.
-        wanted_share = share_step(ctx, serving, fill=policy.mutation != "off", clamp=policy.mutation == "clamp")
-        wanted = {**wanted_share.changes, **decide_limits(ctx, wanted_share.args, True).changes}
-        if wanted:
-            words = " ".join(format_args(wanted))
-            if container.style == "shell":
-                result.findings.append(finding(Code.SHELL_NOT_MUTATED, name, f"shell command not changed; add {words}"))
-            else:
-                reason = found.no_write or "no field to write"
-                result.findings.append(finding(Code.PLATFORM_NOT_MUTATED, name, f"add {words} ({reason})"))
-    result.findings = out.findings + result.findings
-    result.args = out.args
-    result.model_id = out.model_id
+        result.findings += _not_edited(ctx, serving)
     return result
+
+
+def _not_edited(ctx: LimitContext, serving: ServingArgs) -> list[Finding]:
+    """A shell script or platform field kv-planner does not edit (a word's position depends on the
+    shell): what it would add."""
+    found, policy = ctx.found, ctx.policy
+    container = found.container
+    wanted_share = share_step(ctx, serving, fill=policy.mutation != "off", clamp=policy.mutation == "clamp")
+    wanted = {**wanted_share.changes, **decide_limits(ctx, wanted_share.args, True).changes}
+    if not wanted:
+        return []
+    words = " ".join(format_args(wanted))
+    fix = fix_args(format_args(wanted), f"add {words}")
+    if container.style == "shell":
+        return [finding(Code.SHELL_NOT_MUTATED, container.name, f"shell command not changed; add {words}", fix)]
+    reason = found.no_write or "no field to write"
+    return [finding(Code.PLATFORM_NOT_MUTATED, container.name, f"add {words} ({reason})", fix)]
 
 
 def _version_basis(ctx: LimitContext, serving: ServingArgs) -> tuple[VersionBasis, ReleaseSpread | None]:
@@ -333,13 +449,12 @@ def _version_basis(ctx: LimitContext, serving: ServingArgs) -> tuple[VersionBasi
         return "policy", None
 
     assert ctx.found.gpu.spec is not None
-    gpu = ctx.found.gpu.spec
-    light = getattr(ctx.backend, "plan_fit", None)  # CoreBackend: no alternatives, memoized
+    memoized = getattr(ctx.backend, "release_spread", None)  # CoreBackend: light plans, memoized summary
+    if memoized is not None:
+        spread: ReleaseSpread | None = memoized(ctx.model, ctx.found.gpu.spec, serving, headroom=ctx.policy.headroom)
+        return "range", spread
 
     def plan(version: str) -> Plan:
-        if light is not None:
-            result: Plan = light(ctx.model, gpu, serving, vllm_version=version, headroom=ctx.policy.headroom)
-            return result
         return ctx.model_copy(update={"version": version}).plan(serving)
 
     return "range", release_spread(plan, serving)

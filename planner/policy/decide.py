@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,7 +24,7 @@ from planner.k8s.platforms.kserve import Runtimes
 from planner.k8s.workloads import get_path
 from planner.plan.models import Plan
 from planner.policy.caps import cap_finding, screen
-from planner.policy.codes import Code, Finding, Severity, finding
+from planner.policy.codes import Code, Finding, Severity, finding, shorten
 from planner.policy.container import evaluate
 from planner.policy.model import EffectivePolicy
 from planner.policy.outcome import ContainerOutcome
@@ -56,6 +57,26 @@ class GpuEntry(BaseModel):
     source: str | None = None
 
 
+class KvCacheBand(BaseModel):
+    """``KV cache 54.99 GiB +0.20/-0.40`` as data (planner/plan/margin.py); limits are filled at ``low_bytes``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bytes: int
+    low_bytes: int
+    high_bytes: int
+    text: str
+
+    @classmethod
+    def of(cls, plan: Plan | None) -> KvCacheBand | None:
+        band = plan.margin if plan is not None else None
+        if band is None:
+            return None
+        return cls(
+            bytes=band.kv_cache_bytes, low_bytes=band.low_bytes, high_bytes=band.high_bytes, text=band.describe()
+        )
+
+
 class WorkloadEntry(BaseModel):
     """One entry of ``planner check --output json``: document -> pod template -> vLLM container."""
 
@@ -75,8 +96,13 @@ class WorkloadEntry(BaseModel):
     decision: Decision = "skip"
     codes: list[str] = Field(default_factory=list)
     messages: list[str] = Field(default_factory=list)
+    kv_cache: KvCacheBand | None = Field(
+        default=None, description="the planned KV memory per GPU and the band of the planner's measured error"
+    )
     patch: list[Operation] = Field(default_factory=list)
-    findings: list[Finding] = Field(default_factory=list, exclude=True)
+    findings: list[Finding] = Field(
+        default_factory=list, description="codes, messages and structured fixes (fix.args) behind the decision"
+    )
     plan: Plan | None = Field(default=None, exclude=True)
     tenancy: Tenant | None = Field(default=None, exclude=True, description="its claim on a known shared card")
 
@@ -93,15 +119,20 @@ class ObjectDecision(BaseModel):
 
     @property
     def warnings(self) -> list[str]:
-        """Admission warnings: every finding except info, deny reasons excluded when denying."""
+        """Admission warnings: every finding except info, deny reasons excluded when denying.
+
+        Shortened to 120 characters: the API server asks for that and may truncate longer ones
+        (everywhere else, JSON and tables, messages are whole).
+        """
         out: list[str] = []
         for item in self.findings:
             if item.severity == Severity.info:
                 continue
             if self.decision == "deny" and item.severity == Severity.cannot_start:
                 continue
-            if item.message not in out:
-                out.append(item.message)
+            short = shorten(item.message)
+            if short not in out:
+                out.append(short)
         return out
 
     @property
@@ -231,80 +262,114 @@ def _decide_workload(
     backend: PlanningBackend,
     allow_local_models: bool,
 ) -> ObjectDecision:
+    """Steps: skip (with its reason), evaluate each vLLM container (its argv patch and the plan to
+    record on its template), annotation patches, co-tenancy of shared GPUs, the patch's self-check,
+    then each entry's decision and the object's (the strongest)."""
     header = {"kind": workload.kind, "namespace": workload.namespace, "name": workload.name}
-    notes = [finding(Code.NAMESPACE_OVERRIDE_IGNORED, None, note) for note in policy.notes]
     containers = workload.vllm_containers
     if workload.skip is not None or not containers:
-        # skip always carries a reason code; an LLM server kv-planner cannot read says why (a warning).
-        reasons = skip_findings(workload)
-        entry = WorkloadEntry(**header, decision="skip")
-        entry.findings = reasons
-        entry.codes = _unique(f.code for f in reasons)
-        entry.messages = _unique(f.message for f in reasons)
-        return ObjectDecision(decision="skip", entries=[entry], findings=reasons)
+        return _skip_decision(header, workload)
+    notes = [finding(Code.NAMESPACE_OVERRIDE_IGNORED, None, note) for note in policy.notes]
     notes += note_findings(workload.notes)
-
-    workload_annotations = get_path(obj, ("metadata", "annotations"))
     entries: list[WorkloadEntry] = []
-    annotated_templates: set[tuple[str, ...]] = set()
-    template_values: dict[tuple[str, ...], dict[str, str]] = {}
+    recorded = _TemplatePlans()
     for found in containers:
-        template_meta = get_path(obj, found.template.metadata_path)
-        template_annotations = template_meta.get("annotations") if isinstance(template_meta, Mapping) else None
-        annotations = [
-            workload_annotations if isinstance(workload_annotations, Mapping) else None,
-            template_annotations if isinstance(template_annotations, Mapping) else None,
-        ]
-        try:
-            outcome = evaluate(
-                found,
-                policy=policy,
-                backend=backend,
-                annotations=annotations,
-                allow_local_models=allow_local_models,
-            )
-        except Exception as error:  # the boundary: kv-planner's bug must not block a workload
-            outcome = ContainerOutcome(
-                findings=[
-                    finding(
-                        Code.INTERNAL_ERROR,
-                        found.container.name,
-                        f"internal error ({type(error).__name__}): allowed unchecked",
-                    )
-                ]
-            )
+        outcome = _evaluate_safely(obj, found, policy, backend, allow_local_models)
         entry = _entry(header, found, outcome)
-        ops: list[Operation] = []
         cannot_start = any(f.severity == Severity.cannot_start for f in outcome.findings)
         if outcome.changes and not (cannot_start and policy.validation_action == "Enforce"):
-            ops = _arg_ops(obj, found, outcome)
-        # Annotations: one vLLM container per template describes it (the first).
-        key = found.template.metadata_path
+            entry.patch = _arg_ops(obj, found, outcome)
         if (
             outcome.plan is not None
             and outcome.plan.fits
             and policy.mutation != "off"
             and not cannot_start  # no plan to record for a pod that cannot start
         ):
-            if key in annotated_templates:
-                outcome.findings.append(
-                    finding(
-                        Code.SEVERAL_VLLM_CONTAINERS,
-                        found.container.name,
-                        "several vLLM containers: the annotations describe the first",
-                    )
-                )
-            else:
-                annotated_templates.add(key)
-                values = {BLOCKS_ANNOTATION: str(outcome.plan.kv_cache.num_gpu_blocks)}
-                if ops and outcome.model_id:
-                    values[PLAN_ANNOTATION] = plan_annotation(outcome.plan, outcome.model_id, outcome, found.gpu.count)
-                template_values[key] = values
-        entry.patch = ops
+            recorded.record(found, outcome, outcome.plan, patched=bool(entry.patch))
         entry.findings = outcome.findings
         entries.append(entry)
+    _attach_annotations(obj, containers, entries, recorded.values)
+    _check_cotenancy(entries, containers)
+    patch, patch_findings = _validated_patch(obj, entries, containers)
+    return _object_decision(entries, notes, patch_findings, patch, policy)
 
-    # Annotation operations per template, attached to that template's first entry.
+
+def _skip_decision(header: Mapping[str, Any], workload: WorkloadFinding) -> ObjectDecision:
+    # skip always carries a reason code; an LLM server kv-planner cannot read says why (a warning).
+    reasons = skip_findings(workload)
+    entry = WorkloadEntry(**header, decision="skip")
+    entry.findings = reasons
+    entry.codes = _unique(f.code.value for f in reasons)
+    entry.messages = _unique(f.message for f in reasons)
+    return ObjectDecision(decision="skip", entries=[entry], findings=reasons)
+
+
+def _evaluate_safely(
+    obj: Mapping[str, Any],
+    found: ContainerFinding,
+    policy: EffectivePolicy,
+    backend: PlanningBackend,
+    allow_local_models: bool,
+) -> ContainerOutcome:
+    """:func:`evaluate` with the workload's and the template's annotations; a kv-planner bug becomes a
+    finding (it must not block a workload)."""
+    workload_annotations = get_path(obj, ("metadata", "annotations"))
+    template_meta = get_path(obj, found.template.metadata_path)
+    template_annotations = template_meta.get("annotations") if isinstance(template_meta, Mapping) else None
+    annotations = [
+        workload_annotations if isinstance(workload_annotations, Mapping) else None,
+        template_annotations if isinstance(template_annotations, Mapping) else None,
+    ]
+    try:
+        return evaluate(
+            found,
+            policy=policy,
+            backend=backend,
+            annotations=annotations,
+            allow_local_models=allow_local_models,
+        )
+    except Exception as error:  # the boundary: kv-planner's bug must not block a workload
+        return ContainerOutcome(
+            findings=[
+                finding(
+                    Code.INTERNAL_ERROR,
+                    found.container.name,
+                    f"internal error ({type(error).__name__}): allowed unchecked",
+                )
+            ]
+        )
+
+
+@dataclass
+class _TemplatePlans:
+    """The annotations to write per pod template: one vLLM container per template describes it (the first)."""
+
+    values: dict[tuple[str, ...], dict[str, str]] = field(default_factory=dict)
+
+    def record(self, found: ContainerFinding, outcome: ContainerOutcome, plan: Plan, *, patched: bool) -> None:
+        key = found.template.metadata_path
+        if key in self.values:
+            outcome.findings.append(
+                finding(
+                    Code.SEVERAL_VLLM_CONTAINERS,
+                    found.container.name,
+                    "several vLLM containers: the annotations describe the first",
+                )
+            )
+            return
+        values = {BLOCKS_ANNOTATION: str(plan.kv_cache.num_gpu_blocks)}
+        if patched and outcome.model_id:
+            values[PLAN_ANNOTATION] = plan_annotation(plan, outcome.model_id, outcome, found.gpu.count)
+        self.values[key] = values
+
+
+def _attach_annotations(
+    obj: Mapping[str, Any],
+    containers: Sequence[ContainerFinding],
+    entries: list[WorkloadEntry],
+    template_values: Mapping[tuple[str, ...], dict[str, str]],
+) -> None:
+    """Annotation operations per template, attached to that template's first entry."""
     for key, values in template_values.items():
         ops = annotation_operations(obj, key, values)
         if not ops:
@@ -321,27 +386,46 @@ def _decide_workload(
                     )
                 break
 
-    # Pods known to share one card (replicas on a shared ResourceClaim, or pinned to a one-GPU node).
+
+def _check_cotenancy(entries: list[WorkloadEntry], containers: Sequence[ContainerFinding]) -> None:
+    """Pods known to share one card (replicas on a shared ResourceClaim, or pinned to a one-GPU node)."""
     for entry, found in zip(entries, containers, strict=True):
         entry.tenancy = tenant(
             found.share, entry.plan, entry.effective_args, found.replicas, found.container.name, entry
         )
     for item, overcommitted in cotenancy_findings([e.tenancy for e in entries if e.tenancy is not None]):
         item.entry.findings = [*item.entry.findings, overcommitted]
+
+
+def _validated_patch(
+    obj: Mapping[str, Any], entries: list[WorkloadEntry], containers: Sequence[ContainerFinding]
+) -> tuple[list[Operation], list[Finding]]:
+    """The object's patch, applied to a copy and checked; dropped (with a finding) when the check fails."""
     patch = [op for entry in entries for op in entry.patch]
-    patch_findings: list[Finding] = []
-    if patch:
-        try:
-            _validate(obj, patch, containers)
-        except PatchError as error:
-            patch = []
-            patch_findings.append(finding(Code.PATCH_DROPPED, None, f"no change made: {error.message}"))
-            for entry in entries:
-                entry.patch = []
+    if not patch:
+        return patch, []
+    try:
+        _validate(obj, patch, containers)
+    except PatchError as error:
+        for entry in entries:
+            entry.patch = []
+        return [], [finding(Code.PATCH_DROPPED, None, f"no change made: {error.message}")]
+    return patch, []
+
+
+def _object_decision(
+    entries: list[WorkloadEntry],
+    notes: list[Finding],
+    patch_findings: list[Finding],
+    patch: list[Operation],
+    policy: EffectivePolicy,
+) -> ObjectDecision:
+    """Each entry's decision from its findings and patch; the object's is the strongest (deny > mutate >
+    warn > allow), and a denied object gets no patch."""
     for entry in entries:
         entry.findings = notes + entry.findings + patch_findings
         entry.decision = _entry_decision(entry.findings, entry.patch, policy)
-        entry.codes = _unique(f.code for f in entry.findings)
+        entry.codes = _unique(f.code.value for f in entry.findings)
         entry.messages = _unique(f.message for f in entry.findings)
     decision: Decision = max((e.decision for e in entries), key=lambda d: _RANK[d])
     if decision == "deny":
@@ -387,6 +471,7 @@ def _entry(header: Mapping[str, Any], found: ContainerFinding, outcome: Containe
             source=gpu.source,
         ),
         plan=outcome.plan,
+        kv_cache=KvCacheBand.of(outcome.plan),
     )
 
 

@@ -7,6 +7,7 @@ module's docstring for the rules.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -17,7 +18,7 @@ from planner.k8s.inspect import ContainerFinding
 from planner.models.spec import ModelSpec
 from planner.plan.models import Plan
 from planner.plan.shared import visible_gpu
-from planner.policy.codes import Code, Finding, finding, passthrough
+from planner.policy.codes import Code, Finding, Fix, finding, fix_args, passthrough
 from planner.policy.model import WORKLOAD_ANNOTATION, EffectivePolicy
 from planner.policy.outcome import ContainerOutcome
 from planner.policy.planning import PlanningBackend
@@ -35,6 +36,7 @@ class LimitContext(BaseModel):
     backend: Any
     version: str | None
     version_known: bool = True  # False: planned for a candidate release; nothing release-specific is filled
+    draft: ModelSpec | None = None  # the resolved drafter of --speculative-config, when it resolved
 
     @property
     def name(self) -> str:
@@ -49,6 +51,7 @@ class LimitContext(BaseModel):
         when the risk-bounded --max-num-seqs is wanted; fit checks do not depend on it."""
         assert self.found.gpu.spec is not None
         backend: PlanningBackend = self.backend
+        extra: dict[str, Any] = {"draft": self.draft} if self.draft is not None else {}
         return backend.plan(
             self.model,
             self.gpu_spec,
@@ -56,6 +59,7 @@ class LimitContext(BaseModel):
             vllm_version=self.version,
             headroom=self.policy.headroom,
             workload=self.profile if with_workload else None,
+            **extra,
         )
 
     @property
@@ -91,15 +95,31 @@ def parallel_text(args: ServingArgs) -> str:
     return text
 
 
-def _fix_hint(plan: Plan, *, besides: str | None = None) -> str:
-    """The first two alternatives that fit, as flags (``besides``: a fix already named)."""
-    fixes: list[str] = []
+def _fix_options(plan: Plan, *, besides: str | None = None) -> list[tuple[str, list[str]]]:
+    """The first two alternatives that fit: (as text, their flags); ``besides``: a fix already named."""
+    fixes: list[tuple[str, list[str]]] = []
     for alternative in plan.alternatives:
         # "more GPUs: --tensor-parallel-size 2 (2 GPUs)" -> "--tensor-parallel-size 2"
         fix = _without_parenthetical(alternative.change.split(":", 1)[-1].strip())
-        if alternative.fits and fix not in fixes and not (besides and fix.split()[0] == besides.split()[0]):
-            fixes.append(fix)
-    return " or ".join(fixes[:2]) if fixes else "more GPUs or a bigger GPU"
+        named = [text for text, _ in fixes]
+        if alternative.fits and fix not in named and not (besides and fix.split()[0] == besides.split()[0]):
+            fixes.append((fix, alternative.args))
+    return fixes[:2]
+
+
+def _fix_hint(plan: Plan, *, besides: str | None = None) -> str:
+    """The first two alternatives that fit, as flags (``besides``: a fix already named)."""
+    fixes = _fix_options(plan, besides=besides)
+    return " or ".join(text for text, _ in fixes) if fixes else "more GPUs or a bigger GPU"
+
+
+def _fix(plan: Plan, *, first: tuple[str, list[str]] | None = None) -> Fix:
+    """The structured fix: ``first`` (or the first fitting alternative) as flags, every option in words."""
+    options = ([first] if first else []) + _fix_options(plan, besides=first[0] if first else None)
+    if not options:
+        return Fix(text="more GPUs or a bigger GPU")
+    args = next((flags for _, flags in options if flags), [])
+    return Fix(args=args, text=" or ".join(text for text, _ in options))
 
 
 def _with(args: ServingArgs, changes: Mapping[str, str]) -> ServingArgs:
@@ -109,8 +129,24 @@ def _with(args: ServingArgs, changes: Mapping[str, str]) -> ServingArgs:
     return args.model_copy(update=update)
 
 
+@dataclass
+class _Edits:
+    """The argv changes decided so far (dest -> value) and the finding that announces each."""
+
+    changes: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, Finding] = field(default_factory=dict)
+
+    def add(self, dest: str, value: str, note: Finding) -> None:
+        self.changes[dest] = value
+        self.notes[dest] = note
+
+
 def decide_limits(ctx: LimitContext, args: ServingArgs, mutable: bool) -> ContainerOutcome:
-    """Findings and argv changes for ``args`` (mutable: whether changes may be made)."""
+    """Findings and argv changes for ``args`` (mutable: whether changes may be made).
+
+    Steps: plan as written; a context that cannot start (deny, or a fitted ``--max-model-len``); the
+    release's utilization; re-plan with those changes (each must fit); then ``--max-num-seqs``.
+    """
     out = ContainerOutcome()
     name, policy = ctx.name, ctx.policy
     try:
@@ -119,60 +155,94 @@ def decide_limits(ctx: LimitContext, args: ServingArgs, mutable: bool) -> Contai
         out.findings.append(finding(Code.SETTING_REFUSED, name, f"vLLM would refuse: {error.message}"))
         out.effective_args = _effective_as_given(args)
         return out
-    out.findings += [passthrough(name, w) for w in plan.warnings]
+    out.findings += [passthrough(name, note) for note in plan.findings]
     out.plan = plan
     # What vLLM would run with; replaced below when limits are filled or clamped.
     out.effective_args = _effective(args, plan, ctx.effective(args, plan))
     fill = mutable and policy.mutation in ("fill", "clamp")
     clamp = mutable and policy.mutation == "clamp"
-    kv = plan.kv_cache
-    changes: dict[str, str] = {}
-    notes: dict[str, Finding] = {}
+    edits = _Edits()
+    cannot_start = _context_edits(ctx, args, plan, edits, fill=fill, clamp=clamp)
+    if cannot_start is not None:
+        out.findings.append(cannot_start)
+        return out
+    _utilization_edit(ctx, args, plan, edits, fill=fill)
+    if edits.changes:
+        candidate = _replan(ctx, args, edits.changes)
+        if candidate is None:
+            out.findings.append(finding(Code.PATCH_DROPPED, name, "limits not added: the planned values do not fit"))
+            if not plan.fits:
+                out.findings.append(
+                    finding(
+                        Code.CONTEXT_DOES_NOT_FIT,
+                        name,
+                        f"--max-model-len {plan.kv_cache.max_model_len} does not fit; fix: {_fix_hint(plan)}",
+                        _fix(plan),
+                    )
+                )
+                return out
+            edits = _Edits()
+        else:
+            args, plan = candidate
+            out.plan = plan
+    args, plan = _max_num_seqs_edit(ctx, args, plan, edits, out, fill=fill, clamp=clamp)
+    out.findings += [edits.notes[dest] for dest in edits.changes if dest in edits.notes]
+    out.changes = edits.changes
+    out.effective_args = _effective(args, plan, ctx.effective(args, plan))
+    return out
 
-    if not plan.fits:
-        memory = plan.memory
-        if memory.kv_cache_bytes <= 0 or memory.weights_bytes >= memory.budget_bytes:
-            out.findings.append(
+
+def _context_edits(
+    ctx: LimitContext, args: ServingArgs, plan: Plan, edits: _Edits, *, fill: bool, clamp: bool
+) -> Finding | None:
+    """``--max-model-len``: the cannot-start finding when the plan does not fit and nothing may fix it;
+    else the fitted (or, with fill, the default) context is added to ``edits``."""
+    name, kv = ctx.name, plan.kv_cache
+    if plan.fits:
+        if fill and args.max_model_len is None:
+            edits.add(
+                "max_model_len",
+                str(kv.max_model_len),
                 finding(
-                    Code.WEIGHTS_DO_NOT_FIT,
-                    name,
-                    f"weights {memory.weights_bytes / GiB:.1f} GiB/GPU exceed "
-                    f"{memory.gpu_memory_utilization:g} x {memory.total_bytes / GiB:.1f} GiB "
-                    f"({ctx.gpu_name}); fix: {_fix_hint(plan)}",
-                )
-            )
-            return out
-        fit = plan.recommendation.max_model_len if plan.recommendation else None
-        given = args.max_model_len is not None
-        what = f"--max-model-len {kv.max_model_len}" if given else f"default context {kv.max_model_len}"
-        blocks = f"{kv.blocks_per_request} KV blocks > {kv.usable_blocks} on {ctx.gpu_name}"
-        need = f"{what}: {blocks}"
-        if fit is not None and (clamp if given else fill):
-            changes["max_model_len"] = str(fit)
-            if given:
-                notes["max_model_len"] = finding(
-                    Code.CLAMPED_MAX_MODEL_LEN,
-                    name,
-                    f"lowered --max-model-len {kv.max_model_len} -> {fit}: {blocks}",
-                )
-            else:
-                notes["max_model_len"] = finding(
                     Code.FILLED_MAX_MODEL_LEN,
                     name,
-                    f"added --max-model-len {fit}: default {kv.max_model_len} needs {blocks}",
-                )
-        else:
-            first = f"--max-model-len {fit}" if fit else None
-            fixes = ([first] if first else []) + [_fix_hint(plan, besides=first)]
-            out.findings.append(finding(Code.CONTEXT_DOES_NOT_FIT, name, f"{need}; fix: {' or '.join(fixes)}"))
-            return out
-    elif fill and args.max_model_len is None:
-        changes["max_model_len"] = str(kv.max_model_len)
-        notes["max_model_len"] = finding(
-            Code.FILLED_MAX_MODEL_LEN,
+                    f"added --max-model-len {kv.max_model_len} (the model's default; it fits)",
+                    fix_args(["--max-model-len", str(kv.max_model_len)]),
+                ),
+            )
+        return None
+    memory = plan.memory
+    if memory.kv_cache_bytes <= 0 or memory.weights_bytes >= memory.budget_bytes:
+        return finding(
+            Code.WEIGHTS_DO_NOT_FIT,
             name,
-            f"added --max-model-len {kv.max_model_len} (the model's default; it fits)",
+            f"weights {memory.weights_bytes / GiB:.1f} GiB/GPU exceed "
+            f"{memory.gpu_memory_utilization:g} x {memory.total_bytes / GiB:.1f} GiB "
+            f"({ctx.gpu_name}); fix: {_fix_hint(plan)}",
+            _fix(plan),
         )
+    fit = plan.recommendation.max_model_len if plan.recommendation else None
+    given = args.max_model_len is not None
+    blocks = f"{kv.blocks_per_request} KV blocks > {kv.usable_blocks} on {ctx.gpu_name}"
+    if fit is not None and (clamp if given else fill):
+        fix = fix_args(["--max-model-len", str(fit)])
+        if given:
+            text = f"lowered --max-model-len {kv.max_model_len} -> {fit}: {blocks}"
+            edits.add("max_model_len", str(fit), finding(Code.CLAMPED_MAX_MODEL_LEN, name, text, fix))
+        else:
+            text = f"added --max-model-len {fit}: default {kv.max_model_len} needs {blocks}"
+            edits.add("max_model_len", str(fit), finding(Code.FILLED_MAX_MODEL_LEN, name, text, fix))
+        return None
+    what = f"--max-model-len {kv.max_model_len}" if given else f"default context {kv.max_model_len}"
+    first = f"--max-model-len {fit}" if fit else None
+    fixes = ([first] if first else []) + [_fix_hint(plan, besides=first)]
+    shorter = (first, ["--max-model-len", str(fit)]) if first else None
+    return finding(
+        Code.CONTEXT_DOES_NOT_FIT, name, f"{what}: {blocks}; fix: {' or '.join(fixes)}", _fix(plan, first=shorter)
+    )
+
+
+def _utilization_edit(ctx: LimitContext, args: ServingArgs, plan: Plan, edits: _Edits, *, fill: bool) -> None:
     # Never the release's whole-card default on a shared GPU: the share step fills its share instead.
     if (
         fill
@@ -182,47 +252,44 @@ def decide_limits(ctx: LimitContext, args: ServingArgs, mutable: bool) -> Contai
         and not ctx.shared
     ):
         value = f"{plan.memory.gpu_memory_utilization:g}"
-        changes["gpu_memory_utilization"] = value
-        notes["gpu_memory_utilization"] = finding(
-            Code.FILLED_GPU_MEMORY_UTILIZATION,
-            name,
-            f"added --gpu-memory-utilization {value} (vLLM {plan.vllm_version} default)",
+        edits.add(
+            "gpu_memory_utilization",
+            value,
+            finding(
+                Code.FILLED_GPU_MEMORY_UTILIZATION,
+                ctx.name,
+                f"added --gpu-memory-utilization {value} (vLLM {plan.vllm_version} default)",
+                fix_args(["--gpu-memory-utilization", value]),
+            ),
         )
 
-    if changes:
-        candidate = _replan(ctx, args, changes)
-        if candidate is None:
-            out.findings.append(finding(Code.PATCH_DROPPED, name, "limits not added: the planned values do not fit"))
-            if not plan.fits:
-                out.findings.append(
-                    finding(
-                        Code.CONTEXT_DOES_NOT_FIT,
-                        name,
-                        f"--max-model-len {kv.max_model_len} does not fit; fix: {_fix_hint(plan)}",
-                    )
-                )
-                return out
-            changes, notes = {}, {}
-        else:
-            args, plan = candidate
-            out.plan = plan
 
+def _max_num_seqs_edit(
+    ctx: LimitContext,
+    args: ServingArgs,
+    plan: Plan,
+    edits: _Edits,
+    out: ContainerOutcome,
+    *,
+    fill: bool,
+    clamp: bool,
+) -> tuple[ServingArgs, Plan]:
+    """``--max-num-seqs``: a warning, or a change kept only when its plan fits. Returns the args and plan
+    in force afterwards."""
     seqs = _max_num_seqs(ctx, args, plan, fill=fill, clamp=clamp)
-    if seqs is not None:
-        seqs_value, note = seqs
-        if seqs_value is None:
-            out.findings.append(note)
-        else:
-            candidate = _replan(ctx, args, {"max_num_seqs": str(seqs_value)})
-            if candidate is not None:
-                args, plan = candidate
-                out.plan = plan
-                changes["max_num_seqs"] = str(seqs_value)
-                notes["max_num_seqs"] = note
-    out.findings += [notes[dest] for dest in changes if dest in notes]
-    out.changes = changes
-    out.effective_args = _effective(args, plan, ctx.effective(args, plan))
-    return out
+    if seqs is None:
+        return args, plan
+    seqs_value, note = seqs
+    if seqs_value is None:
+        out.findings.append(note)
+        return args, plan
+    candidate = _replan(ctx, args, {"max_num_seqs": str(seqs_value)})
+    if candidate is None:
+        return args, plan
+    args, plan = candidate
+    out.plan = plan
+    edits.add("max_num_seqs", str(seqs_value), note)
+    return args, plan
 
 
 def _replan(ctx: LimitContext, args: ServingArgs, changes: Mapping[str, str]) -> tuple[ServingArgs, Plan] | None:
@@ -263,21 +330,29 @@ def _max_num_seqs(
                     Code.FILLED_MAX_NUM_SEQS,
                     name,
                     f"added --max-num-seqs {limit}: the workload profile preempts at vLLM's default {default}",
+                    fix_args(["--max-num-seqs", str(limit)]),
                 )
             if given is not None and clamp:
                 return limit, finding(
                     Code.CLAMPED_MAX_NUM_SEQS,
                     name,
                     f"lowered --max-num-seqs {given} -> {limit} (workload profile)",
+                    fix_args(["--max-num-seqs", str(limit)]),
                 )
             return None, finding(
                 Code.THRASH,
                 name,
                 f"--max-num-seqs {configured} needs more KV blocks than {ctx.gpu_name} holds "
                 f"for this workload; safe: {limit}",
+                fix_args(["--max-num-seqs", str(limit)]),
             )
         if given is None and fill:
-            return limit, finding(Code.FILLED_MAX_NUM_SEQS, name, f"added --max-num-seqs {limit} (workload profile)")
+            return limit, finding(
+                Code.FILLED_MAX_NUM_SEQS,
+                name,
+                f"added --max-num-seqs {limit} (workload profile)",
+                fix_args(["--max-num-seqs", str(limit)]),
+            )
         return None
     worst = int(kv.usable_blocks * (1.0 - ctx.policy.headroom) // max(1, kv.blocks_per_request))
     if configured > worst:
@@ -289,12 +364,18 @@ def _max_num_seqs(
             Code.ABOVE_WORST_CASE,
             name,
             f"--max-num-seqs {configured}: {detail}; add a {WORKLOAD_ANNOTATION} profile",
+            Fix(
+                args=["--max-num-seqs", str(worst)] if worst >= 1 else [],
+                text=f"add a {WORKLOAD_ANNOTATION} profile"
+                + (f" or lower --max-num-seqs to {worst} (worst case)" if worst >= 1 else ""),
+            ),
         )
     if given is None and fill and ctx.version_known:  # vLLM's default differs by release
         return default, finding(
             Code.FILLED_MAX_NUM_SEQS,
             name,
             f"added --max-num-seqs {default} (vLLM's default; the worst case fits)",
+            fix_args(["--max-num-seqs", str(default)]),
         )
     return None
 

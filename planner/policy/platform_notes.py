@@ -16,6 +16,7 @@ NOTE_CODES: dict[NoteReason, Code] = {
     "not-vllm": Code.OTHER_ENGINE,
     "unreadable-config": Code.PLATFORM_CONFIG_UNREADABLE,
     "bad-version-annotation": Code.BAD_VERSION_ANNOTATION,
+    "template-only": Code.TEMPLATE_ONLY,
 }
 
 

@@ -69,7 +69,7 @@ def assumption_findings(
     """What was assumed about the release, for the report."""
     if basis == "evidence":
         return []
-    what = f"image {image.rsplit('/', 1)[-1]}" if image else "no image"
+    what = f"image {image.rsplit('/', 1)[-1][:40]}" if image else "no image"
     if basis == "policy":
         return [finding(Code.VERSION_ASSUMED, name, f"vLLM release unknown ({what}): assumed {version} (policy)")]
     if spread is None:
@@ -77,8 +77,8 @@ def assumption_findings(
     low, high = min(spread.tokens.values()), max(spread.tokens.values())
     first, last = candidate_releases()[0], candidate_releases()[-1]
     text = (
-        f"vLLM release unknown ({what}): planned {spread.worst}, least KV of {first}-{last} "
-        f"({low:,}-{high:,} tokens); no release default added"
+        f"vLLM release unknown: KV {low}-{high} tokens over {first}-{last}, planned {spread.worst}; "
+        "no release default added"
     )
     out = [finding(Code.VERSION_ASSUMED, name, text)]
     if spread.mixed:

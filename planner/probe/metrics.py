@@ -1,10 +1,12 @@
 """Reading a vLLM ``/metrics`` page: the few series the probe and the workload model need.
 
-Parsed with prometheus_client's own text parser. Names differ across vLLM releases
-(docs/probe.md): KV usage is ``vllm:kv_cache_usage_perc`` from 0.10.2 and ``vllm:gpu_cache_usage_perc``
-before (both in 0.10.2-0.11); the preemption counter is exposed as ``vllm:num_preemptions_total`` in
-V0 and V1. Series are combined over data-parallel engines: usage is the *highest* engine's (the
-engine that preempts first), counts are summed. Block numbers come from ``vllm:cache_config_info``.
+Names come from the one catalogue (:mod:`planner.vllm.metrics_catalog`) and the page is read by the one
+parser (:mod:`planner.vllm.exposition`), both shared with the exporter. Names differ across vLLM
+releases (docs/probe.md): KV usage is ``vllm:kv_cache_usage_perc`` from 0.10.1 and
+``vllm:gpu_cache_usage_perc`` before (both in 0.10.1-0.11); the preemption counter is exposed as
+``vllm:num_preemptions_total`` in V0 and V1. Series are combined over data-parallel engines: usage is
+the *highest* engine's (the engine that preempts first), counts are summed. Block numbers come from
+``vllm:cache_config_info``.
 """
 
 from __future__ import annotations
@@ -16,16 +18,23 @@ import httpx
 from pydantic import BaseModel, ConfigDict
 
 from planner.errors import ScrapeError
+from planner.vllm import metrics_catalog as catalog
+from planner.vllm.exposition import bucket_bound, parse
 
-USAGE_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-PREEMPTIONS = "vllm:num_preemptions_total"
-RUNNING = "vllm:num_requests_running"
-WAITING = "vllm:num_requests_waiting"
-PROMPT_BUCKETS = "vllm:request_prompt_tokens_bucket"
-GENERATION_BUCKETS = "vllm:request_generation_tokens_bucket"
-PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
-PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
-CACHE_CONFIG = "vllm:cache_config_info"
+_name = catalog.exposed_name
+USAGE_NAMES = (_name("kv_cache_usage"), _name("gpu_cache_usage"))
+PREEMPTIONS = _name("num_preemptions")
+RUNNING = _name("running")
+WAITING = _name("waiting")
+PROMPT_BUCKETS = f"{_name('request_prompt_tokens')}_bucket"
+GENERATION_BUCKETS = f"{_name('request_generation_tokens')}_bucket"
+PREFIX_QUERIES = (_name("prefix_cache_queries"), _name("gpu_prefix_cache_queries"))
+PREFIX_HITS = (_name("prefix_cache_hits"), _name("gpu_prefix_cache_hits"))
+CACHE_CONFIG = catalog.CACHE_CONFIG_INFO
+_READ = frozenset(
+    {*USAGE_NAMES, PREEMPTIONS, RUNNING, WAITING, PROMPT_BUCKETS, GENERATION_BUCKETS, *PREFIX_QUERIES, *PREFIX_HITS}
+    | {CACHE_CONFIG}
+)
 
 MAX_PAGE_BYTES = 32 << 20
 """A vLLM metrics page is a few hundred KiB; refuse anything past 32 MiB."""
@@ -57,9 +66,6 @@ def _int_label(value: str | None) -> int | None:
 
 def parse_metrics(text: str, *, model_name: str | None = None, source: str = "/metrics") -> MetricsSnapshot:
     """Parse a Prometheus text page; with ``model_name`` keep only series of that ``model_name`` label."""
-    # Lazy: prometheus_client loads only when a page is parsed (DESIGN.md: probe imports stay light).
-    from prometheus_client.parser import text_string_to_metric_families
-
     sums: dict[str, float] = defaultdict(float)
     seen: set[str] = set()
     usage: dict[str, float] = {}
@@ -69,25 +75,24 @@ def parse_metrics(text: str, *, model_name: str | None = None, source: str = "/m
     }
     cache: dict[str, str] = {}
     try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                labels = sample.labels
-                if model_name and "model_name" in labels and labels["model_name"] != model_name:
-                    continue
-                name, value = sample.name, float(sample.value)
-                if name in USAGE_NAMES:
-                    usage[name] = max(usage.get(name, -math.inf), value)
-                elif name in buckets:
-                    le = labels.get("le", "+Inf")
-                    bound = math.inf if le in ("+Inf", "Inf", "inf") else float(le)
-                    buckets[name][bound] += value
-                elif name == CACHE_CONFIG and not cache:
-                    cache = dict(labels)
-                elif name in (PREEMPTIONS, RUNNING, WAITING, *PREFIX_QUERIES, *PREFIX_HITS):
-                    sums[name] += value
-                    seen.add(name)
-    except (ValueError, TypeError, IndexError) as error:
-        raise ScrapeError(f"{source}: not a Prometheus text page: {error}") from None
+        page = parse(text, _READ)
+    except ScrapeError as error:
+        raise ScrapeError(f"{source}: not a Prometheus text page: {error.message}") from None
+    if not page.types and not any(page.samples.values()) and text.strip():
+        raise ScrapeError(f"{source}: not a Prometheus text page (no # TYPE line, no vLLM sample)")
+    for name, samples in page.samples.items():
+        for labels, value in samples:
+            if model_name and "model_name" in labels and labels["model_name"] != model_name:
+                continue
+            if name in USAGE_NAMES:
+                usage[name] = max(usage.get(name, -math.inf), value)
+            elif name in buckets:
+                buckets[name][bucket_bound(labels.get("le", "+Inf"))] += value
+            elif name == CACHE_CONFIG:
+                cache = cache or dict(labels)
+            else:
+                sums[name] += value
+                seen.add(name)
 
     def pick(*names: str) -> float | None:
         for name in names:

@@ -20,6 +20,10 @@ def plot_report(report: ProbeReport, path: str | Path) -> Path:
 
     matplotlib.use("Agg")  # no display: the plot is a file, also on headless servers
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    # SVG keeps its labels as text (searchable, smaller) rather than glyph outlines.
+    matplotlib.rcParams["svg.fonttype"] = "none"
 
     steps = sorted(report.steps, key=lambda s: s.concurrency)
     xs = [s.concurrency for s in steps]
@@ -40,6 +44,10 @@ def plot_report(report: ProbeReport, path: str | Path) -> Path:
     colors = ["tab:green" if s.passed else "tab:red" for s in steps]
     ax_pre.bar(xs, preempt, color=colors, width=0.6)
     ax_pre.set_ylabel("preemptions per step")
+    # Counts: never below zero (all-zero bars would centre the axis on 0), whole numbers on both axes.
+    ax_pre.set_ylim(bottom=0, top=max(1.0, *preempt) * 1.1)
+    ax_pre.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax_lat.xaxis.set_major_locator(MaxNLocator(integer=True))
 
     def ms(values: list[float | None]) -> list[float]:
         return [v * 1000 if v is not None else float("nan") for v in values]

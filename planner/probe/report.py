@@ -87,6 +87,7 @@ class ProbeReport(BaseModel):
     duration_s: float
     planner: PlannerComparison | None = None
     warnings: list[str] = Field(default_factory=list)
+    quick: bool = Field(default=False, description="run with --quick (short requests, one round per level)")
 
 
 def _fmt(value: float | None, spec: str, scale: float = 1.0) -> str:
@@ -112,9 +113,14 @@ def report_table(report: ProbeReport) -> list[list[str]]:
         ]
     ]
     for step in sorted(report.steps, key=lambda s: s.concurrency):
-        verdict = "ok" if step.passed else "FAIL: " + "; ".join(step.reasons)
-        if step.partial:
-            verdict += " (partial)"
+        if step.passed and step.partial:
+            verdict = "ok so far (cut short: not counted)"
+        elif step.partial and not step.reasons:
+            verdict = "cut short before a verdict (not counted)"
+        elif step.passed:
+            verdict = "ok"
+        else:
+            verdict = "FAIL: " + "; ".join(step.reasons) + (" (cut short)" if step.partial else "")
         rows.append(
             [
                 str(step.concurrency),
@@ -134,12 +140,30 @@ def report_table(report: ProbeReport) -> list[list[str]]:
     return rows
 
 
+def stop_explanation(report: ProbeReport) -> str:
+    """Why the run ended, in words, with what to change when a budget (not the server) ended it."""
+    limits = report.limits
+    budget_advice = "raise it" if report.quick else "raise it, or use --quick (shorter requests, one round per level)"
+    return {
+        "limit-crossed": "a level crossed the preemption or latency limits",
+        "max-concurrency": "the staircase reached its top without crossing a limit (raise --max-concurrency)",
+        "max-requests": f"the {limits.max_requests}-request budget (--max-requests) ran out; {budget_advice}",
+        "max-tokens": f"the {limits.max_tokens:,}-token budget (--max-tokens) ran out; {budget_advice}",
+        "max-duration": f"the {limits.max_duration_s:g} s time limit (--max-duration) ran out; {budget_advice}",
+        "interrupted": "interrupted (Ctrl-C)",
+        "errors": "requests failed (see the failing level)",
+    }[report.stop_reason]
+
+
 def summary_lines(report: ProbeReport) -> list[str]:
     lines = []
+    why = stop_explanation(report)
     if report.safe_concurrency is None:
-        lines.append("No concurrency level passed.")
+        tried = ", ".join(str(s.concurrency) for s in sorted(report.steps, key=lambda s: s.concurrency))
+        done = f"levels measured: {tried}" if tried else "no level finished its warm-up"
+        lines.append(f"No concurrency level passed completely ({done}). Stopped because {why}.")
     else:
-        lines.append(f"Highest safe concurrency: {report.safe_concurrency} (stopped: {report.stop_reason}).")
+        lines.append(f"Highest safe concurrency: {report.safe_concurrency}. Stopped because {why}.")
     if report.planner is not None:
         p = report.planner
         lines.append(

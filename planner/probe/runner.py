@@ -33,6 +33,10 @@ from planner.probe.metrics import MetricsSnapshot, scrape
 from planner.probe.report import PlannerComparison, ProbeLimits, ProbeReport, ProbeStep, StopReason
 from planner.workload import WorkloadProfile, capacity_for_blocks, parse_workload, risk_bounded_concurrency
 
+FALLBACK_MAX_CONCURRENCY = 64  # staircase top when the server exposes no KV-cache facts
+QUICK_PROMPT_TOKENS = 2048  # --quick: prompts of at most this many tokens (prefill is what takes the time)
+QUICK_MAX_DURATION_S = 100.0  # --quick: the whole run, so it ends well inside two minutes
+
 
 class ProbeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -45,8 +49,16 @@ class ProbeConfig(BaseModel):
     prompt_tokens: int | None = Field(default=None, ge=1, description="without a workload (default: fill)")
     output_tokens: int = Field(default=256, ge=1, description="without a workload")
     levels: list[int] | None = Field(default=None, description="explicit concurrency levels, in order")
-    start_concurrency: int = Field(default=1, ge=1)
-    max_concurrency: int = Field(default=64, ge=1, le=4096)
+    start_concurrency: int | None = Field(
+        default=None, ge=1, description="default: a quarter of the planner's limit for the server's KV blocks"
+    )
+    max_concurrency: int | None = Field(
+        default=None, ge=1, le=4096, description="default: twice the planner's limit (64 without metrics)"
+    )
+    quick: bool = Field(
+        default=False,
+        description="short requests (prompt <= QUICK_PROMPT_TOKENS), one round per level, no warm-up, 100 s",
+    )
     growth: float = Field(default=2.0, gt=1.0, le=16.0)
     refine: bool = True
     warmup_requests: int | None = Field(default=None, ge=0, description="default: the concurrency")
@@ -66,9 +78,25 @@ class ProbeConfig(BaseModel):
     def _check(self) -> ProbeConfig:
         if self.levels is not None and (not self.levels or min(self.levels) < 1):
             raise ValueError("levels must be a non-empty list of positive concurrencies")
-        if self.start_concurrency > self.max_concurrency:
+        if self.start_concurrency and self.max_concurrency and self.start_concurrency > self.max_concurrency:
             raise ValueError("start_concurrency must not exceed max_concurrency")
         return self
+
+    def staircase(self, planned_limit: int | None) -> tuple[int, int]:
+        """(first level, top level): what the user gave, else bracketing the planner's limit for the server's
+        own KV blocks and the probe's lengths (a quarter of it up to twice it), so the steps spend their
+        time where the answer is; without metrics, 1 to 64."""
+        if planned_limit is None:
+            top = self.max_concurrency or FALLBACK_MAX_CONCURRENCY
+            return min(self.start_concurrency or 1, top), top
+        top = self.max_concurrency or min(4096, max(2, 2 * planned_limit))
+        start = self.start_concurrency or max(1, min(planned_limit, top) // 4)
+        return min(start, top), top
+
+
+def effective_max_duration(config: ProbeConfig) -> float:
+    """--quick bounds the whole run to QUICK_MAX_DURATION_S unless the user set a shorter limit."""
+    return min(config.max_duration_s, QUICK_MAX_DURATION_S) if config.quick else config.max_duration_s
 
 
 def base_url(endpoint: str) -> str:
@@ -91,13 +119,17 @@ class _Lengths:
         if self.profile is None:
             output = config.output_tokens
             prompt = config.prompt_tokens if config.prompt_tokens is not None else max_len - output
+            if config.quick and config.prompt_tokens is None:
+                prompt = min(prompt, QUICK_PROMPT_TOKENS)
             if prompt < 1 or prompt + output > max_len:
                 raise PlannerInputError(
                     f"prompt {prompt} + output {output} tokens do not fit max_model_len {max_len}",
                     hint="lower --output-tokens / --prompt-tokens",
                 )
             self.fixed = (prompt, output)
-            self.description = f"fixed: prompt {prompt} + output {output} tokens (fills the context)"
+            fills = prompt + output >= max_len
+            how = "fills the context" if fills else ("--quick: shorter than the context" if config.quick else "given")
+            self.description = f"fixed: prompt {prompt} + output {output} tokens ({how})"
         else:
             self.description = (
                 f"workload: prompt {self.profile.prompt_distribution.description}; "
@@ -183,7 +215,7 @@ class _Run:
         self.requests_sent = 0
         self.tokens_sent = 0
         self.started = time.monotonic()
-        self.deadline = self.started + config.max_duration_s
+        self.deadline = self.started + effective_max_duration(config)
         self.halt: StopReason | None = None
         self.rng = np.random.default_rng(config.seed + 1)
 
@@ -242,8 +274,9 @@ class _Run:
     # -- one level ---------------------------------------------------------------------------------
 
     async def run_step(self, c: int) -> ProbeStep | None:
-        warmup = c if self.config.warmup_requests is None else self.config.warmup_requests
-        wanted = self.config.requests_per_step or max(4, 2 * c)
+        quick = self.config.quick
+        warmup = (0 if quick else c) if self.config.warmup_requests is None else self.config.warmup_requests
+        wanted = self.config.requests_per_step or (max(2, c) if quick else max(4, 2 * c))
         phase = "drain" if len(self.in_flight) > c else "warmup"
         warm_done = 0
         window: list[RequestResult] = []
@@ -325,20 +358,20 @@ class _Run:
 class _Staircase:
     """Which level comes next: geometric ramp then bisection, or the explicit list."""
 
-    def __init__(self, config: ProbeConfig) -> None:
-        self.config = config
+    def __init__(self, config: ProbeConfig, *, start: int, top: int) -> None:
+        self.config, self.start, self.top = config, start, top
         self.explicit = list(config.levels) if config.levels else None
         self.passed: int | None = None  # highest level passed with all lower tries passing
         self.failed: int | None = None  # lowest failing level
         self.finished_reason: StopReason | None = None
 
     def first(self) -> int:
-        return self.explicit.pop(0) if self.explicit else self.config.start_concurrency
+        return self.explicit.pop(0) if self.explicit else self.start
 
     def next(self, level: int, step: ProbeStep) -> int | None:
         if step.passed and not step.partial:
             self.passed = level if self.passed is None else max(self.passed, level)
-        elif not step.passed:
+        elif not step.passed and step.reasons:  # a step cut short before any verdict is no failure
             self.failed = level if self.failed is None else min(self.failed, level)
         if self.explicit is not None:
             if not step.passed or not self.explicit:
@@ -346,10 +379,10 @@ class _Staircase:
                 return None
             return self.explicit.pop(0)
         if self.failed is None:
-            if level >= self.config.max_concurrency:
+            if level >= self.top:
                 self.finished_reason = "max-concurrency"
                 return None
-            return min(self.config.max_concurrency, max(level + 1, math.ceil(level * self.config.growth)))
+            return min(self.top, max(level + 1, math.ceil(level * self.config.growth)))
         low = self.passed or 0
         if not self.config.refine or self.failed - low <= 1:
             self.finished_reason = "limit-crossed"
@@ -369,7 +402,7 @@ async def run_probe(
     base = base_url(config.endpoint)
     metrics_url = config.metrics_url or f"{base}/metrics"
     timeout = httpx.Timeout(config.request_timeout_s, connect=10.0)
-    pool = max(config.max_concurrency, *(config.levels or [1])) + 8
+    pool = max(config.max_concurrency or 4096, *(config.levels or [1])) + 8
     limits = httpx.Limits(max_connections=pool, max_keepalive_connections=pool)
     async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
         model, served_len = await fetch_model(client, base, config.model)
@@ -385,8 +418,16 @@ async def run_probe(
         elif first.preemptions_total is None:
             warnings.append("the metrics page has no vllm:num_preemptions_total: preemptions not judged")
         run = _Run(config, client, base=base, model=model, lengths=lengths, sampler=sampler, stop=stop, progress=say)
+        if first is not None and first.num_gpu_blocks and first.block_size:
+            planner = _planner(first, max_len, lengths, config.headroom, warnings)
+        else:
+            planner = None
+        start, top = config.staircase(planner.max_num_seqs if planner is not None else None)
+        if config.levels is None:
+            basis = f"the planner's limit {planner.max_num_seqs}" if planner is not None else "no KV facts on /metrics"
+            say(f"levels {start} to {top} ({basis}); {lengths.description}")
         sampling = asyncio.create_task(sampler.loop())
-        stairs = _Staircase(config)
+        stairs = _Staircase(config, start=start, top=top)
         steps: list[ProbeStep] = []
         try:
             level: int | None = stairs.first()
@@ -404,10 +445,6 @@ async def run_probe(
             await run.cancel_all()
             sampling.cancel()
             await asyncio.gather(sampling, return_exceptions=True)
-        if first is not None and first.num_gpu_blocks and first.block_size:
-            planner = _planner(first, max_len, lengths, config.headroom, warnings)
-        else:
-            planner = None
         return ProbeReport(
             endpoint=base,
             metrics_url=metrics_url,
@@ -422,7 +459,7 @@ async def run_probe(
                 itl_limit_s=config.itl_limit_s,
                 max_requests=config.max_requests,
                 max_tokens=config.max_tokens,
-                max_duration_s=config.max_duration_s,
+                max_duration_s=effective_max_duration(config),
             ),
             steps=steps,
             safe_concurrency=_safe_below(stairs),
@@ -433,6 +470,7 @@ async def run_probe(
             duration_s=time.monotonic() - run.started,
             planner=planner,
             warnings=warnings,
+            quick=config.quick,
         )
 
 

@@ -3,6 +3,7 @@ of ``vllm serve``. Built on FastAPI like vLLM's own server; imported only when a
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -16,7 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from planner.sim import tokens as tok
-from planner.sim.engine import VOCAB_SIZE
+from planner.sim.engine import VOCAB_SIZE, TokenEvent
 from planner.sim.protocol import (
     AssistantMessage,
     ChatChoice,
@@ -115,7 +116,7 @@ def create_app(settings: SimulatorSettings) -> FastAPI:
         return ModelList(data=[card]).model_dump()
 
     @app.post("/v1/completions", response_model=None)
-    async def completions(body: CompletionRequest) -> Response:
+    async def completions(body: CompletionRequest, raw: Request) -> Response:
         _check_model(body.model)
         prompt = _completion_prompt(body.prompt)
         request = _engine_request(
@@ -124,7 +125,9 @@ def create_app(settings: SimulatorSettings) -> FastAPI:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         if body.stream:
             return _sse(_stream_completion(runtime(), request, include_usage))
-        events = [event async for event in runtime().generate(request)]
+        events = await _until_disconnect(raw, runtime(), request)
+        if events is None:
+            return Response(status_code=499)  # nobody is listening any more
         text = "".join(tok.decode_token(e.token_id) for e in events if e.token_id is not None)
         result = CompletionResponse(
             id=request.request_id,
@@ -136,7 +139,7 @@ def create_app(settings: SimulatorSettings) -> FastAPI:
         return JSONResponse(result.model_dump())
 
     @app.post("/v1/chat/completions", response_model=None)
-    async def chat(body: ChatCompletionRequest) -> Response:
+    async def chat(body: ChatCompletionRequest, raw: Request) -> Response:
         _check_model(body.model)
         messages: list[tuple[str, str]] = []
         for message in body.messages:
@@ -151,7 +154,9 @@ def create_app(settings: SimulatorSettings) -> FastAPI:
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
         if body.stream:
             return _sse(_stream_chat(runtime(), request, include_usage))
-        events = [event async for event in runtime().generate(request)]
+        events = await _until_disconnect(raw, runtime(), request)
+        if events is None:
+            return Response(status_code=499)  # nobody is listening any more
         text = "".join(tok.decode_token(e.token_id) for e in events if e.token_id is not None)
         result = ChatCompletionResponse(
             id=request.request_id,
@@ -236,6 +241,28 @@ def _usage(request: EngineRequest) -> Usage:
         completion_tokens=completion,
         total_tokens=request.num_prompt_tokens + completion,
     )
+
+
+async def _until_disconnect(raw: Request, runtime: SimulatorRuntime, request: EngineRequest) -> list[TokenEvent] | None:
+    """All of a non-streamed request's events, or None when the client went away first: then the
+    request is aborted at once and its blocks freed, as vLLM's ``with_cancellation`` does for its
+    non-streaming handlers (vllm 0.19.0 vllm/entrypoints/utils.py: with_cancellation); streamed requests
+    are cancelled by Starlette's StreamingResponse the same way."""
+
+    async def collect() -> list[TokenEvent]:
+        return [event async for event in runtime.generate(request)]
+
+    async def disconnected() -> None:
+        while (await raw.receive())["type"] != "http.disconnect":
+            pass
+
+    work, watch = asyncio.create_task(collect()), asyncio.create_task(disconnected())
+    done, _ = await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+    for task in (work, watch):
+        if task not in done:
+            task.cancel()
+    await asyncio.gather(work, watch, return_exceptions=True)
+    return work.result() if work in done else None
 
 
 def _sse(chunks: AsyncIterator[str]) -> StreamingResponse:

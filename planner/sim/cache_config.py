@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from planner.sim.versions import Version, parse_version
+from planner.vllm.metrics_catalog import Version, parse_version
 
 _OLD = (
     "block_size gpu_memory_utilization swap_space cache_dtype is_attention_free num_gpu_blocks_override "

@@ -150,10 +150,6 @@ class Engine:
     def has_work(self) -> bool:
         return bool(self.scheduler.running or self.scheduler.waiting)
 
-    @property
-    def num_unfinished(self) -> int:
-        return len(self.scheduler.running) + len(self.scheduler.waiting)
-
     def add_request(self, request: Request) -> None:
         request.arrival_time = self.now
         # One RNG per request, seeded from the engine seed and the arrival order: generated tokens do

@@ -11,13 +11,13 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from planner.sim import catalog
 from planner.sim.cache_config import CacheSettings, cache_config_labels
-from planner.sim.catalog import EngineKind, Family
 from planner.sim.engine import StepStats
-from planner.sim.versions import Version, parse_version
+from planner.vllm import metrics_catalog as catalog
+from planner.vllm.metrics_catalog import EngineKind, Family, Version, parse_version
 
 SIMULATOR_INFO = "kv_planner_simulator_info"
+SIMULATOR_ABORTED = "kv_planner_simulator_aborted_requests"
 
 
 class MetricsRecorder:
@@ -47,6 +47,14 @@ class MetricsRecorder:
             SIMULATOR_INFO, "kv-planner's vLLM simulator: what it models.", list(info), registry=self.registry
         )
         info_gauge.labels(**info).set(1)
+        self._aborted = Counter(
+            SIMULATOR_ABORTED,
+            "Requests the simulator aborted because the client went away (vLLM V1 does not count these).",
+            ["engine"],
+            registry=self.registry,
+        )
+        for index in engine_indexes:
+            self._aborted.labels(str(index))
 
     # --- registration -------------------------------------------------------------------------
 
@@ -132,6 +140,15 @@ class MetricsRecorder:
         if child is not None:
             for value in values:
                 child.observe(value)
+
+    def aborted(self, engine: int, *, running: int, waiting: int, kv_cache_usage: float) -> None:
+        """A client abort: count it and show the freed capacity at once."""
+        self._aborted.labels(str(engine)).inc()
+        self._set("running", engine, running)
+        self._set("waiting", engine, waiting)
+        self._set("waiting_by_reason", engine, waiting, "capacity")
+        self._set("kv_cache_usage", engine, kv_cache_usage)
+        self._set("gpu_cache_usage", engine, kv_cache_usage)
 
     def record(self, engine: int, stats: StepStats) -> None:
         self._set("running", engine, stats.running)

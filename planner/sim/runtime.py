@@ -96,7 +96,18 @@ class SimulatorRuntime:
                     return
         finally:
             if request.status is not Status.FINISHED:
+                # The client went away: free the request's blocks now and show it on the gauges now,
+                # not at the engine's next step (an idle engine has none). vLLM V1 does not count a
+                # client abort in vllm:request_success (vllm 0.19.0 vllm/v1/engine/output_processor.py:
+                # abort_requests drops the request before its final stats); the simulator counts it in
+                # its own kv_planner_simulator_aborted_requests_total.
                 engine.abort(request)
+                self.recorder.aborted(
+                    index,
+                    running=len(engine.scheduler.running),
+                    waiting=len(engine.scheduler.waiting),
+                    kv_cache_usage=engine.kv.usage(),
+                )
 
     async def _run(self, index: int) -> None:
         engine = self.engines[index]

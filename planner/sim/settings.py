@@ -7,10 +7,15 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from planner.errors import CapacityError, InvalidArgumentError
-from planner.sim.catalog import prefix_cache_counts_blocks, prefix_cache_skips_preempted, reserves_full_prompt
 from planner.sim.engine import EngineConfig, SpeedModel
-from planner.sim.versions import modelled_release, parse_version
+from planner.sim.versions import (
+    modelled_release,
+    prefix_cache_counts_blocks,
+    prefix_cache_skips_preempted,
+    reserves_full_prompt,
+)
 from planner.units import cdiv
+from planner.vllm.metrics_catalog import parse_version
 
 # vLLM's fallback scheduler defaults for `vllm serve` on a GPU below 70 GiB (0.33
 # EngineArgs.get_batch_defaults, usage context OPENAI_API_SERVER).

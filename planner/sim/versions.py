@@ -7,11 +7,8 @@ checks is exact for every release whose source is available.
 
 from __future__ import annotations
 
-import re
-
 from planner.errors import UnknownVllmVersionError
-
-Version = tuple[int, int, int]
+from planner.vllm.metrics_catalog import Version, parse_version
 
 # (modelled release, the wheel whose source was read)
 MODELLED_RELEASES: tuple[tuple[str, str], ...] = (
@@ -34,21 +31,6 @@ MODELLED_RELEASES: tuple[tuple[str, str], ...] = (
 )
 DEFAULT_RELEASE = MODELLED_RELEASES[-1][0]
 
-_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[.\-+]?[0-9A-Za-z.]*)?$")
-
-
-def parse_version(text: str) -> Version:
-    """``X.Y.Z`` with an optional leading ``v`` and a fourth part (``0.8.5.post1``, ``0.10.1.1``)."""
-    match = _VERSION.match(text.strip())
-    if not match:
-        raise UnknownVllmVersionError(f"vLLM version {text!r} is not X.Y.Z", hint="Write the release as e.g. 0.19.0.")
-    major, minor, patch = (int(part) for part in match.groups())
-    return major, minor, patch
-
-
-def at_least(version: Version, text: str) -> bool:
-    return version >= parse_version(text)
-
 
 def modelled_release(text: str | None) -> tuple[str, Version]:
     """The modelled release whose behaviour applies to vLLM ``text`` (None = newest modelled)."""
@@ -65,3 +47,18 @@ def modelled_release(text: str | None) -> tuple[str, Version]:
             hint="The V1 engine and its metrics start with vLLM 0.8; pick --vllm-version 0.8.5 or newer.",
         )
     return chosen, parse_version(chosen)
+
+
+def prefix_cache_counts_blocks(version: Version) -> bool:
+    """0.8.5 counted prefix-cache queries/hits in blocks; 0.10+ in tokens."""
+    return version < parse_version("0.10.1")
+
+
+def prefix_cache_skips_preempted(version: Version) -> bool:
+    """From 0.12 requests that were preempted before are not counted in the prefix-cache counters."""
+    return version >= parse_version("0.12.0")
+
+
+def reserves_full_prompt(version: Version) -> bool:
+    """0.19 added ``--scheduler-reserve-full-isl`` (default on): admit only if the whole prompt fits."""
+    return version >= parse_version("0.19.0")

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import re2
@@ -280,6 +280,16 @@ def _resolve(token: str, table: FlagTable) -> tuple[str | None, str | None, str 
     return None, None, None
 
 
+@dataclass
+class _Scan:
+    """What the scan of vLLM's words found so far (one parse)."""
+
+    errors: list[str]
+    flags: list[ParsedFlag] = field(default_factory=list)
+    unknown: list[str] = field(default_factory=list)
+    positionals: list[_Token] = field(default_factory=list)
+
+
 def _parse(
     argv: list[str],
     start: int,
@@ -287,29 +297,56 @@ def _parse(
     table: FlagTable,
     read_config: Callable[[str], str | None] | None,
 ) -> VllmCommand:
-    errors: list[str] = []
+    scan = _Scan(errors=[])
     raw = [_Token(text=text, index=start + i, original=text) for i, text in enumerate(argv[start:])]
+    raw, config_file, config_loaded = _with_config_file(raw, table, read_config, scan.errors)
+    tokens = _preprocess(raw, table)
+    _check_serve_model_option(tokens, entrypoint, table, scan.errors)
+    _scan_tokens(tokens, table, scan)
+    model, model_source, model_index, used = _model(entrypoint, table, scan.flags, scan.positionals, scan.errors)
+    scan.unknown += [extra.text for extra in scan.positionals[used:]]
+    if scan.unknown:
+        scan.errors.append("unrecognized arguments: " + " ".join(scan.unknown))
+    return VllmCommand.model_construct(
+        entrypoint=entrypoint,
+        release=table.release,
+        args_start=start,
+        model=model,
+        model_source=model_source,
+        model_index=model_index,
+        flags=scan.flags,
+        unknown=scan.unknown,
+        errors=scan.errors,
+        config_file=config_file,
+        config_loaded=config_loaded,
+    )
 
-    # --config FILE: vLLM inserts the file's words before the CLI words, so CLI wins.
-    config_file: str | None = None
-    config_loaded = False
+
+def _with_config_file(
+    raw: list[_Token], table: FlagTable, read_config: Callable[[str], str | None] | None, errors: list[str]
+) -> tuple[list[_Token], str | None, bool]:
+    """``--config FILE`` replaced by the file's words, inserted before the CLI words (so the CLI wins, as
+    in vLLM). Returns the words, the file named and whether it was read."""
     texts = [t.text for t in raw]
-    if "--config" in texts:
-        if texts.count("--config") > 1:
-            errors.append("more than one --config file given")
-        at = texts.index("--config")
-        if at + 1 < len(raw):
-            config_file = raw[at + 1].text
-            content = read_config(config_file) if read_config else None
-            del raw[at : at + 2]
-            if content is not None:
-                words = _config_tokens(content, table)
-                config_loaded = True
-                raw = [_Token(text=w, index=None, source="config", original=w) for w in words] + raw
-        else:
-            errors.append("No config file specified! Please check your command-line arguments.")
+    if "--config" not in texts:
+        return raw, None, False
+    if texts.count("--config") > 1:
+        errors.append("more than one --config file given")
+    at = texts.index("--config")
+    if at + 1 >= len(raw):
+        errors.append("No config file specified! Please check your command-line arguments.")
+        return raw, None, False
+    config_file = raw[at + 1].text
+    content = read_config(config_file) if read_config else None
+    raw = raw[:at] + raw[at + 2 :]
+    if content is None:
+        return raw, config_file, False
+    words = _config_tokens(content, table)
+    return [_Token(text=w, index=None, source="config", original=w) for w in words] + raw, config_file, True
 
-    # Preprocessing (FlexibleArgumentParser.parse_args).
+
+def _preprocess(raw: list[_Token], table: FlagTable) -> list[_Token]:
+    """FlexibleArgumentParser.parse_args's rewrite of the words before argparse sees them."""
     tokens: list[_Token] = []
     for position, token in enumerate(raw):
         following = raw[position + 1].text if position + 1 < len(raw) else None
@@ -318,11 +355,12 @@ def _parse(
             continue
         for text in _normalise(token.text, table):
             tokens.append(_Token(text=text, index=token.index, source=token.source, original=token.original))
+    return tokens
 
-    flags: list[ParsedFlag] = []
-    unknown: list[str] = []
-    positionals: list[_Token] = []
 
+def _check_serve_model_option(
+    tokens: list[_Token], entrypoint: Entrypoint, table: FlagTable, errors: list[str]
+) -> None:
     # (Not for "image": whether the image's entrypoint is `vllm serve` or the api_server module is
     # unknown here, and the api_server accepts --model.)
     refused = entrypoint == "serve" and table.serve_model_option == "refused"
@@ -332,135 +370,132 @@ def _parse(
             "give the model as the first positional argument"
         )
 
+
+def _scan_tokens(tokens: list[_Token], table: FlagTable, scan: _Scan) -> None:
+    """argparse's left-to-right pass: options with their values, positionals, ``--``."""
     i = 0
     only_positionals = False
     while i < len(tokens):
-        token = tokens[i]
-        text = token.text
+        text = tokens[i].text
         if only_positionals or not _is_option(text, table):
             if text == "--" and not only_positionals:
                 only_positionals = True
             else:
-                positionals.append(token)
+                scan.positionals.append(tokens[i])
             i += 1
             continue
-        # --json-arg.key[+] value (dotted JSON args), merged into one JSON value per option.
         if table.dotted_json and "." in text.split("=", 1)[0]:
-            head, has_eq, inline_value = text.partition("=")
-            base, _, path = head.partition(".")
-            if has_eq:
-                value_text, value_index, consumed = inline_value, None, 1
-            elif i + 1 < len(tokens):
-                value_text, value_index, consumed = tokens[i + 1].text, tokens[i + 1].index, 2
-            else:
-                errors.append(f"argument {head}: expected one argument")
+            consumed = _dotted_option(tokens, i, table, scan)
+            if consumed is None:
                 break
-            option, _, error = _resolve(base, table)
-            if option is None:
-                unknown.append(head)
-                if error:
-                    errors.append(error)
-            else:
-                dest = table.options[option][0]
-                flags.append(
-                    ParsedFlag.model_construct(
-                        dest=dest,
-                        option=option,
-                        written=token.original.split("=", 1)[0],
-                        value=_dotted_value(path, value_text),
-                        source=token.source,
-                        index=token.index,
-                        value_index=value_index,
-                        inline=bool(has_eq),
-                        dotted=True,
-                    )
-                )
             i += consumed
             continue
+        i = _option(tokens, i, table, scan)
 
-        option, explicit, error = _resolve(text, table)
-        if option is None:
-            if error:
-                errors.append(error)
-            else:
-                unknown.append(text)
-            i += 1
-            continue
-        dest, kind = table.options[option]
-        original = token.original
-        written = original.split("=", 1)[0] if explicit is not None and "=" in original else original
-        if explicit is not None and not text.startswith("--") and "=" not in text:
-            written = option  # -qfp8: the short option with its value attached
-        i += 1
-        if kind in ("true", "false", "count"):
-            if explicit is not None:
-                errors.append(f"argument {option}: ignored explicit argument {explicit!r}")
-            value: Any = kind != "false"
-            flags.append(
-                ParsedFlag.model_construct(
-                    dest=dest, option=option, written=written, value=value, source=token.source, index=token.index
-                )
-            )
-            continue
-        if explicit is not None:
-            value = [explicit] if kind == "multi" else explicit
-            flags.append(
-                ParsedFlag.model_construct(
-                    dest=dest,
-                    option=option,
-                    written=written,
-                    value=value,
-                    source=token.source,
-                    index=token.index,
-                    inline=True,
-                )
-            )
-            continue
-        needed = _arity(kind)
-        taken: list[_Token] = []
-        while i < len(tokens) and not _is_option(tokens[i].text, table) and tokens[i].text != "--":
-            if needed is not None and len(taken) >= needed:
-                break
-            taken.append(tokens[i])
-            i += 1
-        if kind == "optional":
-            value = taken[0].text if taken else True
-        elif not taken or (needed is not None and len(taken) < needed):
-            errors.append(f"argument {option}: expected {'one' if needed == 1 else 'more'} argument")
-            continue
-        elif kind == "value":
-            value = taken[0].text
+
+def _dotted_option(tokens: list[_Token], i: int, table: FlagTable, scan: _Scan) -> int | None:
+    """``--json-arg.key[+] value`` (dotted JSON args), merged into one JSON value per option.
+    Returns the words consumed, or None when the value is missing (the scan stops, as argparse does)."""
+    token = tokens[i]
+    head, has_eq, inline_value = token.text.partition("=")
+    base, _, path = head.partition(".")
+    if has_eq:
+        value_text, value_index, consumed = inline_value, None, 1
+    elif i + 1 < len(tokens):
+        value_text, value_index, consumed = tokens[i + 1].text, tokens[i + 1].index, 2
+    else:
+        scan.errors.append(f"argument {head}: expected one argument")
+        return None
+    option, _, error = _resolve(base, table)
+    if option is None:
+        scan.unknown.append(head)
+        if error:
+            scan.errors.append(error)
+        return consumed
+    scan.flags.append(
+        ParsedFlag.model_construct(
+            dest=table.options[option][0],
+            option=option,
+            written=token.original.split("=", 1)[0],
+            value=_dotted_value(path, value_text),
+            source=token.source,
+            index=token.index,
+            value_index=value_index,
+            inline=bool(has_eq),
+            dotted=True,
+        )
+    )
+    return consumed
+
+
+def _option(tokens: list[_Token], i: int, table: FlagTable, scan: _Scan) -> int:
+    """One option at ``tokens[i]`` with its value(s); returns the index of the next word."""
+    token = tokens[i]
+    text = token.text
+    option, explicit, error = _resolve(text, table)
+    if option is None:
+        if error:
+            scan.errors.append(error)
         else:
-            value = [t.text for t in taken]
-        flags.append(
+            scan.unknown.append(text)
+        return i + 1
+    dest, kind = table.options[option]
+    original = token.original
+    written = original.split("=", 1)[0] if explicit is not None and "=" in original else original
+    if explicit is not None and not text.startswith("--") and "=" not in text:
+        written = option  # -qfp8: the short option with its value attached
+    i += 1
+    if kind in ("true", "false", "count"):
+        if explicit is not None:
+            scan.errors.append(f"argument {option}: ignored explicit argument {explicit!r}")
+        scan.flags.append(
+            ParsedFlag.model_construct(
+                dest=dest, option=option, written=written, value=kind != "false", source=token.source, index=token.index
+            )
+        )
+        return i
+    if explicit is not None:
+        scan.flags.append(
             ParsedFlag.model_construct(
                 dest=dest,
                 option=option,
                 written=written,
-                value=value,
+                value=[explicit] if kind == "multi" else explicit,
                 source=token.source,
                 index=token.index,
-                value_index=taken[0].index if taken else None,
+                inline=True,
             )
         )
-
-    model, model_source, model_index, used = _model(entrypoint, table, flags, positionals, errors)
-    unknown += [extra.text for extra in positionals[used:]]
-    if unknown:
-        errors.append("unrecognized arguments: " + " ".join(unknown))
-    return VllmCommand.model_construct(
-        entrypoint=entrypoint,
-        release=table.release,
-        args_start=start,
-        model=model,
-        model_source=model_source,
-        model_index=model_index,
-        flags=flags,
-        unknown=unknown,
-        errors=errors,
-        config_file=config_file,
-        config_loaded=config_loaded,
+        return i
+    needed = _arity(kind)
+    taken: list[_Token] = []
+    while i < len(tokens) and not _is_option(tokens[i].text, table) and tokens[i].text != "--":
+        if needed is not None and len(taken) >= needed:
+            break
+        taken.append(tokens[i])
+        i += 1
+    value: Any
+    if kind == "optional":
+        value = taken[0].text if taken else True
+    elif not taken or (needed is not None and len(taken) < needed):
+        scan.errors.append(f"argument {option}: expected {'one' if needed == 1 else 'more'} argument")
+        return i
+    elif kind == "value":
+        value = taken[0].text
+    else:
+        value = [t.text for t in taken]
+    scan.flags.append(
+        ParsedFlag.model_construct(
+            dest=dest,
+            option=option,
+            written=written,
+            value=value,
+            source=token.source,
+            index=token.index,
+            value_index=taken[0].index if taken else None,
+        )
     )
+    return i
 
 
 def _arity(kind: Kind) -> int | None:

@@ -31,6 +31,9 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("v1_default", "V1 default"),
     ("v0_available", "V0 fallback"),
     ("swap_space_flag", "--swap-space"),
+    ("sampler_kernel", "sampler top-k/top-p"),
+    ("moe_workspace_held", "MoE workspace held at sampling"),
+    ("mxfp4_blackwell_intermediate_align", "MXFP4 B200 intermediate align"),
 )
 
 

@@ -15,6 +15,7 @@ import re2
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.errors import UnknownVllmVersionError
+from planner.findings import Code, Finding
 
 TokensFormula = Literal["blocks_x_block_size", "blocks_div_groups", "concurrency_x_len"]
 InFlight = Literal["mnbt", "concurrent_batches"]
@@ -22,6 +23,7 @@ FitCheck = Literal["per_layer", "first_group_global", "first_group", "all_groups
 FitErrorStyle = Literal["e0", "e1", "e2", "e3", "e4"]
 CaptureRule = Literal["v0_8", "v0_10", "v0_12", "v0_20"]
 MambaPrefixMode = Literal["one_block", "per_block", "all_or_align", "align"]
+SamplerKernel = Literal["flashinfer_if_installed", "sort_scatter", "triton_batch8", "flashinfer"]
 
 
 @total_ordering
@@ -101,6 +103,23 @@ class Release(BaseModel):
         "Mamba prefix caching, else 'align' = 2), align (0.33: 2, +1 GDN checkpoint on SM90+)"
     )
     auto_kv_from_checkpoint: bool = Field(description="kv_cache_dtype=auto follows the checkpoint's KV scheme")
+    sampler_kernel: SamplerKernel = Field(
+        default="flashinfer_if_installed",
+        description="top-k/top-p kernel of the sampler warm-up (v1/sample/ops/topk_topp_sampler.py): "
+        "FlashInfer when installed (<= 0.11, VLLM_USE_FLASHINFER_SAMPLER unset = on), PyTorch sort + "
+        "scatter copy (0.12-0.16, FlashInfer opt-in), Triton for >= 8 requests (0.17-0.20), FlashInfer "
+        "on by default (0.21+)",
+    )
+    mxfp4_blackwell_intermediate_align: int = Field(
+        default=256,
+        description="MXFP4 MoE on Blackwell (FlashInfer TRT-LLM): intermediate size rounded up to this "
+        "(256 in 0.10.1.1-0.19.0, 128 in 0.33.0; planner/memory/mxfp4.py)",
+    )
+    moe_workspace_held: bool = Field(
+        default=False,
+        description="unquantized fused MoE allocates its workspaces from the persistent WorkspaceManager "
+        "(0.14+), so they are held during the sampler warm-up",
+    )
     swap_space_flag: bool
     kv_cache_memory_bytes_flag: bool
     kv_cache_dtypes: tuple[str, ...]
@@ -234,6 +253,7 @@ _R_0_12 = _row(
     capture_rule="v0_12",
     kv_cache_dtypes=_D3,
     mamba_prefix_mode="per_block",
+    sampler_kernel="sort_scatter",
 )
 _R_0_13 = _row(_R_0_12, "0.13.0", "0.13.0: v1/core/kv_cache_utils.py (error text)", fit_error_style="e2")
 _R_0_14 = _row(
@@ -247,6 +267,7 @@ _R_0_14 = _row(
     chunked_local_hybrid_default=True,
     async_scheduling_default=True,
     auto_kv_from_checkpoint=True,
+    moe_workspace_held=True,
 )
 _R_0_15 = _row(
     _R_0_14,
@@ -255,7 +276,13 @@ _R_0_15 = _row(
     mla_block_size_blackwell=64,
     mamba_prefix_mode="all_or_align",
 )
-_R_0_17 = _row(_R_0_15, "0.17.0", "0.17.1: v1/core/kv_cache_utils.py (fit check per worker)", fit_check="first_group")
+_R_0_17 = _row(
+    _R_0_15,
+    "0.17.0",
+    "0.17.1: v1/core/kv_cache_utils.py (fit check per worker), v1/sample/ops/topk_topp_sampler.py (Triton)",
+    fit_check="first_group",
+    sampler_kernel="triton_batch8",
+)
 _R_0_18 = _row(
     _R_0_17,
     "0.18.0",
@@ -279,7 +306,12 @@ _R_0_20 = _row(
     capture_rule="v0_20",
     kv_cache_dtypes=_D5,
 )
-_R_0_21 = _row(_R_0_20, "0.21.0", "0.21.0: v1/core/kv_cache_utils.py, v1/kv_cache_interface.py")
+_R_0_21 = _row(
+    _R_0_20,
+    "0.21.0",
+    "0.21.0: v1/core/kv_cache_utils.py, v1/kv_cache_interface.py, envs.py (FlashInfer sampler on by default)",
+    sampler_kernel="flashinfer",
+)
 _R_0_26 = _row(
     _R_0_21,
     "0.26.0",
@@ -297,6 +329,7 @@ _R_0_33 = _row(
     hybrid_prefix_caching_default=True,
     mamba_prefix_mode="align",
     kv_cache_dtypes=_D7,
+    mxfp4_blackwell_intermediate_align=128,
 )
 
 _R_0_7 = _row(
@@ -332,20 +365,23 @@ _LATEST = Version.parse(LATEST_KNOWN)
 _STARTS = [(Version.parse(row.since), row) for row in RELEASES]
 
 
-def resolve_release(version: str | None) -> tuple[Version, Release, list[str]]:
+def resolve_release(version: str | None) -> tuple[Version, Release, list[Finding]]:
     """The behaviour row for ``version`` (default: the newest release kv-planner knows).
 
     Returns the parsed version, its row and warnings (a version newer than any known release is
     planned with the newest behaviour, and says so).
     """
-    warnings: list[str] = []
+    warnings: list[Finding] = []
     parsed = Version.parse(version or LATEST_KNOWN)
     if parsed < OLDEST:
         raise UnknownVllmVersionError(f"vLLM {parsed} is older than the oldest release kv-planner models ({OLDEST})")
     if parsed > _LATEST:
         warnings.append(
-            f"KVP104 vLLM {parsed} is newer than the newest release checked ({LATEST_KNOWN}); "
-            "planned with that release's behaviour"
+            Finding.of(
+                Code.NEWER_RELEASE,
+                f"vLLM {parsed} is newer than the newest release checked ({LATEST_KNOWN}); "
+                "planned with that release's behaviour",
+            )
         )
     row = RELEASES[0]
     for start, candidate in _STARTS:

@@ -118,6 +118,7 @@ def command_listing(python: Path) -> subprocess.CompletedProcess[str]:
     return run_entrypoint(python, "--help")
 
 
+@pytest.mark.slow
 def test_entrypoint_runs_from_a_virtualenv(image_python: Path) -> None:
     proc = command_listing(image_python)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -145,6 +146,7 @@ CLI_CASES = [
             "exporter.retune=apply",
             "exporter.events.enabled=false",
             "exporter.annotateRecommendations=true",
+            "exporter.rbac.namespaces[0]=team-a",
             'json:policy.workload={"prompt_tokens": {"p50": 800}, "target_risk": 0.05}',
         ),
         id="exporter-prometheus-apply",

@@ -28,7 +28,12 @@ HANDLED = {
     ("", "v1"): {"pods"},
     ("leaderworkerset.x-k8s.io", "v1"): {"leaderworkersets"},
     ("serving.kserve.io", "v1beta1"): {"inferenceservices"},
-    ("serving.kserve.io", "v1alpha1"): {"servingruntimes"},
+    ("serving.kserve.io", "v1alpha1"): {"llminferenceservices"},
+    ("serving.kserve.io", "v1alpha2"): {"llminferenceservices"},
+    ("kubeai.org", "v1"): {"models"},
+    ("ray.io", "v1"): {"rayclusters", "rayservices", "rayjobs"},
+    ("orchestration.aibrix.ai", "v1alpha1"): {"rayclusterfleets", "stormservices", "rolesets"},
+    ("nvidia.com", "v1alpha1"): {"dynamographdeployments"},
 }
 
 
@@ -114,12 +119,18 @@ def test_pods_and_jobs_only_on_create() -> None:
     assert by_resource["pods"] == ["CREATE"] and by_resource["jobs"] == ["CREATE"]
     assert by_resource["deployments"] == ["CREATE", "UPDATE"]
     assert by_resource["leaderworkersets"] == ["CREATE", "UPDATE"]
-    assert "inferenceservices" not in by_resource  # KServe is opt-in
-    kserve = webhooks(render(set_values=("webhook.kserve.enabled=true",)))[0]
-    resources = {res for rule in kserve["rules"] for res in rule["resources"]}
-    assert {"inferenceservices", "servingruntimes"} <= resources
-    owner_condition = kserve["matchConditions"][1]["expression"]
-    assert "serving.kserve.io/" in owner_condition
+    # Serving platforms are on by default (a rule for an absent CRD matches nothing), each can be off.
+    platform_resources = {"inferenceservices", "llminferenceservices", "models", "rayclusters", "rayservices"}
+    assert platform_resources | {"rayjobs", "rayclusterfleets", "stormservices", "dynamographdeployments"} <= set(
+        by_resource
+    )
+    assert "servingruntimes" not in by_resource  # a template: checked with the InferenceService using it
+    assert "kubeai.org/" in webhooks(render())[0]["matchConditions"][1]["expression"]
+    off = webhooks(render(set_values=("webhook.platforms.kserve.enabled=false", "webhook.platforms.ray.enabled=false")))
+    resources = {res for rule in off[0]["rules"] for res in rule["resources"]}
+    assert not resources & {"inferenceservices", "llminferenceservices", "rayclusters", "rayservices", "rayjobs"}
+    assert "models" in resources
+    assert "serving.kserve.io/" not in off[0]["matchConditions"][1]["expression"]
 
 
 def test_enforce_scenario_turns_the_knobs() -> None:
@@ -311,6 +322,7 @@ def test_webhook_args_and_image() -> None:
                 'json:policy.workload={"prompt_tokens": {"p50": 800}, "target_risk": 0.05}',
                 "exporter.events.enabled=false",
                 "exporter.annotateRecommendations=true",
+                "exporter.rbac.namespaces[0]=team-a",
             ),
             [
                 "exporter",
@@ -321,6 +333,7 @@ def test_webhook_args_and_image() -> None:
                 "--retune-target-risk=0.05",
                 "--no-retune-events",
                 "--retune-annotate",
+                "--retune-namespaces=team-a",
             ],
         ),
     ],
@@ -387,47 +400,88 @@ def exporter_grants(*values: str) -> set[tuple[str, str, str]]:
     return grants(rules_of(render(set_values=values), "exporter"))
 
 
-def test_exporter_default_is_read_only_plus_events() -> None:
+def test_exporter_default_writes_nothing() -> None:
     got = exporter_grants()
-    writes = {g for g in got if g[2] not in ("get", "list", "watch")}
-    assert writes == {("", "events", "create"), ("events.k8s.io", "events", "create")}
-    for resource in ("pods", "nodes", "namespaces", "deployments", "statefulsets", "leaderworkersets"):
+    assert {g for g in got if g[2] not in ("get", "list", "watch")} == set()
+    for resource in ("pods", "nodes", "namespaces"):
         assert any(g[1] == resource and g[2] == "watch" for g in got), resource
+    assert not {g for g in got if g[1] in ("deployments", "statefulsets", "replicasets", "leaderworkersets")}
+    docs = render()
+    assert not find(docs, "Role") and not find(docs, "RoleBinding")
+    args = component(docs, "Deployment", "exporter")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [a for a in args if a.startswith("--retune-namespaces")]
+
+
+@pytest.mark.parametrize("values_files", SCENARIO_PARAMS)
+def test_exporter_never_writes_cluster_wide(values_files: tuple[str, ...]) -> None:
+    docs = render(values_files)
+    for role in find(docs, "ClusterRole"):
+        if role["metadata"]["labels"]["app.kubernetes.io/component"] == "exporter":
+            assert {v for rule in role["rules"] for v in rule["verbs"]} <= {"get", "list", "watch"}, role
+
+
+LISTED = ("exporter.rbac.namespaces[0]=team-a", "exporter.rbac.namespaces[1]=team-b")
+
+
+def roles_by_namespace(docs: list[dict[str, Any]]) -> dict[str, set[tuple[str, str, str]]]:
+    return {r["metadata"]["namespace"]: grants(r["rules"]) for r in find(docs, "Role")}
 
 
 @pytest.mark.parametrize(
     ("values", "patches"),
     [
         (("exporter.retune=recommend",), False),
-        (("exporter.retune=off", "exporter.annotateRecommendations=true"), False),  # no retuner, no writes
         (("exporter.retune=recommend", "exporter.annotateRecommendations=true"), True),
         (("exporter.retune=apply",), True),
     ],
 )
-def test_exporter_patches_only_when_it_writes_workloads(values: tuple[str, ...], patches: bool) -> None:
-    patch = {g for g in exporter_grants(*values) if g[2] == "patch"}
-    assert patch == ({("apps", "deployments", "patch"), ("apps", "statefulsets", "patch")} if patches else set())
+def test_exporter_patches_only_in_listed_namespaces_and_only_when_it_writes_workloads(
+    values: tuple[str, ...], patches: bool
+) -> None:
+    docs = render(set_values=(*values, *LISTED))
+    roles = roles_by_namespace(docs)
+    assert sorted(roles) == ["team-a", "team-b"]
+    for got in roles.values():
+        patch = {g for g in got if g[2] == "patch"}
+        assert patch == ({("apps", "deployments", "patch"), ("apps", "statefulsets", "patch")} if patches else set())
+        # The owner chain the retuner verifies (Pod -> ReplicaSet -> Deployment | StatefulSet), read by name.
+        assert {("", "pods", "get"), ("apps", "replicasets", "get"), ("apps", "deployments", "get")} <= got
+        assert not {g for g in got if g[2] in ("list", "watch")}
+    bindings = find(docs, "RoleBinding")
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    assert all(
+        b["roleRef"]
+        == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{RELEASE}-kv-planner-exporter-retuner"}
+        for b in bindings
+    )
+    args = component(docs, "Deployment", "exporter")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert [a for a in args if a.startswith("--retune-namespaces")] == [
+        "--retune-namespaces=team-a",
+        "--retune-namespaces=team-b",
+    ]
 
 
 def test_exporter_events_only_when_enabled() -> None:
-    assert not {g for g in exporter_grants("exporter.events.enabled=false") if g[1] == "events"}
-    assert not {g for g in exporter_grants("exporter.retune=off") if g[1] == "events"}
+    roles = roles_by_namespace(render(set_values=("exporter.events.enabled=false", *LISTED)))
+    assert roles and not {g for got in roles.values() for g in got if g[1] == "events"}
+    with_events = roles_by_namespace(render(set_values=LISTED))
+    assert all(("", "events", "create") in got for got in with_events.values())
+    assert not find(render(set_values=("exporter.retune=off", *LISTED)), "Role")  # no retuner, no writes
     container = component(render(set_values=("exporter.events.enabled=false",)), "Deployment", "exporter")["spec"][
         "template"
     ]["spec"]["containers"][0]
     assert "--no-retune-events" in container["args"]
 
 
-def test_exporter_namespaced_rbac_when_namespaces_are_listed() -> None:
+def test_apply_scenario_writes_in_its_two_namespaces_only() -> None:
     docs = render((str(CHART / "ci" / "11-apply-mode-values.yaml"),))
-    bindings = find(docs, "RoleBinding")
-    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
-    assert all(b["roleRef"]["name"] == f"{RELEASE}-kv-planner-exporter-workloads" for b in bindings)
-    workload_crbs = [b for b in find(docs, "ClusterRoleBinding") if b["metadata"]["name"].endswith("-workloads")]
-    assert not workload_crbs  # pods/workloads/patch are granted only in the listed namespaces
+    assert sorted(roles_by_namespace(docs)) == ["team-a", "team-b"]
     cluster = one(docs, "ClusterRoleBinding", f"{RELEASE}-kv-planner-exporter-cluster")
     role = one(docs, "ClusterRole", cluster["roleRef"]["name"])
+    # Prometheus mode: no pod listing either.
     assert grants(role["rules"]) == {("", r, v) for r in ("nodes", "namespaces") for v in ("get", "list", "watch")}
+    pod = component(docs, "Deployment", "exporter")["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is True
 
 
 def test_static_targets_without_retuner_need_no_token() -> None:

@@ -75,7 +75,18 @@ REJECTED_CASES: list[tuple[str, tuple[str, ...], list[str]]] = [
     ("tls-1-1", ("webhook.tls.minVersion=1.1",), ["minVersion"]),
     ("unknown-http-key", ("webhook.http.headerTimeout=1",), ["headerTimeout"]),
 ]
-REJECTED = [pytest.param(values, fragments, id=ident) for ident, values, fragments in REJECTED_CASES]
+# Least privilege for the retuner: writes only in listed namespaces, never cluster-wide. (These set
+# keys the cases above also set, so they are not part of the all-at-once test.)
+RBAC_REJECTED_CASES: list[tuple[str, tuple[str, ...], list[str]]] = [
+    ("apply-without-namespaces", ("exporter.retune=apply",), ["rbac", "namespaces"]),
+    ("annotate-without-namespaces", ("exporter.annotateRecommendations=true",), ["rbac", "namespaces"]),
+    ("write-namespace-wildcard", ("exporter.rbac.namespaces[0]=*",), ["namespaces"]),
+    ("write-namespace-kube-system", ("exporter.rbac.namespaces[0]=kube-system",), ["namespaces"]),
+    ("cluster-wide-rbac-key", ("exporter.rbac.clusterWide=true",), ["clusterWide"]),
+]
+REJECTED = [
+    pytest.param(values, fragments, id=ident) for ident, values, fragments in REJECTED_CASES + RBAC_REJECTED_CASES
+]
 
 
 @pytest.mark.parametrize(("set_values", "fragments"), REJECTED)
@@ -136,11 +147,6 @@ TEMPLATE_FAILURES = [
     ),
     pytest.param(("exporter.source=targets",), "targets", id="targets-without-urls"),
     pytest.param(("exporter.source=prometheus",), "prometheusUrl", id="prometheus-without-url"),
-    pytest.param(
-        ("exporter.rbac.namespaces[0]=team-a",),
-        "cannot be used with exporter.source discover",
-        id="namespaced-rbac-with-discovery",
-    ),
 ]
 
 

@@ -22,8 +22,13 @@ pytestmark = [pytest.mark.needs_helm, pytest.mark.usefixtures("helm")]
 cel = pytest.importorskip("cel_expr_python.cel", reason="cel-expr-python needs Python >= 3.11")
 
 
+PLATFORMS = ("kserve", "kubeai", "ray", "aibrix", "dynamo")
+
+
 def conditions(kserve: bool) -> dict[str, str]:
-    docs = render(set_values=(f"webhook.kserve.enabled={str(kserve).lower()}",))
+    """The conditions with every serving platform on (``kserve``) or off."""
+    value = str(kserve).lower()
+    docs = render(set_values=tuple(f"webhook.platforms.{name}.enabled={value}" for name in PLATFORMS))
     hooks = [h for d in docs if d["kind"].endswith("WebhookConfiguration") for h in d["webhooks"]]
     first = {c["name"]: c["expression"] for c in hooks[0]["matchConditions"]}
     for hook in hooks[1:]:
@@ -68,6 +73,11 @@ OWNERS: list[list[dict[str, Any]] | None] = [
     [owner("batch/v1", "CronJob")],
     [owner("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")],
     [owner("serving.kserve.io/v1beta1", "InferenceService")],
+    [owner("serving.kserve.io/v1alpha1", "LLMInferenceService")],
+    [owner("kubeai.org/v1", "Model")],
+    [owner("ray.io/v1", "RayService")],
+    [owner("orchestration.aibrix.ai/v1alpha1", "RoleSet")],
+    [owner("nvidia.com/v1alpha1", "DynamoComponentDeployment")],
     [owner("example.com/v1", "Deployment")],
 ]
 
@@ -128,6 +138,19 @@ def test_conditions_never_error(kserve: bool) -> None:
             True,
             False,
         ),
+        # Objects the serving platforms create were reviewed on their owner while the platform is on.
+        *[
+            ("not-managed-by-reviewed-owner", None, [owner(api, kind)], False, on, not on)
+            for api, kind in (
+                ("serving.kserve.io/v1alpha1", "LLMInferenceService"),
+                ("kubeai.org/v1", "Model"),
+                ("ray.io/v1", "RayCluster"),
+                ("ray.io/v1", "RayService"),
+                ("orchestration.aibrix.ai/v1alpha1", "RoleSet"),
+                ("nvidia.com/v1alpha1", "DynamoComponentDeployment"),
+            )
+            for on in (False, True)
+        ],
         # A CRD that happens to be called Deployment is not apps/v1.
         ("not-managed-by-reviewed-owner", None, [owner("example.com/v1", "Deployment")], False, False, True),
         ("not-terminating", None, None, True, False, False),

@@ -6,10 +6,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
 from planner.cli import app
+from planner.cli._output import console
 
 MANIFESTS = Path(__file__).resolve().parents[1] / "k8s" / "manifests"
 RUNNER = CliRunner()
@@ -30,7 +32,9 @@ ENTRY_KEYS = {
     "decision",
     "codes",
     "messages",
+    "findings",
     "patch",
+    "kv_cache",  # the planned KV memory and the band of the planner's measured error (issue 12)
 }
 
 
@@ -95,6 +99,11 @@ def test_json_contract_and_exit_zero(tmp_path: Path) -> None:
         "source": "cloud-label",
     }
     assert deployment["decision"] in ("mutate", "warn", "allow")
+    band = deployment["kv_cache"]
+    assert band["low_bytes"] < band["bytes"] < band["high_bytes"] and band["text"].endswith(
+        f"-{(band['bytes'] - band['low_bytes']) / 2**30:.2f}"
+    )
+    assert data["workloads"][0]["kv_cache"] is None
     assert data["workloads"][0]["decision"] == "skip" and data["workloads"][0]["patch"] == []
 
 
@@ -181,3 +190,36 @@ def test_directory_input_and_table_output() -> None:
     code, _, output = _run("-f", str(MANIFESTS))
     assert code == 0, output
     assert "LeaderWorkerSet/vllm-405b: KVP030 vllm-leader: shell command not changed" in output
+
+
+def _weights_do_not_fit(tmp_path: Path) -> Path:
+    # Llama-3.1-70B on one L4: the fix is a combined change (more GPUs and a shorter context).
+    manifest = tmp_path / "big.yaml"
+    manifest.write_text(_deployment(["meta-llama/Llama-3.1-70B-Instruct"], name="big"))
+    return manifest
+
+
+def test_json_messages_are_whole_and_carry_a_structured_fix(tmp_path: Path) -> None:
+    code, data, _ = _run("-f", str(_weights_do_not_fit(tmp_path)), "--output", "json")
+    assert code == 1
+    entry = data["workloads"][0]
+    (message,) = entry["messages"]
+    assert message.endswith("fix: --tensor-parallel-size 8 (8 GPUs) and --max-model-len 68608")
+    assert "…" not in message
+    (finding,) = entry["findings"]
+    assert finding["code"] == "KVP001" and finding["severity"] == "cannot-start"
+    assert finding["message"] == message
+    assert finding["fix"] == {
+        "args": ["--tensor-parallel-size", "8", "--max-model-len", "68608"],
+        "text": "--tensor-parallel-size 8 (8 GPUs) and --max-model-len 68608",
+    }
+
+
+def test_table_wraps_messages_instead_of_cutting_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(console, "width", 70)
+    code, _, output = _run("-f", str(_weights_do_not_fit(tmp_path)))
+    assert code == 1
+    assert "…" not in output
+    words = " ".join(output.split())
+    assert "fix: --tensor-parallel-size 8 (8 GPUs) and --max-model-len 68608" in words
+    assert "    fix: --tensor-parallel-size 8 --max-model-len 68608" in output  # the flags, ready to paste

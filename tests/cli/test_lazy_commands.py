@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from planner.cli import app, load_all_commands
 from planner.cli._commands import COMMANDS
 
@@ -35,6 +37,7 @@ def test_top_level_help_imports_no_command_module() -> None:
     assert "planner.plan" not in loaded
 
 
+@pytest.mark.slow
 def test_a_plan_imports_neither_policy_nor_the_shells() -> None:
     loaded = _modules_loaded_by("recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct")
     assert "planner.cli.recommend" in loaded

@@ -211,6 +211,19 @@ def test_calibrate_writes_corrections_that_recommend_applies(calibration_file: P
     log.write_text(record["log_excerpt"] + "\n")
     corrections = tmp_path / "corrections.yaml"
     code, out, err = run("calibrate", str(log), "--gpu", "H100-80GB", "--write", str(corrections), "-o", "json")
+    assert code == 2 and "no vLLM version line" in err  # never a guess at the newest release
+    code, out, err = run(
+        "calibrate",
+        str(log),
+        "--gpu",
+        "H100-80GB",
+        "--vllm-version",
+        "0.19.0",
+        "--write",
+        str(corrections),
+        "-o",
+        "json",
+    )
     assert code == 0, err
     written = yaml.safe_load(corrections.read_text())
     entry = written["entries"][0]
@@ -237,6 +250,21 @@ def test_calibrate_writes_corrections_that_recommend_applies(calibration_file: P
     assert any(w.startswith("KVP108") for w in plan["warnings"])
     logged_kv = record["kv_cache_memory_gib"]
     assert abs(plan["memory"]["kv_cache_bytes"] / 2**30 - logged_kv) < 0.02
+
+
+def test_calibrate_version_from_the_log_must_agree_with_the_flag(tmp_path: Path) -> None:
+    log = tmp_path / "startup.log"
+    log.write_text(
+        "INFO 04-22 00:40:01 [api_server.py:1] vLLM API server version 0.19.0\n"
+        "INFO 04-22 00:47:07 [gpu_model_runner.py:1] Model loading took 14.99 GiB memory and 5.1 seconds\n"
+        "INFO 04-22 00:47:07 [gpu_worker.py:436] Available KV cache memory: 58.12 GiB\n"
+        "non-default args: {'model': 'meta-llama/Llama-3.1-8B-Instruct'}\n"
+    )
+    code, out, err = run("calibrate", str(log), "--gpu", "H100-80GB", "--vllm-version", "0.17.1", "-o", "json")
+    assert code == 2 and "says vLLM 0.19.0" in err
+    code, out, err = run("calibrate", str(log), "--gpu", "H100-80GB", "-o", "json")
+    assert code == 0, err
+    assert json.loads(out)["logs"][0]["entry"]["vllm_version"] == "0.19.0"
 
 
 def test_calibrate_rejects_a_file_that_is_not_a_vllm_log(tmp_path: Path) -> None:
@@ -337,3 +365,54 @@ def test_recommend_emits_autoscaler_thresholds_from_the_workload() -> None:
         "recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--emit", "keda"
     )
     assert code == 2 and "--emit needs --workload" in err
+
+
+def test_recommend_json_keeps_warning_strings_and_adds_typed_findings() -> None:
+    # --max-model-len auto on a context that does not fit: KVP106 with the length vLLM will pick as its fix.
+    code, out, _ = run(
+        "recommend",
+        "--gpu",
+        "L4",
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--max-model-len",
+        "auto",
+        "-o",
+        "json",
+    )
+    assert code == 0
+    plan = json.loads(out)
+    assert plan["warnings"] == [f["message"] for f in plan["findings"]]  # DESIGN: "warnings": [str, ...]
+    (auto,) = [f for f in plan["findings"] if f["code"] == "KVP106"]
+    fitted = str(plan["kv_cache"]["max_model_len"])
+    assert auto["severity"] == "info" and auto["fix"]["args"] == ["--max-model-len", fitted]
+    assert auto["message"].startswith("KVP106 --max-model-len auto: vLLM will reduce the context from 131072 to ")
+
+
+def test_validate_names_why_a_model_could_not_be_resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    record = dataset_records()[0].model_copy(update={"model": "nobody/never-published-7b", "id": "x1"})
+    data_file = tmp_path / "one.jsonl"
+    data_file.write_text(record.model_dump_json() + "\n")
+    code, out, err = run("validate", str(data_file), "--output", "json")
+    assert code == 0, err
+    reason = json.loads(out)["records"][0]["reason"]
+    assert "offline" in reason and "nobody/never-published-7b" in reason
+
+
+def test_estimate_counts_what_hybrid_layers_keep() -> None:
+    """gemma-3-27b: 10 full layers keep every token, 52 sliding layers the last 1,024 (not 62 x 32K)."""
+    code, out, err = run("estimate", "--model", "google/gemma-3-27b-it", "--tokens", "32K", "-o", "json")
+    assert code == 0, err
+    result = json.loads(out)
+    per_layer = result["bytes_per_token"] // 62
+    assert result["layers"] == {"full": 10, "sliding_window": 52}
+    assert result["sequences"][0]["bytes"] == (10 * 32768 + 52 * 1024) * per_layer
+    code, out, err = run("estimate", "--model", "Qwen/Qwen3-Next-80B-A3B-Instruct", "--tokens", "1K,64K", "-o", "json")
+    assert code == 0, err
+    hybrid = json.loads(out)
+    assert hybrid["state_bytes_per_sequence"] > 0 and hybrid["layers"]["mamba"] == 36
+    short, long = (s["bytes"] for s in hybrid["sequences"])
+    per_token = hybrid["bytes_per_token"]
+    assert long - short == (65536 - 1024) * per_token  # only the 12 full layers grow with length

@@ -75,3 +75,18 @@ def test_leave_one_model_out_generalises(records: list[StartupRecord]) -> None:
     for row in fit.leave_one_model_out:
         assert row.held_out_median_error is not None
         assert abs(row.held_out_median_error) < 0.02, row.model
+
+
+def test_layout_is_checked_without_a_known_gpu_where_the_gpu_does_not_matter(records: list[StartupRecord]) -> None:
+    """A plain-attention record with an unlisted GPU still gets its layout checked (exactly as with the
+    real GPU); an MLA record does not, and says why (the block size is chosen per GPU)."""
+    plain = next(r for r in records if r.id == "r045")  # Qwen2.5-7B, H100, 0.19.0
+    mystery = plain.model_copy(update={"gpu": "Mystery-GPU-80GB"})
+    known = validate_records([plain], lookup_model=lookup_model, lookup_gpu=lookup_gpu).records[0]
+    result = validate_records([mystery], lookup_model=lookup_model, lookup_gpu=lookup_gpu).records[0]
+    assert result.supported and result.reason and result.reason.startswith("layout only")
+    assert result.layout == known.layout and result.layout is not None and result.layout.exact
+    assert result.full is None and result.budget is None
+    mla = next(r for r in records if r.id == "r001").model_copy(update={"gpu": "Mystery-GPU-80GB"})
+    refused = validate_records([mla], lookup_model=lookup_model, lookup_gpu=lookup_gpu).records[0]
+    assert not refused.supported and refused.reason and "MLA" in refused.reason

@@ -19,7 +19,15 @@ from dashboards.common import FLEET_UID, PRESSURE_UID
 # Identifiers in PromQL that name a series: vLLM's (with a colon), kv-planner's rules (colon) and
 # exporter metrics (kv_planner_ prefix).
 _NAME = re.compile(r"(?<![\w:])((?:vllm|kv_planner):[a-zA-Z0-9_:]+|kv_planner_[a-z0-9_]+)")
-_HISTOGRAMS = {n.VLLM_PROMPT_TOKENS, n.VLLM_GENERATION_TOKENS, n.VLLM_TTFT, n.VLLM_ITL, n.VLLM_ITL_OLD}
+_HISTOGRAMS = {
+    n.VLLM_PROMPT_TOKENS,
+    n.VLLM_GENERATION_TOKENS,
+    n.VLLM_TTFT,
+    n.VLLM_ITL,
+    n.VLLM_ITL_OLD,
+    n.VLLM_QUEUE_TIME,
+    n.VLLM_E2E_LATENCY,
+}
 
 
 def known_names() -> set[str]:
@@ -54,7 +62,14 @@ def test_only_known_metric_names(dashboards: dict[str, dict[str, Any]], rules_te
 def test_counters_are_queried_with_total(dashboards: dict[str, dict[str, Any]], rules_text: str) -> None:
     # prometheus_client exposes vLLM's counters with _total; the bare name matches nothing.
     for where, expr in all_expressions(dashboards, rules_text):
-        for bare in ("vllm:num_preemptions", "vllm:prefix_cache_hits", "vllm:prefix_cache_queries"):
+        for bare in (
+            "vllm:num_preemptions",
+            "vllm:prefix_cache_hits",
+            "vllm:prefix_cache_queries",
+            "vllm:request_success",
+            "vllm:prompt_tokens",
+            "vllm:generation_tokens",
+        ):
             assert not re.search(re.escape(bare) + r"(?![_\w])", expr), f"{where}: {bare} without _total"
 
 

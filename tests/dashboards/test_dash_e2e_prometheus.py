@@ -237,7 +237,7 @@ def test_every_template_variable_lists_every_simulated_pod(loaded: Stack, repo_r
 
 def test_every_rule_returns_data(loaded: Stack) -> None:
     recorded = [name for name, _ in rule_expressions(render_rules(SHORT)) if ":" in name]
-    assert len(recorded) == 6
+    assert len(recorded) == 8
 
     def empty_signals() -> list[str]:
         empty = [f"recorded series {name} is empty" for name in recorded if not finite_values(loaded.api.instant(name))]

@@ -338,7 +338,53 @@ def recommendation_case() -> dict[str, Any]:
     }
 
 
+def finished_case() -> dict[str, Any]:
+    """Finish reasons per pod (vLLM or, for pods only the exporter reads, the exporter), the share
+    stopped by length, and its info alert: fires above the ratio, not at or below it."""
+    reasons = {"long": ("0+90x60", "0+30x60"), "short": ("0+30x60", "0+90x60"), "half": ("0+60x60", "0+60x60")}
+    input_series = []
+    for pod, (length, stop) in reasons.items():
+        input_series.append(series(vllm("vllm:request_success_total", pod, 'finished_reason="length"'), length))
+        input_series.append(series(vllm("vllm:request_success_total", pod, 'finished_reason="stop"'), stop))
+    input_series.append(
+        series(
+            exporter_engine("kv_planner_requests_finished_total", "remote").replace("}", ', finished_reason="stop"}'),
+            "0+60x60",
+        )
+    )
+    return {
+        "interval": "1m",
+        "input_series": input_series,
+        "promql_expr_test": [
+            {
+                "expr": 'kv_planner:requests_finished:rate5m{finished_reason="stop"}',
+                "eval_time": "10m",
+                "exp_samples": [
+                    {
+                        "labels": f'kv_planner:requests_finished:rate5m{{{POD_MODEL % pod}, finished_reason="stop"}}',
+                        "value": value,
+                    }
+                    for pod, value in (("half", 1), ("long", 0.5), ("remote", 1), ("short", 1.5))
+                ],
+            },
+            {
+                "expr": "kv_planner:requests_stopped_by_length:ratio_rate5m",
+                "eval_time": "10m",
+                "exp_samples": [
+                    {"labels": f"kv_planner:requests_stopped_by_length:ratio_rate5m{{{POD_MODEL % pod}}}", "value": v}
+                    for pod, v in (("half", 0.5), ("long", 0.75), ("remote", 0), ("short", 0.25))
+                ],
+            },
+        ],
+        "alert_rule_test": [
+            alert("KVPlannerRequestsStoppedByLength", "20m"),
+            alert("KVPlannerRequestsStoppedByLength", "50m", pod_labels("long", "info")),
+        ],
+    }
+
+
 CASES = [
+    finished_case,
     usage_case,
     scheduler_case,
     prefix_and_latency_case,
@@ -379,7 +425,7 @@ def test_shipped_rules_pass_promtool_check(repo_root: Path, promtool: str) -> No
             timeout=60,
         )
         assert run.returncode == 0, run.stdout + run.stderr
-        assert "SUCCESS: 13 rules found" in run.stdout
+        assert "SUCCESS: 16 rules found" in run.stdout
 
 
 def test_alert_signals_are_what_the_alerts_compare() -> None:

@@ -21,7 +21,9 @@ from planner.sim import SimulatorSettings, start_simulator
     [
         ([], "--targets URL..., --discover or --prometheus-url"),
         (["--targets", "h:1", "--discover"], "cannot be combined"),
-        (["--targets", "h:1", "--retune", "apply"], "add --discover"),
+        (["--targets", "h:1", "--retune", "apply"], "list the namespaces it may write in (--retune-namespaces)"),
+        (["--targets", "h:1", "--retune-annotate"], "list the namespaces it may write in"),
+        (["--targets", "h:1", "--retune-namespaces", "*"], "not a namespace name"),
         (["--targets", "h:1#nope=1"], "unknown option"),
         (["--targets", "h:1", "--retune-min-seqs", "9", "--retune-max-seqs", "4"], "is below min_seqs"),
         (["--targets", "h:1", "--retune", "sometimes"], "sometimes"),
@@ -40,6 +42,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_exporter_process_reads_flags_from_the_environment() -> None:
     settings = SimulatorSettings(num_gpu_blocks=90, max_model_len=512, time_scale=0.0)
     with start_simulator(settings) as sim:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from admission.exporter.normalize import USAGE_NEW, USAGE_OLD, parse_page, select_lines
+from admission.exporter.normalize import USAGE_NEW, USAGE_OLD, parse_page
 from planner.errors import ScrapeError
-from planner.sim import catalog
 from planner.sim.versions import modelled_release, parse_version
+from planner.vllm import metrics_catalog as catalog
 from tests.exporter.conftest import PAGES, Page
 from tests.sim import vllm_source as src
 from tests.sim.test_catalog_source import V0_NOT_MODELLED
@@ -92,8 +92,8 @@ def test_cache_config_before_start_up_counts_as_missing() -> None:
     [
         ("<html>503 Service Unavailable</html>\n", "no vLLM metrics"),
         ("", "no vLLM metrics"),
-        ('vllm:num_requests_running{engine="0",model_name="m"} banana\n', "not a valid"),
-        ('vllm:num_requests_running{engine="0",model_name="m} 1\n', "not a valid"),
+        ('vllm:num_requests_running{engine="0",model_name="m"} banana\n', "bad sample value"),
+        ('vllm:num_requests_running{engine="0",model_name="m} 1\n', "malformed"),
     ],
 )
 def test_garbage_pages_are_rejected(text: str, fragment: str) -> None:
@@ -110,7 +110,34 @@ def test_a_truncated_page_is_rejected() -> None:
         parse_page(truncated)
 
 
-def test_line_selection_keeps_only_what_is_read(page: Page) -> None:
-    kept = select_lines(page.text)
-    assert "vllm:e2e_request_latency_seconds" not in kept and "_created" not in kept
-    assert len(kept) < len(page.text) / 2
+def test_next_signals_are_normalized_per_release() -> None:
+    """Finish reasons, queue/e2e sums, tokens, prefix cache, waiting by reason (0.33 fixture), plus the
+    option-only families (speculative decoding; KV offload in its 0.16-0.26 and 0.33 spellings)."""
+    page = next(p for p in PAGES if p.release == "0.33.0")
+    engine = 'engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"'
+    spec = (
+        f"vllm:spec_decode_num_drafts_total{{{engine}}} 10\n"
+        f"vllm:spec_decode_num_draft_tokens_total{{{engine}}} 40\n"
+        f"vllm:spec_decode_num_accepted_tokens_total{{{engine}}} 30\n"
+    )
+    legacy = (
+        f'vllm:kv_offload_total_bytes_total{{{engine},transfer_type="GPU_to_CPU"}} 2048\n'
+        f'vllm:kv_offload_total_bytes_total{{{engine},transfer_type="CPU_to_GPU"}} 1024\n'
+        f'vllm:kv_offload_total_bytes_total{{{engine},transfer_type="CPU_to_DISK"}} 7\n'
+    )
+    flat = f"vllm:kv_offload_store_bytes_total{{{engine}}} 4096\nvllm:kv_offload_load_bytes_total{{{engine}}} 512\n"
+    [base], _ = parse_page(page.text)
+    assert base.finished is not None and set(base.finished) == {"stop", "length", "abort", "error", "repetition"}
+    assert base.queue_time_count == base.e2e_latency_count == sum(base.finished.values()) > 0
+    assert base.prompt_tokens_processed and base.generation_tokens_processed
+    assert base.prefix_cache_queries is not None and base.waiting_by_reason is not None
+    assert set(base.waiting_by_reason) == {"capacity", "deferred"}
+    assert base.spec_decode_drafts is None and base.kv_offload_bytes is None  # absent, not zero
+    [with_legacy], _ = parse_page(page.text + spec + legacy)
+    assert (with_legacy.spec_decode_draft_tokens, with_legacy.spec_decode_accepted_tokens) == (40, 30)
+    assert with_legacy.kv_offload_bytes == {"store": 2048, "load": 1024}
+    [with_flat], _ = parse_page(page.text + legacy + flat)
+    assert with_flat.kv_offload_bytes == {"store": 4096, "load": 512}  # 0.33's flat names win
+    odd = page.text.replace('finished_reason="stop"', 'finished_reason="made-up"')
+    [folded], _ = parse_page(odd)
+    assert folded.finished is not None and "made-up" not in folded.finished and "other" in folded.finished

@@ -138,6 +138,9 @@ def test_prometheus_mode_reads_the_same_signals(stack: tuple[str, list[RunningSi
     assert [e.usage_metric for e in llama.engines] == ["vllm:gpu_cache_usage_perc"]
     assert [e.num_gpu_blocks for e in qwen.engines + llama.engines] == [150, 150, 120]
     assert sum(e.prompt_tokens[-1][1] for e in qwen.engines if e.prompt_tokens) == 1
+    # The histograms' sums too (exact mean lengths for the retuner): one 100-token prompt, 20 tokens out.
+    assert sum(e.prompt_tokens_sum or 0 for e in qwen.engines) == 100
+    assert sum(e.generation_tokens_sum or 0 for e in qwen.engines) == 20
     assert qwen.missing == [] and llama.missing == []
 
     sims[1].stop()  # the pod dies: Prometheus reports up == 0, its vLLM series go stale

@@ -151,8 +151,9 @@ def test_cardinality_is_bounded_by_max_targets() -> None:
     assert len(pods) == 25 and "pod-000" in pods and "pod-039" not in pods
     assert samples["kv_planner_targets_dropped"][0][1] == 15
     series = sum(len(v) for k, v in samples.items() if k.startswith("kv_planner_"))
-    # Per pod: 6 pod-level series + per engine (2 here): 10 gauges + 2 summaries x (3 quantiles + sum + count).
-    assert series <= 25 * (6 + 2 * (10 + 2 * 5)) + 10
+    # Per pod: 6 pod-level series + per engine (2 here): 10 gauges + 2 summaries x (3 quantiles + sum + count)
+    # + 5 finish reasons + 2 summaries x (sum + count) + 4 token/prefix counters + 2 waiting reasons.
+    assert series <= 25 * (6 + 2 * (10 + 2 * 5 + 5 + 2 * 2 + 4 + 2)) + 10
 
 
 def test_exporter_output_passes_promtool(tmp_path: object) -> None:
@@ -212,4 +213,5 @@ def test_static_target_syntax() -> None:
         "StatefulSet",
     )
     assert (target.planned_num_gpu_blocks, target.max_num_seqs, target.max_model_len) == (4096, 64, 32768)
-    assert parse_static_target("https://vllm.example:443/custom/metrics").pod == "vllm.example:443"
+    assert parse_static_target("https://vllm.example:443/custom/metrics").pod == "vllm.example:443/custom/metrics"
+    assert parse_static_target("https://vllm.example:443/metrics").pod == "vllm.example:443"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from admission.exporter.server import ExporterConfig, start_exporter
@@ -23,6 +24,7 @@ def _samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     return out
 
 
+@pytest.mark.slow
 def test_exporter_serves_a_mixed_fleet_within_the_announced_budget() -> None:
     new = SimulatorSettings(num_gpu_blocks=300, max_model_len=2048, vllm_version="0.19.0", time_scale=0.0)
     old = SimulatorSettings(num_gpu_blocks=200, max_model_len=2048, vllm_version="0.8.5", time_scale=0.0)

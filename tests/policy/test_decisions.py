@@ -14,7 +14,7 @@ import jsonpatch
 import pytest
 
 from planner.errors import KvPlannerError
-from planner.policy.codes import MAX_MESSAGE
+from planner.policy.codes import MAX_MESSAGE, shorten
 from planner.policy.decide import BLOCKS_ANNOTATION, PLAN_ANNOTATION, ObjectDecision, decide
 from planner.policy.model import EffectivePolicy, Policy
 from tests.policy.conftest import deployment
@@ -128,11 +128,18 @@ def test_context_that_does_not_fit(fake: FakeBackend) -> None:
     denied = _decide(obj, fake, policy=_policy("Enforce", "fill"))
     assert denied.decision == "deny" and denied.patch == []
     assert denied.deny_reasons[0].startswith("KVP002 vllm: --max-model-len 131072: 8192 KV blocks > ")
-    assert "fix: --max-model-len" in denied.deny_reasons[0]
+    # The deny reason is whole, every fix included (issue 18: the cut part used to be the fix) ...
+    assert denied.deny_reasons[0].endswith(
+        "fix: --max-model-len 30720 or --kv-cache-dtype fp8 or --tensor-parallel-size 2"
+    )
+    (reason,) = [f for f in denied.findings if f.code == "KVP002"]
+    assert reason.fix is not None and reason.fix.args == ["--max-model-len", "30720"]
+    assert reason.fix.text == "--max-model-len 30720 or --kv-cache-dtype fp8 or --tensor-parallel-size 2"
     audit = _decide(obj, fake, policy=_policy("Audit", "fill"))
-    # Audit lets it through with the same message; nothing is filled into a workload that cannot start.
+    # Audit lets it through with the same message, shortened only for the API server's warning limit;
+    # nothing is filled into a workload that cannot start.
     assert audit.decision == "warn" and audit.patch == []
-    assert audit.warnings == denied.deny_reasons
+    assert audit.warnings == [shorten(r) for r in denied.deny_reasons]
     clamp = _decide(obj, fake, policy=_policy("Enforce", "clamp"))
     assert clamp.decision == "mutate" and "KVP024" in clamp.codes
     assert int(_args_after(obj, clamp)[2]) < 131072

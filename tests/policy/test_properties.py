@@ -132,6 +132,7 @@ def _words(obj: dict[str, Any]) -> list[str]:
     return [*container.get("command", []), *container.get("args", [])]
 
 
+@pytest.mark.slow
 @settings(max_examples=80, suppress_health_check=[HealthCheck.too_slow])
 @given(deployments(), policies)
 def test_patches_apply_validate_and_are_idempotent(obj: dict[str, Any], policy: Any) -> None:

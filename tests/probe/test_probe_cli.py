@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from planner.cli import app
@@ -19,6 +20,7 @@ from .conftest import wait_idle
 runner = CliRunner()
 
 
+@pytest.mark.slow
 def test_json_report_and_png_plot(fake_server, tmp_path: Path) -> None:
     server = fake_server(capacity=3, max_model_len=256)
     plot = tmp_path / "probe.png"
@@ -48,6 +50,7 @@ def test_json_report_and_png_plot(fake_server, tmp_path: Path) -> None:
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_table_report_and_svg_plot(fake_server, tmp_path: Path) -> None:
     server = fake_server(capacity=2, max_model_len=256)
     plot = tmp_path / "probe.svg"
@@ -98,6 +101,7 @@ def test_unreachable_endpoint_exits_3() -> None:
     assert "cannot reach" in result.output
 
 
+@pytest.mark.slow
 def test_ctrl_c_cancels_requests_and_prints_the_partial_report(fake_server) -> None:
     server = fake_server(capacity=100, max_model_len=256, token_delay_s=0.005)
     command = [
@@ -119,6 +123,8 @@ def test_ctrl_c_cancels_requests_and_prints_the_partial_report(fake_server) -> N
         "0",
         "--requests-per-step",
         "2",
+        "--start-concurrency",
+        "1",
     ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"}
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -150,3 +156,26 @@ def test_ctrl_c_cancels_requests_and_prints_the_partial_report(fake_server) -> N
     assert "interrupted" in stderr
     wait_idle(server.state)  # the requests in flight were cancelled, the server saw them go
     assert server.state.cancelled > 0
+
+
+def test_a_run_cut_short_says_why_and_what_to_change(fake_server) -> None:
+    server = fake_server(capacity=100, max_model_len=256, token_delay_s=0.02)
+    result = runner.invoke(
+        app,
+        [
+            "probe",
+            "--endpoint",
+            server.url,
+            "--output-tokens",
+            "200",
+            "--max-duration",
+            "1s",
+            "--start-concurrency",
+            "1",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "No concurrency level passed completely" in result.stdout
+    assert "Stopped because the 1 s time limit (--max-duration) ran out" in result.stdout
+    assert "--quick" in result.stdout
+    assert "ok (partial)" not in result.stdout

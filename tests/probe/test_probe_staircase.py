@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 
 from planner.errors import ScrapeError
 from planner.probe import ProbeConfig, run_probe
 from planner.probe.report import ProbeStep
-from planner.probe.runner import _Run
+from planner.probe.runner import (
+    QUICK_MAX_DURATION_S,
+    QUICK_PROMPT_TOKENS,
+    _Lengths,
+    _Run,
+    effective_max_duration,
+)
 from planner.workload import parse_workload
 
 from .conftest import probe, wait_idle
 
+pytestmark = pytest.mark.slow  # real servers and load: seconds per test
+
 
 def test_ramp_then_bisection_finds_the_servers_capacity(fake_server) -> None:
     server = fake_server(capacity=5, max_model_len=256)
-    report = probe(server, max_concurrency=16)
+    report = probe(server, start_concurrency=1, max_concurrency=16)
     tried = [s.concurrency for s in report.steps]
     assert tried == [1, 2, 4, 8, 6, 5]  # doubling, first failure at 8, then bisection 6 -> 5
     assert report.safe_concurrency == 5
@@ -89,7 +98,9 @@ def test_stop_event_returns_a_partial_report(fake_server) -> None:
             if message.startswith("concurrency 2:") and "warming" in message:
                 stop.set()  # what Ctrl-C does in the CLI
 
-        config = ProbeConfig(endpoint=server.url, output_tokens=50, sample_interval_s=0.02, max_concurrency=8)
+        config = ProbeConfig(
+            endpoint=server.url, output_tokens=50, sample_interval_s=0.02, start_concurrency=1, max_concurrency=8
+        )
         return await run_probe(config, stop=stop, progress=progress)
 
     report = asyncio.run(run())
@@ -166,3 +177,56 @@ def test_ttft_limit_fails_a_level(fake_server) -> None:
     assert [s.passed for s in report.steps] == [True, False]
     assert "TTFT p95" in report.steps[1].reasons[0]
     assert report.safe_concurrency == 1
+
+
+def test_default_levels_bracket_the_planners_limit(fake_server) -> None:
+    # No --start/--max-concurrency: the staircase runs from a quarter of the planner's limit for the server's
+    # own KV blocks to twice it, instead of 1..64 whatever the server.
+    server = fake_server(capacity=100, max_model_len=256)
+    report = probe(server)
+    assert report.planner is not None
+    limit = report.planner.max_num_seqs
+    tried = [s.concurrency for s in report.steps]
+    assert tried[0] == max(1, limit // 4)
+    assert max(tried) == min(4096, 2 * limit)
+
+
+def test_quick_mode_shortens_prompts_rounds_and_the_time_limit() -> None:
+    config = ProbeConfig(endpoint="http://127.0.0.1:9", quick=True)
+    lengths = _Lengths(config, max_len=131_072)
+    prompt, output = lengths.next()
+    assert prompt == QUICK_PROMPT_TOKENS and output == config.output_tokens
+    assert "--quick" in lengths.description
+    assert effective_max_duration(config) == QUICK_MAX_DURATION_S < 120
+    assert effective_max_duration(config.model_copy(update={"max_duration_s": 30.0})) == 30.0
+
+
+def test_the_plot_has_whole_concurrency_ticks_and_no_negative_counts(tmp_path) -> None:
+    from planner.probe.plot import plot_report
+    from planner.probe.report import ProbeLimits, ProbeReport
+
+    steps = [
+        ProbeStep(concurrency=c, requests_completed=4, duration_s=1.0, preemptions=0.0, passed=True, ttft_p95_s=0.1)
+        for c in (1, 2, 3)
+    ]
+    report = ProbeReport(
+        endpoint="http://sim",
+        metrics_url=None,
+        model="m",
+        max_model_len=256,
+        lengths="fixed",
+        limits=ProbeLimits(
+            preemption_limit=0, ttft_limit_s=None, itl_limit_s=None, max_requests=1, max_tokens=1, max_duration_s=1
+        ),
+        steps=steps,
+        safe_concurrency=3,
+        stop_reason="max-concurrency",
+        requests_sent=12,
+        tokens_sent=100,
+        duration_s=3.0,
+    )
+    svg = plot_report(report, tmp_path / "probe.svg").read_text()
+    labels = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
+    assert labels, "tick labels are kept as text"
+    assert not [label for label in labels if label.startswith(("−", "-"))]  # no negative axis
+    assert not [label for label in labels if re.fullmatch(r"\d+\.\d*[1-9]\d*", label.strip())]  # no half requests

@@ -36,7 +36,14 @@ def planned() -> PlannedCache:
 
 class ClosedLoop:
     def __init__(
-        self, max_num_seqs: int, *, clients: int = 64, prompt: int = 1024, output: int = 1024, seed: int = 0
+        self,
+        max_num_seqs: int,
+        *,
+        clients: int = 64,
+        prompt: int = 1024,
+        output: int = 1024,
+        spread: float = 0.0,
+        seed: int = 0,
     ) -> None:
         cache = planned()
         self.max_num_seqs = max_num_seqs
@@ -54,16 +61,23 @@ class ClosedLoop:
         )
         self.runtime = SimulatorRuntime(self.settings)
         self.engine = self.runtime.engines[0]
-        self.prompt, self.output = prompt, output
+        self.prompt, self.output, self.spread = prompt, output, spread
         self._rng = random.Random(seed)
         self._sent = 0
         for _ in range(clients):
             self._send()
 
+    def _length(self, mean: int) -> int:
+        """``mean``, or uniform within ``mean x (1 +- spread)`` (variable-length loads)."""
+        if not self.spread:
+            return mean
+        return max(1, round(mean * (1 + self.spread * (2 * self._rng.random() - 1))))
+
     def _send(self) -> None:
-        tokens = [self._rng.randrange(1, 30000) for _ in range(self.prompt)]  # distinct: no prefix-cache help
+        prompt, output = self._length(self.prompt), self._length(self.output)
+        tokens = [self._rng.randrange(1, 30000) for _ in range(prompt)]  # distinct: no prefix-cache help
         self.engine.add_request(
-            Request(f"req-{self._sent}", tokens, max_tokens=self.output, ignore_eos=True, max_tokens_param=self.output)
+            Request(f"req-{self._sent}", tokens, max_tokens=output, ignore_eos=True, max_tokens_param=output)
         )
         self._sent += 1
 

@@ -47,7 +47,8 @@ def true_limit() -> int:
 def _apply_until_settled(start: int, *, max_windows: int = 48, settled: int = 6) -> tuple[int, list[Decision]]:
     """Apply mode: every change is a rollout (a new pod); stop after ``settled`` windows in a row that
     hold because nothing needs to move (steady, or at a bound)."""
-    retuner = Retuner(RetunerSettings(mode="apply", min_dwell_s=0, interval_s=INTERVAL))
+    # No writer here: the test plays the rollout itself (a new pod at the recommended value).
+    retuner = Retuner(RetunerSettings(mode="apply", min_dwell_s=0, interval_s=INTERVAL, namespaces=("ml",)))
     config, generation, quiet = start, 0, 0
     loop = ClosedLoop(config, seed=generation)
     decisions: list[Decision] = []

@@ -27,8 +27,12 @@ from admission.exporter.service import Exporter, ScrapeSettings
 from admission.observations.targets import Target, parse_static_target
 from admission.retuner import Retuner, RetunerSettings
 from admission.retuner.kube import KubeWriter
+from admission.retuner.owners import OwnerResolver
 from planner.sim import SimulatorSettings, start_simulator
 from planner.sim.server import RunningSimulator
+from tests.retuner.fake_kube import FakeCluster, owner_ref
+
+pytestmark = pytest.mark.slow  # real servers and load: seconds per test
 
 BLOCKS, BLOCK_SIZE, PROMPT, OUTPUT = 65, 16, 128, 256
 
@@ -73,14 +77,6 @@ def _preemptions(text: str, pod: str) -> float:
     )
 
 
-class FakeCore:
-    def __init__(self) -> None:
-        self.events: list[dict[str, object]] = []
-
-    def create_namespaced_event(self, namespace: str, body: dict[str, object]) -> None:
-        self.events.append(body)
-
-
 @pytest.fixture
 def targets() -> Iterator[list[Target]]:
     yield []
@@ -89,13 +85,21 @@ def targets() -> Iterator[list[Target]]:
 def test_overflow_is_seen_and_the_recommended_limit_removes_preemptions(targets: list[Target]) -> None:
     rng = random.Random(42)
     exporter = Exporter(ScrapeSettings(), targets=lambda: targets, include_process_metrics=False)
-    core = FakeCore()
-    retuner = Retuner(RetunerSettings(min_requests=5, min_dwell_s=0), writer=KubeWriter(None, core, RetunerSettings()))
+    # The pod chat-0 belongs to Deployment chat (through its ReplicaSet), as the fake API says.
+    cluster = FakeCluster()
+    rs_name, rs_uid = cluster.deployment("ml", "chat")
+    cluster.pod("ml", "chat-0", owners=[owner_ref("ReplicaSet", rs_name, rs_uid)])
+    settings = RetunerSettings(min_requests=5, min_dwell_s=0, namespaces=("ml",))
+    retuner = Retuner(
+        settings,
+        writer=KubeWriter(cluster, cluster, settings),
+        resolver=OwnerResolver(cluster, cluster, settings.namespaces),
+    )
     exporter.state.add_provider(retuner.families)
 
     def observe(now: float) -> None:
         snapshot = asyncio.run(exporter.snapshot(5.0, record=False))
-        retuner.publish(retuner.observe(snapshot, now=now))
+        retuner.publish(retuner.observe(snapshot, now=now, owners=retuner.resolve_owners(snapshot)))
 
     with _sim(max_num_seqs=4, seed=1) as sim, RunningExporter(Parts(exporter=exporter)).start() as server:
         targets.append(
@@ -125,7 +129,7 @@ def test_overflow_is_seen_and_the_recommended_limit_removes_preemptions(targets:
         recommended = decision.recommended
         page = scrape()
         assert f'kv_planner_max_num_seqs_recommended{{namespace="ml",workload="chat"}} {float(recommended)}' in page
-        assert [e["reason"] for e in core.events] == ["PreemptionsPersist"]
+        assert [e["reason"] for _, e in cluster.events] == ["PreemptionsPersist"]
 
     # 3. The same overflowing load against a server running the recommended limit.
     with _sim(max_num_seqs=recommended, seed=2) as sim:

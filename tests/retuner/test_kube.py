@@ -38,18 +38,22 @@ class FakeApps:
         self.patches: list[tuple[str, str, str, dict[str, Any]]] = []
         self.fail: Exception | None = None
 
-    def read_namespaced_deployment(self, name: str, namespace: str) -> client.V1Deployment:
+    def read_namespaced_deployment(self, name: str, namespace: str, *, _request_timeout: Any) -> client.V1Deployment:
         return self.workload
 
-    def read_namespaced_stateful_set(self, name: str, namespace: str) -> client.V1Deployment:
+    def read_namespaced_stateful_set(self, name: str, namespace: str, *, _request_timeout: Any) -> client.V1Deployment:
         return self.workload
 
-    def patch_namespaced_deployment(self, name: str, namespace: str, body: dict[str, Any]) -> None:
+    def patch_namespaced_deployment(
+        self, name: str, namespace: str, body: dict[str, Any], *, _request_timeout: Any
+    ) -> None:
         if self.fail:
             raise self.fail
         self.patches.append(("Deployment", namespace, name, body))
 
-    def patch_namespaced_stateful_set(self, name: str, namespace: str, body: dict[str, Any]) -> None:
+    def patch_namespaced_stateful_set(
+        self, name: str, namespace: str, body: dict[str, Any], *, _request_timeout: Any
+    ) -> None:
         self.patches.append(("StatefulSet", namespace, name, body))
 
 
@@ -57,7 +61,7 @@ class FakeCore:
     def __init__(self) -> None:
         self.events: list[tuple[str, dict[str, Any]]] = []
 
-    def create_namespaced_event(self, namespace: str, body: dict[str, Any]) -> None:
+    def create_namespaced_event(self, namespace: str, body: dict[str, Any], *, _request_timeout: Any) -> None:
         self.events.append((namespace, body))
 
 
@@ -69,7 +73,7 @@ class Clock:
         return self.now
 
 
-REF = WorkloadRef(namespace="ml", kind="Deployment", name="qwen")
+REF = WorkloadRef(namespace="ml", kind="Deployment", name="qwen", verified=True)
 LOWER = Decision(
     action="lower",
     reason="PreemptionsPersist",
@@ -83,6 +87,7 @@ def writer(
     workload: client.V1Deployment | None = None, **settings: Any
 ) -> tuple[KubeWriter, FakeApps, FakeCore, Clock]:
     apps, core, clock = FakeApps(workload or deployment()), FakeCore(), Clock()
+    settings.setdefault("namespaces", ("ml",))
     return KubeWriter(apps, core, RetunerSettings(mode="apply", **settings), clock=clock), apps, core, clock
 
 
@@ -142,9 +147,9 @@ def test_apply_is_rate_limited_per_workload_and_per_hour() -> None:
     clock.now += 60
     blocked = w.apply(REF, LOWER)
     assert blocked.result == "blocked" and "minimum 600" in blocked.detail
-    other = WorkloadRef(namespace="ml", kind="Deployment", name="other")
+    other = WorkloadRef(namespace="ml", kind="Deployment", name="other", verified=True)
     assert w.apply(other, LOWER).result == "applied"
-    third = WorkloadRef(namespace="ml", kind="Deployment", name="third")
+    third = WorkloadRef(namespace="ml", kind="Deployment", name="third", verified=True)
     assert "limit 2" in w.apply(third, LOWER).detail
     clock.now += 3700
     assert w.apply(third, LOWER).result == "applied"
@@ -160,7 +165,7 @@ def test_apply_never_leaves_the_policy_bounds() -> None:
 @pytest.mark.parametrize("kind", ["LeaderWorkerSet", "Pod"])
 def test_unsupported_workload_kinds_are_not_patched(kind: str) -> None:
     w, apps, _, _ = writer()
-    result = w.apply(WorkloadRef(namespace="ml", kind=kind, name="x"), LOWER)
+    result = w.apply(WorkloadRef(namespace="ml", kind=kind, name="x", verified=True), LOWER)
     assert result.result == "blocked" and apps.patches == []
 
 
@@ -172,10 +177,10 @@ def test_api_failures_are_reported_not_raised() -> None:
     assert core.events[-1][1]["reason"] == APPLY_BLOCKED
 
     class BrokenCore:
-        def create_namespaced_event(self, namespace: str, body: dict[str, Any]) -> None:
+        def create_namespaced_event(self, namespace: str, body: dict[str, Any], *, _request_timeout: Any) -> None:
             raise client.exceptions.ApiException(status=403, reason="Forbidden")
 
-    quiet = KubeWriter(apps, BrokenCore(), RetunerSettings())
+    quiet = KubeWriter(apps, BrokenCore(), RetunerSettings(namespaces=("ml",)))
     quiet.event(REF, "X", "y")  # logged, not raised
 
 

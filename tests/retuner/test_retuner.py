@@ -13,6 +13,7 @@ from admission.observations.targets import Target
 from admission.retuner import Retuner, RetunerSettings
 from admission.retuner.advice import AdviceInput, risk_bounded_max_num_seqs
 from admission.retuner.kube import ANNOTATION
+from admission.retuner.owners import Owner
 
 INF = math.inf
 PROMPT = [(100.0, 0.0), (200.0, 60.0), (500.0, 100.0), (INF, 100.0)]
@@ -150,13 +151,15 @@ class Writer:
 def _lowered(settings: RetunerSettings) -> tuple[Retuner, Writer]:
     writer = Writer()
     retuner = Retuner(settings, advisor=lambda _: 10, writer=writer)  # type: ignore[arg-type]
-    retuner.observe(Snapshot(targets=[obs("a", 0, usage=0.6)]), now=0)
-    retuner.publish(retuner.observe(Snapshot(targets=[obs("a", 5)]), now=60))
+    # Pod a resolved (through the API) to Deployment chat: the only kind of owner the retuner writes to.
+    owners = {("ml", "a"): Owner(namespace="ml", kind="Deployment", name="chat", uid="u", verdict="verified")}
+    retuner.observe(Snapshot(targets=[obs("a", 0, usage=0.6)]), now=0, owners=owners)
+    retuner.publish(retuner.observe(Snapshot(targets=[obs("a", 5)]), now=60, owners=owners))
     return retuner, writer
 
 
 def test_outputs_by_mode() -> None:
-    base = dict(persist=1, min_dwell_s=0)
+    base = dict(persist=1, min_dwell_s=0, namespaces=("ml",))
     _, writer = _lowered(RetunerSettings(mode="recommend", **base))  # type: ignore[arg-type]
     assert writer.calls == [("event", "PreemptionsPersist")]
     _, writer = _lowered(RetunerSettings(mode="recommend", annotate=True, **base))  # type: ignore[arg-type]
@@ -243,7 +246,7 @@ def test_signals_use_exact_mean_lengths_and_the_occupancy() -> None:
     assert signals.footprint_blocks == 128 and signals.requests == 80
     assert signals.usable_blocks == 2177  # the null block is not the requests'
     assert signals.occupancy_blocks == pytest.approx(0.9 * 2177 / 12)  # the fuller engine
-    # Without sums (the Prometheus API mode reads only buckets): each bucket's upper bound, on the safe side.
+    # Without sums (a page that lacks them): each bucket's upper bound, on the safe side.
     bare = _engine(prompt_tokens_sum=None, generation_tokens_sum=None)
     assert retuner._signals([_target_obs("b", bare)]).footprint_blocks == math.ceil(3999 / 16)
 
@@ -265,3 +268,19 @@ def test_capacity_and_footprint_are_exported() -> None:
     families = {f.name: f for f in retuner.families()}
     assert [s.value for s in families["kv_planner_max_num_seqs_capacity"].samples] == [15.0]
     assert [s.value for s in families["kv_planner_kv_blocks_per_sequence"].samples] == [128.0]
+
+
+def test_unverified_workloads_are_advised_but_never_written() -> None:
+    writer = Writer()
+    settings = RetunerSettings(persist=1, min_dwell_s=0, namespaces=("ml",), annotate=True)
+    retuner = Retuner(settings, advisor=lambda _: 10, writer=writer)  # type: ignore[arg-type]
+    retuner.observe(Snapshot(targets=[obs("a", 0, usage=0.6)]), now=0)
+    decisions = retuner.observe(Snapshot(targets=[obs("a", 5)]), now=60)  # no owners: not resolved
+    retuner.publish(decisions)
+    assert decisions[("ml", "chat")].recommended == 32 and writer.calls == []
+
+
+def test_pods_on_different_configurations_mean_a_rollout_is_under_way() -> None:
+    retuner = Retuner(RetunerSettings(persist=1, min_dwell_s=0), advisor=lambda _: None)
+    decisions = retuner.observe(Snapshot(targets=[obs("a", 9, max_num_seqs=64), obs("b", 0, max_num_seqs=32)]), now=0)
+    assert decisions[("ml", "chat")].reason == "RolloutInProgress"

@@ -13,9 +13,9 @@ import re
 
 import pytest
 
-from planner.sim import catalog
 from planner.sim.cache_config import field_names
 from planner.sim.versions import MODELLED_RELEASES, modelled_release, parse_version
+from planner.vllm import metrics_catalog as catalog
 from tests.sim import vllm_source as src
 
 # Registered only with an option the simulator does not model (see planner/sim/catalog.py docstring),

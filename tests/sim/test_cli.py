@@ -41,6 +41,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.mark.slow
 def test_serve_runs_a_real_server_process() -> None:
     port = _free_port()
     command = [

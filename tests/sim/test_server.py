@@ -195,6 +195,7 @@ def test_release_selects_the_metric_set(version: str, engine: str, present: list
     assert engines == ({"0"} if engine == "v1" else {None})
 
 
+@pytest.mark.slow
 def test_data_parallel_engines_get_their_own_label_and_cache() -> None:
     settings = SimulatorSettings(num_gpu_blocks=40, max_model_len=256, data_parallel_size=2, time_scale=0.001)
     with start_simulator(settings) as running:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -127,6 +128,7 @@ def argv_lists(draw: st.DrawFn) -> list[str]:
     return words
 
 
+@pytest.mark.slow
 @given(
     argv_lists(),
     st.dictionaries(st.sampled_from(["max_num_seqs", "max_model_len", "gpu_memory_utilization"]), _VALUES, min_size=1),

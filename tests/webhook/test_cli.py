@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 import trustme
 from typer.testing import CliRunner
 
@@ -66,6 +67,7 @@ def test_bad_policy_file_exit_two(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "mutation" in result.output
 
 
+@pytest.mark.slow
 def test_process_configured_by_environment(tmp_path: Path) -> None:
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1")

@@ -88,6 +88,7 @@ class _Slow(CoreBackend):
         return super().plan(*args, **kwargs)
 
 
+@pytest.mark.slow
 def test_timeout_is_honoured_and_fails_open(tmp_path: Path) -> None:
     for handle in start(tmp_path, backend=_Slow):
         with handle.client() as client:

@@ -84,6 +84,7 @@ def _neighbourhood(advice_n: int) -> list[int]:
     return sorted({max(1, advice_n - 6), advice_n, advice_n + 3, advice_n + 8})
 
 
+@pytest.mark.slow
 def test_full_attention_chat_mix_matches_monte_carlo() -> None:
     kv = capacity_for_blocks(num_gpu_blocks=2200, block_size=16, max_model_len=8192)
     advice = risk_bounded_concurrency(kv, CHAT, headroom=0.1)
@@ -96,6 +97,7 @@ def test_full_attention_chat_mix_matches_monte_carlo() -> None:
     assert advice.risk_at(advice.max_num_seqs + 8) > 2 * advice.target_risk
 
 
+@pytest.mark.slow
 def test_hybrid_groups_prefix_credit_and_histogram_match_monte_carlo() -> None:
     # A Gemma-like layout: full layers, sliding-window layers (window 1024 + in-flight tokens) and a
     # Mamba-like group of constant blocks, sharing one pool.
@@ -135,6 +137,7 @@ def test_hybrid_groups_prefix_credit_and_histogram_match_monte_carlo() -> None:
     assert advice.risk <= 0.02 < advice.risk_at(advice.max_num_seqs + 1)
 
 
+@pytest.mark.slow
 def test_unit_counting_on_large_pools_stays_close_and_conservative() -> None:
     # 120k blocks: counted in units of 2 blocks (mean-preserving split). Long requests hold ~1000+ blocks,
     # so the added variance is small; the answer may only err towards safety.

@@ -37,13 +37,28 @@ def group_of(obj: Mapping[str, Any]) -> str:
     return api_version.split("/", 1)[0]
 
 
-def read_platform(obj: Mapping[str, Any], *, runtimes: Runtimes | None = None) -> PlatformRead | None:
+def read_platform(
+    obj: Mapping[str, Any],
+    *,
+    runtimes: Runtimes | None = None,
+    configmaps: Mapping[Any, Mapping[str, str]] | None = None,
+) -> PlatformRead | None:
     kind = obj.get("kind")
     if not isinstance(kind, str):
         return None
     group = group_of(obj)
     if group == "kubeai.org" and kind == "Model":
-        return kubeai.read(obj)
+        return kubeai.read(obj, kubeai.config_from_configmaps(configmaps))
+    if group == "serving.kserve.io" and kind in ("ServingRuntime", "ClusterServingRuntime"):
+        return PlatformRead(
+            platform="kserve",
+            notes=[
+                PlatformNote(
+                    reason="template-only",
+                    text=f"a {kind}: its command line is checked with each InferenceService that uses it",
+                )
+            ],
+        )
     if group == "serving.kserve.io" and kind == "InferenceService":
         return kserve.read(obj, runtimes)
     if group == "serving.kserve.io" and kind in ("LLMInferenceService", "LLMInferenceServiceConfig"):
@@ -52,7 +67,7 @@ def read_platform(obj: Mapping[str, Any], *, runtimes: Runtimes | None = None) -
         return ray.read(obj)
     if group == "orchestration.aibrix.ai" and kind == "RayClusterFleet":
         return ray.read(obj)
-    if group == "orchestration.aibrix.ai" and kind == "StormService":
+    if group == "orchestration.aibrix.ai" and kind in ("StormService", "RoleSet"):
         return aibrix.read(obj)
     if group == "nvidia.com" and kind == "DynamoGraphDeployment":
         return dynamo.read(obj)

@@ -18,7 +18,9 @@ PLATFORM = "aibrix"
 
 
 def read(obj: Mapping[str, Any]) -> PlatformRead:
-    base = ("spec", "template", "spec", "roles")
+    """StormService: ``spec.template.spec.roles``; RoleSet (what a StormService creates, also usable
+    alone): ``spec.roles``."""
+    base: tuple[str, ...] = ("spec", "roles") if obj.get("kind") == "RoleSet" else ("spec", "template", "spec", "roles")
     roles = get_path(obj, base)
     views: list[PlatformView] = []
     if isinstance(roles, list):

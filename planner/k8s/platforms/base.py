@@ -33,6 +33,7 @@ NoteReason = Literal[
     "not-vllm",  # the resource serves with another engine (SGLang, TGI, llama.cpp, ...)
     "unreadable-config",  # a platform config (Ray serveConfigV2, ...) that does not parse
     "bad-version-annotation",  # kv-planner.io/vllm-version is not a release
+    "template-only",  # a runtime / preset other resources use: checked where it is used
 ]
 
 
@@ -87,6 +88,11 @@ class PlatformView(BaseModel):
     gpu_hint: GpuHint | None = None
     group_gpus: int | None = Field(default=None, description="GPUs across the serving group, when the platform says")
     stated_version: VersionEvidence | None = None
+    image_entrypoint: bool = Field(
+        default=True,
+        description="a container with no command runs its image's entrypoint (False: the platform "
+        "replaces it, as KubeRay does with `ray start`)",
+    )
 
 
 class PlatformRead(BaseModel):
@@ -102,6 +108,11 @@ class PlatformRead(BaseModel):
 def mapping(value: Any) -> Mapping[str, Any]:
     """``value`` when it is a mapping, else an empty one (readers never trust shapes)."""
     return value if isinstance(value, Mapping) else {}
+
+
+def listed(value: Any) -> list[Any]:
+    """``value`` when it is a list, else an empty one."""
+    return value if isinstance(value, list) else []
 
 
 def strings(value: Any) -> list[str] | None:
@@ -132,7 +143,13 @@ def model_from_uri(uri: Any) -> str | None:
 
 
 # Accelerators vLLM can run on that the planner does not model (its catalog and memory model are GPUs').
-NON_GPU_RESOURCES = ("google.com/tpu", "aws.amazon.com/neuron", "aws.amazon.com/neuroncore", "habana.ai/gaudi")
+NON_GPU_RESOURCES = (
+    "google.com/tpu",
+    "aws.amazon.com/neuron",
+    "aws.amazon.com/neuroncore",
+    "habana.ai/gaudi",
+    "huawei.com/ascend",
+)
 
 
 def non_gpu_accelerator(resources: Any) -> str | None:

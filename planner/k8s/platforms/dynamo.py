@@ -25,6 +25,7 @@ from planner.k8s.platforms.base import (
     PlatformNote,
     PlatformRead,
     PlatformView,
+    listed,
     mapping,
     strings,
 )
@@ -77,7 +78,7 @@ def read(obj: Mapping[str, Any]) -> PlatformRead:
             "name": name,
             "command": view_words[:2],
             "args": view_words[2:],
-            "env": [dict(e) for e in service.get("envs") or [] if isinstance(e, Mapping)],
+            "env": [dict(e) for e in listed(service.get("envs")) if isinstance(e, Mapping)],
         }
         image = main.get("image") if isinstance(main.get("image"), str) else None
         if image:

@@ -32,6 +32,7 @@ from planner.k8s.platforms.base import (
     PlatformNote,
     PlatformRead,
     PlatformView,
+    listed,
     mapping,
     model_from_uri,
     non_gpu_accelerator,
@@ -205,7 +206,7 @@ def _runtime(name: str | None, model_format: str, runtimes: Runtimes) -> Mapping
         return runtimes.get(name)
     candidates = []
     for runtime_name, runtime in sorted(runtimes.items()):
-        for supported in runtime.get("supportedModelFormats") or []:
+        for supported in listed(runtime.get("supportedModelFormats")):
             if not isinstance(supported, Mapping) or str(supported.get("name", "")).lower() != model_format:
                 continue
             if supported.get("autoSelect") is True:
@@ -216,7 +217,7 @@ def _runtime(name: str | None, model_format: str, runtimes: Runtimes) -> Mapping
 
 
 def _runtime_container(runtime: Mapping[str, Any]) -> Mapping[str, Any]:
-    containers = [c for c in runtime.get("containers") or [] if isinstance(c, Mapping)]
+    containers = [c for c in listed(runtime.get("containers")) if isinstance(c, Mapping)]
     for container in containers:
         if container.get("name") == "kserve-container":
             return container

@@ -20,6 +20,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import yaml
+from pydantic import BaseModel, ConfigDict
+
 from planner.k8s.platforms.base import (
     ArgsTarget,
     GpuHint,
@@ -53,7 +56,43 @@ DEFAULT_PROFILES: dict[str, tuple[str | None, str | None]] = {
 _NON_GPU_PROFILE_PREFIXES = ("cpu", "google-tpu", "tpu", "aws-neuron", "intel-gaudi")
 
 
-def read(obj: Mapping[str, Any]) -> PlatformRead:
+class KubeAIConfig(BaseModel):
+    """The cluster's KubeAI system config (the ``system.yaml`` of the ``<release>-config`` ConfigMap,
+    charts/kubeai/templates/configmap.yaml): its resource profiles and vLLM images."""
+
+    model_config = ConfigDict(frozen=True)
+
+    profiles: dict[str, dict[str, Any]]
+    vllm_images: dict[str, str]
+
+
+_MAX_CONFIG = 256 * 1024  # characters of a system.yaml parsed
+
+
+def config_from_configmaps(configmaps: Mapping[Any, Mapping[str, str]] | None) -> KubeAIConfig | None:
+    """KubeAI's system config from the ConfigMaps of the input, when one holds it."""
+    for data in (configmaps or {}).values():
+        text = data.get("system.yaml")
+        if not isinstance(text, str) or "resourceProfiles" not in text or len(text) > _MAX_CONFIG:
+            continue
+        try:
+            parsed = mapping(yaml.safe_load(text))
+        except yaml.YAMLError:
+            continue
+        profiles = {
+            str(k): dict(v) for k, v in mapping(parsed.get("resourceProfiles")).items() if isinstance(v, Mapping)
+        }
+        images = mapping(mapping(mapping(parsed.get("modelServers")).get("VLLM")).get("images"))
+        if profiles:
+            return KubeAIConfig(
+                profiles=profiles, vllm_images={str(k): v for k, v in images.items() if isinstance(v, str)}
+            )
+    return None
+
+
+def read(obj: Mapping[str, Any], config: KubeAIConfig | None = None) -> PlatformRead:
+    """``config``: the cluster's KubeAI config when known (``planner check`` with the ConfigMap in its
+    input); else KubeAI's default profiles name the GPU."""
     spec = mapping(obj.get("spec"))
     name = mapping(obj.get("metadata")).get("name")
     engine = spec.get("engine")
@@ -77,7 +116,7 @@ def read(obj: Mapping[str, Any]) -> PlatformRead:
         )
 
     url = spec.get("url")
-    model = _vllm_model(url, spec)
+    model = _vllm_model(url)
     if model is None:
         return PlatformRead(
             platform=PLATFORM,
@@ -102,16 +141,30 @@ def read(obj: Mapping[str, Any]) -> PlatformRead:
     words = command + prefix + user_args + suffix
     positions = [None] * (len(command) + len(prefix)) + list(range(len(user_args))) + [None] * len(suffix)
 
+    cluster = config.profiles.get(profile or "") if config else None
     gpu_name, resource = DEFAULT_PROFILES.get(profile or "", (None, "nvidia.com/gpu"))
+    pod_fields: dict[str, Any] = {}
+    image = spec.get("image") if isinstance(spec.get("image"), str) else None
+    if cluster is not None:
+        # model_config.go getModelConfig: the profile's requests/limits times <count>, its node
+        # selector, affinity and tolerations on the pod, its imageName choosing the server image.
+        gpu_name = None if cluster.get("nodeSelector") or cluster.get("affinity") else gpu_name
+        pod_fields = {k: cluster[k] for k in ("nodeSelector", "affinity", "tolerations") if k in cluster}
+        if image is None and config is not None:
+            wanted = cluster.get("imageName")
+            key = wanted if isinstance(wanted, str) else "default"
+            image = config.vllm_images.get(key) or config.vllm_images.get("default")
     container: dict[str, Any] = {
         "name": "server",
         "command": command,
         "args": words[len(command) :],
         "env": [{"name": k, "value": str(v)} for k, v in sorted(mapping(spec.get("env")).items())],
     }
-    if isinstance(spec.get("image"), str):
-        container["image"] = spec["image"]
-    if count is not None and resource is not None:
+    if image:
+        container["image"] = image
+    if cluster is not None and count is not None:
+        container["resources"] = _scaled(cluster, count)
+    elif count is not None and resource is not None:
         container["resources"] = {"limits": {resource: str(count)}}
     template = PodTemplateRef(
         name="model",
@@ -123,12 +176,28 @@ def read(obj: Mapping[str, Any]) -> PlatformRead:
     view = PlatformView(
         platform=PLATFORM,
         template=template,
-        pod_spec={"containers": [container]},
+        pod_spec={**pod_fields, "containers": [container]},
         targets={0: target},
         gpu_hint=GpuHint(name=gpu_name, label=str(profile_text)) if gpu_name else None,
         group_gpus=(parallel[0] * parallel[1]) if parallel else None,
     )
     return PlatformRead(platform=PLATFORM, views=[view])
+
+
+def _scaled(profile: Mapping[str, Any], count: int) -> dict[str, Any]:
+    """The profile's GPU requests and limits times ``count`` (model_config.go: quantity.Mul(count))."""
+    out: dict[str, Any] = {}
+    for section in ("requests", "limits"):
+        scaled = {}
+        for key, value in mapping(profile.get(section)).items():
+            if isinstance(key, str) and (key.endswith("/gpu") or "/mig-" in key):
+                try:
+                    scaled[key] = str(int(str(value)) * count)
+                except ValueError:
+                    continue
+        if scaled:
+            out[section] = scaled
+    return out
 
 
 def _profile(text: Any) -> tuple[str | None, int | None, tuple[int, int] | None]:
@@ -144,7 +213,7 @@ def _profile(text: Any) -> tuple[str | None, int | None, tuple[int, int] | None]
     return parts[0], count, None
 
 
-def _vllm_model(url: Any, spec: Mapping[str, Any]) -> str | None:
+def _vllm_model(url: Any) -> str | None:
     """What KubeAI passes as ``--model`` (engine_vllm.go), keeping the HF id for hf:// with a cache
     profile (the cache directory holds that repository)."""
     if not isinstance(url, str) or "://" not in url:

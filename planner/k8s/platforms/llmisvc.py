@@ -26,6 +26,7 @@ from planner.k8s.platforms.base import (
     PlatformNote,
     PlatformRead,
     PlatformView,
+    listed,
     mapping,
     model_from_uri,
     non_gpu_accelerator,
@@ -39,7 +40,8 @@ ADDITIONAL_ARGS = "VLLM_ADDITIONAL_ARGS"
 
 def read(obj: Mapping[str, Any]) -> PlatformRead:
     if obj.get("kind") == "LLMInferenceServiceConfig":
-        return PlatformRead(platform=PLATFORM)  # a preset, not a workload
+        note = PlatformNote(reason="template-only", text="a preset: checked with each LLMInferenceService using it")
+        return PlatformRead(platform=PLATFORM, notes=[note])
     spec = mapping(obj.get("spec"))
     model_spec = mapping(spec.get("model"))
     model = model_from_uri(model_spec.get("uri")) if _is_hf(model_spec.get("uri")) else None
@@ -55,7 +57,7 @@ def read(obj: Mapping[str, Any]) -> PlatformRead:
         roles.append(("prefill", ("spec", "prefill"), spec["prefill"]))
     for role, base, role_spec in roles:
         template = mapping(role_spec.get("template"))
-        containers = [c for c in template.get("containers") or [] if isinstance(c, Mapping)]
+        containers = [c for c in listed(template.get("containers")) if isinstance(c, Mapping)]
         main = next((c for c in containers if c.get("name") == "main"), {})
         accelerator = non_gpu_accelerator(main.get("resources"))
         if accelerator:
@@ -64,7 +66,7 @@ def read(obj: Mapping[str, Any]) -> PlatformRead:
         parallelism = mapping(role_spec.get("parallelism") or spec.get("parallelism"))
         words = ["vllm", "serve", model, "--served-model-name", str(model_spec.get("name") or model)]
         words += _parallel_words(parallelism)
-        env = [dict(e) for e in main.get("env") or [] if isinstance(e, Mapping)]
+        env = [dict(e) for e in listed(main.get("env")) if isinstance(e, Mapping)]
         extra = next((e for e in env if e.get("name") == ADDITIONAL_ARGS), None)
         if extra is not None and isinstance(extra.get("value"), str):
             try:

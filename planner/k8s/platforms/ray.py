@@ -32,6 +32,7 @@ from planner.k8s.platforms.base import (
     PlatformNote,
     PlatformRead,
     PlatformView,
+    listed,
     mapping,
 )
 from planner.k8s.workloads import PodTemplateRef, Pointer, get_path, is_pod_spec
@@ -93,7 +94,7 @@ def cluster_gpus(obj: Mapping[str, Any], base: Pointer) -> int | None:
     """GPUs across the Ray cluster (head + replicas x GPUs per pod of each worker group)."""
     total = 0
     for _, template, pods in group_templates(obj, base):
-        for container in get_path(obj, (*template, "spec", "containers")) or []:
+        for container in listed(get_path(obj, (*template, "spec", "containers"))):
             if isinstance(container, Mapping):
                 _, count = gpu_request(container)
                 total += (count or 0) * pods
@@ -115,6 +116,9 @@ def read(obj: Mapping[str, Any]) -> PlatformRead | None:
                     name=name, metadata_path=(*template, "metadata"), spec_path=(*template, "spec")
                 ),
                 group_gpus=total,
+                # KubeRay runs `ray start` in a container that has no command of its own
+                # (ray-operator/controllers/ray/common/pod.go: BuildPod / generateRayStartCommand).
+                image_entrypoint=False,
             )
         )
     if obj.get("kind") == "RayService":
@@ -137,7 +141,7 @@ def _serve_views(obj: Mapping[str, Any], base: Pointer) -> tuple[list[PlatformVi
     views: list[PlatformView] = []
     notes: list[PlatformNote] = []
     image, pod_fields = _worker_image(obj, base)
-    for app_index, raw_app in enumerate(mapping(config).get("applications") or []):
+    for app_index, raw_app in enumerate(listed(mapping(config).get("applications"))):
         app = mapping(raw_app)
         app_name = str(app.get("name") or f"app-{app_index}")
         llm_configs = mapping(app.get("args")).get("llm_configs")
@@ -180,7 +184,7 @@ def _worker_image(obj: Mapping[str, Any], base: Pointer) -> tuple[str | None, di
     for _, template, _ in group_templates(obj, base):
         spec = mapping(get_path(obj, (*template, "spec")))
         pod_fields = {k: spec[k] for k in ("nodeSelector", "affinity", "tolerations") if k in spec}
-        for container in spec.get("containers") or []:
+        for container in listed(spec.get("containers")):
             if not isinstance(container, Mapping):
                 continue
             image = container.get("image") if isinstance(container.get("image"), str) else None

@@ -1,4 +1,8 @@
-"""vLLM's Prometheus metric families, release by release: what a default ``vllm serve`` exposes.
+"""vLLM's Prometheus metric families, release by release: the one catalogue of vLLM metric names.
+
+The simulator (planner/sim) registers these families, the exporter (admission/exporter) and the load
+probe (planner/probe) read the ones named in :data:`READ`, and the dashboards' rules (dashboards/names.py)
+query them. Pure data: no prometheus_client here (the planner core imports no metrics library).
 
 Each row was read in the named release's source (``vllm/v1/metrics/loggers.py: PrometheusStatLogger``,
 ``vllm/v1/metrics/perf.py: PerfMetricsProm`` from 0.17, ``vllm/engine/metrics.py: Metrics`` for the V0
@@ -6,9 +10,10 @@ engine, ``vllm/config/cache.py: CacheConfig`` for the labels of ``vllm:cache_con
 ``tests/sim/test_catalog_source.py`` re-reads that source (when it is on disk) and checks every modelled
 release: names, types, extra label names, bucket families, finish reasons, cache-config label names.
 
-"Default" means: no speculative decoding, no LoRA, no KV connector, no ``--kv-cache-metrics``, no
-``--show-hidden-metrics-for-version``, ``VLLM_COMPUTE_NANS_IN_LOGITS`` unset. Families vLLM registers
-only under one of those options are not modelled.
+:func:`families` lists what a *default* ``vllm serve`` exposes: no speculative decoding, no LoRA, no
+KV connector, no ``--kv-cache-metrics``, no ``--show-hidden-metrics-for-version``,
+``VLLM_COMPUTE_NANS_IN_LOGITS`` unset. :data:`OPTIONAL_FAMILIES` holds the few families registered only
+under an option that kv-planner reads anyway (speculative decoding, KV offloading).
 
 Names are stored as vLLM's exposition base names: a counter ``vllm:num_preemptions`` is exposed as
 ``vllm:num_preemptions_total`` (0.8.5 registered it with the suffix; prometheus_client strips and
@@ -17,11 +22,26 @@ re-adds it, so the page is the same).
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from planner.sim.versions import Version, parse_version
+from planner.errors import UnknownVllmVersionError
+
+Version = tuple[int, int, int]
+
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)(?:[.\-+]?[0-9A-Za-z.]*)?$")
+
+
+def parse_version(text: str) -> Version:
+    """``X.Y.Z`` with an optional leading ``v`` and a fourth part (``0.8.5.post1``, ``0.10.1.1``)."""
+    match = _VERSION.match(text.strip())
+    if not match:
+        raise UnknownVllmVersionError(f"vLLM version {text!r} is not X.Y.Z", hint="Write the release as e.g. 0.19.0.")
+    major, minor, patch = (int(part) for part in match.groups())
+    return major, minor, patch
+
 
 Kind = Literal["gauge", "counter", "histogram"]
 BucketFamily = Literal[
@@ -52,6 +72,8 @@ class Family(BaseModel):
     since: str = "0.8.5"
     until: str | None = None  # first release without it (exclusive)
     help: str
+    # The vLLM option that registers the family, for the few read although not on by default.
+    condition: str | None = None
 
     def available(self, version: Version) -> bool:
         if version < parse_version(self.since):
@@ -548,20 +570,129 @@ ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
 
 
 def families(version: Version, engine_kind: EngineKind = "v1") -> list[Family]:
+    """What a default ``vllm serve`` of that release registers (no :data:`OPTIONAL_FAMILIES`)."""
     table = V1_FAMILIES if engine_kind == "v1" else V0_FAMILIES
     return [family for family in table if family.available(version)]
 
 
-def prefix_cache_counts_blocks(version: Version) -> bool:
-    """0.8.5 counted prefix-cache queries/hits in blocks; 0.10+ in tokens."""
-    return version < parse_version("0.10.1")
+# Registered only under an option, read by the exporter where a page has them (issue 13: speculative
+# decoding and KV offloading). V1, labels model_name + engine (+ the extra labels).
+OPTIONAL_FAMILIES: tuple[Family, ...] = (
+    # vllm X.Y.Z vllm/v1/spec_decode/metrics.py: SpecDecodingProm (0.8.5 registered the `_total` names).
+    _f(
+        "spec_decode_drafts",
+        "vllm:spec_decode_num_drafts",
+        "counter",
+        "Speculative-decoding drafts.",
+        condition="--speculative-config",
+    ),
+    _f(
+        "spec_decode_draft_tokens",
+        "vllm:spec_decode_num_draft_tokens",
+        "counter",
+        "Draft tokens proposed.",
+        condition="--speculative-config",
+    ),
+    _f(
+        "spec_decode_accepted_tokens",
+        "vllm:spec_decode_num_accepted_tokens",
+        "counter",
+        "Draft tokens accepted.",
+        condition="--speculative-config",
+    ),
+    # vllm 0.16.0-0.33.0 vllm/distributed/kv_transfer/kv_connector/v1/offloading(_connector|/metrics).py:
+    # OffloadPromMetrics, transfer_type "GPU_to_CPU" (store) / "CPU_to_GPU" (load); deprecated in 0.33.
+    _f(
+        "kv_offload_bytes",
+        "vllm:kv_offload_total_bytes",
+        "counter",
+        "Bytes moved by the KV offloading connector, by transfer type.",
+        extra_labels=("transfer_type",),
+        since="0.16.0",
+        condition="--kv-offloading-size / OffloadingConnector",
+    ),
+    # vllm 0.33.0 .../offloading/metrics.py: _TransferMetricName (flat names, no transfer_type).
+    _f(
+        "kv_offload_store_bytes",
+        "vllm:kv_offload_store_bytes",
+        "counter",
+        "Bytes stored from GPU to the offload medium.",
+        since="0.33.0",
+        condition="--kv-offloading-size / OffloadingConnector",
+    ),
+    _f(
+        "kv_offload_load_bytes",
+        "vllm:kv_offload_load_bytes",
+        "counter",
+        "Bytes loaded from the offload medium to GPU.",
+        since="0.33.0",
+        condition="--kv-offloading-size / OffloadingConnector",
+    ),
+)
+
+_BY_KEY: dict[str, Family] = {}
+for _family in (*V0_FAMILIES, *V1_FAMILIES, *OPTIONAL_FAMILIES):
+    _BY_KEY[_family.key] = _family  # V1 rows win over V0 rows of the same key (same exposed names)
 
 
-def prefix_cache_skips_preempted(version: Version) -> bool:
-    """From 0.12 requests that were preempted before are not counted in the prefix-cache counters."""
-    return version >= parse_version("0.12.0")
+def family(key: str) -> Family:
+    return _BY_KEY[key]
 
 
-def reserves_full_prompt(version: Version) -> bool:
-    """0.19 added ``--scheduler-reserve-full-isl`` (default on): admit only if the whole prompt fits."""
-    return version >= parse_version("0.19.0")
+def exposed_name(key: str) -> str:
+    """The name as it appears on /metrics: counters with ``_total``, histograms by their base name."""
+    row = _BY_KEY[key]
+    return f"{row.name}_total" if row.kind == "counter" else row.name
+
+
+def sample_names(key: str) -> tuple[str, ...]:
+    """Every sample name of the family on /metrics (histograms: ``_bucket``, ``_sum``, ``_count``)."""
+    row = _BY_KEY[key]
+    if row.kind == "histogram":
+        return (f"{row.name}_bucket", f"{row.name}_sum", f"{row.name}_count")
+    return (exposed_name(key),)
+
+
+# The families kv-planner reads (exporter, retuner, probe). Everything else on a page is skipped unparsed.
+READ: tuple[str, ...] = (
+    "running",
+    "waiting",
+    "waiting_by_reason",
+    "kv_cache_usage",
+    "gpu_cache_usage",
+    "num_preemptions",
+    "prompt_tokens",
+    "generation_tokens",
+    "request_success",
+    "request_prompt_tokens",
+    "request_generation_tokens",
+    "request_queue_time",
+    "e2e_request_latency",
+    "prefix_cache_queries",
+    "prefix_cache_hits",
+    "gpu_prefix_cache_queries",
+    "gpu_prefix_cache_hits",
+    "spec_decode_drafts",
+    "spec_decode_draft_tokens",
+    "spec_decode_accepted_tokens",
+    "kv_offload_bytes",
+    "kv_offload_store_bytes",
+    "kv_offload_load_bytes",
+)
+
+
+def read_sample_names() -> frozenset[str]:
+    """Sample names of :data:`READ` plus ``vllm:cache_config_info``: what a reader hands to the parser."""
+    return frozenset(name for key in READ for name in sample_names(key)) | {CACHE_CONFIG_INFO}
+
+
+# KV offload transfer types (vLLM's "<src>_to_<dst>" keys): from the GPU is a store, to it a load.
+def offload_direction(transfer_type: str) -> str | None:
+    source, _, destination = transfer_type.partition("_to_")
+    if not destination:
+        return None
+    if source == "GPU":
+        return "store"
+    if destination == "GPU":
+        return "load"
+    return None

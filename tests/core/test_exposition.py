@@ -1,0 +1,117 @@
+"""The one /metrics parser (planner/vllm/exposition.py): same samples as prometheus_client's parser on
+real vLLM pages, strict where promtool is, bounded on hostile pages, linear on adversarial strings."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from planner.errors import ExpositionError, ExpositionLimitError, ScrapeError
+from planner.vllm import metrics_catalog as catalog
+from planner.vllm.exposition import ParseLimits, check_types, parse
+from tests.exporter.conftest import PAGES
+
+
+def _reference(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, []).append((dict(sample.labels), float(sample.value)))
+    return out
+
+
+def _same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.path.name)
+def test_every_sample_agrees_with_prometheus_client(page: object) -> None:
+    text = page.text  # type: ignore[attr-defined]
+    expected = _reference(text)
+    ours = parse(text, frozenset(expected), ParseLimits(max_samples=100_000))
+    assert set(ours.samples) == set(expected)
+    for name, samples in expected.items():
+        got = ours.samples[name]
+        assert [labels for labels, _ in got] == [labels for labels, _ in samples], name
+        assert all(_same(a, b) for (_, a), (_, b) in zip(got, samples, strict=True)), name
+
+
+def test_only_the_names_asked_for_are_read() -> None:
+    page = next(p for p in PAGES if p.release == "0.33.0")
+    wanted = frozenset({catalog.exposed_name("running")})
+    result = parse(page.text, wanted)
+    assert set(result.samples) == set(wanted)
+    # Every family's # TYPE line is still checked (and recorded), read or not.
+    assert result.types["vllm:e2e_request_latency_seconds"] == "histogram"
+
+
+def test_escapes_and_odd_spacing() -> None:
+    text = 'm{a="x\\"y\\\\z\\n",b = "}{, "} 2.5 1700000000000\nm{a="2"} +Inf\nm NaN\n'
+    result = parse(text, frozenset({"m"}))
+    assert [labels for labels, _ in result.get("m")] == [{"a": 'x"y\\z\n', "b": "}{, "}, {"a": "2"}, {}]
+    values = [value for _, value in result.get("m")]
+    assert values[:2] == [2.5, math.inf] and math.isnan(values[2])
+    assert _reference(text)["m"][0][0] == result.get("m")[0].labels
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        # promtool: "second TYPE line for metric name"; prometheus_client accepts it silently.
+        ("# TYPE m gauge\nm 1\n# TYPE m counter\nm_total 2\n", "two # TYPE lines"),
+        ("# TYPE m gauge\n# TYPE m gauge\nm 1\n", "two # TYPE lines"),
+        ("# TYPE m thing\nm 1\n", "unknown type"),
+        ("m 1\nm 2\n", "appears twice"),
+        ('m{a="1",a="2"} 1\n', "repeated"),
+        ("m{a=1} 1\n", "malformed"),
+        ("m banana\n", "bad sample value"),
+        ('m{a="1"}\n', "malformed"),
+    ],
+)
+def test_pages_promtool_rejects_are_rejected(text: str, fragment: str) -> None:
+    with pytest.raises(ExpositionError, match=fragment):
+        parse(text, frozenset({"m", "m_total"}))
+
+
+def test_broken_type_lines_are_found_in_families_nobody_reads() -> None:
+    with pytest.raises(ExpositionError):
+        check_types("# TYPE other gauge\nother 1\n# TYPE other gauge\n")
+
+
+def test_sample_count_is_bounded_while_parsing() -> None:
+    text = "".join(f'm{{engine="{i}"}} 1\n' for i in range(1_001))
+    assert len(parse(text, frozenset({"m"}), ParseLimits(max_samples=1_001)).get("m")) == 1_001
+    with pytest.raises(ExpositionLimitError) as raised:
+        parse(text, frozenset({"m"}), ParseLimits(max_samples=1_000))
+    assert raised.value.reason == "too_many_samples" and isinstance(raised.value, ScrapeError)
+
+
+def test_label_value_length_is_bounded() -> None:
+    text = f'm{{model_name="{"x" * 513}"}} 1\n'
+    with pytest.raises(ExpositionLimitError) as raised:
+        parse(text, frozenset({"m"}))
+    assert raised.value.reason == "label_too_long"
+    assert parse(text, frozenset({"m"}), ParseLimits(max_label_value_chars=513)).get("m")[0].value == 1.0
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "m{" + "}" * 200_000 + " 1 x y z",
+        'm{a="' + "\\\\" * 100_000 + "} 1 2 3",
+        "m{" + '"' * 200_001,
+        "m " + "1 " * 100_000,
+        "# TYPE " + "a" * 200_000 + " b c d",
+        "# TYPE m" + " " * 200_000 + "x y",
+        'm{a="' + "," * 200_000,
+    ],
+    ids=["braces", "backslashes", "quotes", "fields", "type-name", "type-spaces", "commas"],
+)
+def test_adversarial_lines_end_quickly_with_an_error(line: str) -> None:
+    # A quadratic regular expression would keep this test running for hours (the suite's timeout).
+    with pytest.raises(ScrapeError):
+        for _ in range(3):
+            parse(line + "\n", frozenset({"m"}))
+            check_types(line + "\n# TYPE m gauge\n# TYPE m gauge\n")

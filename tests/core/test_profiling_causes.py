@@ -1,0 +1,89 @@
+"""Causes of the budget's over-prediction, each as the vLLM release that has it does it (issue 12).
+
+Every expectation cites the file of vLLM's source it was read in (``pip download vllm==X.Y.Z --no-deps``).
+"""
+
+from __future__ import annotations
+
+from planner.calibration.dataset import dataset_records
+from planner.calibration.validate import resolve_record_model, serving_args
+from planner.gpus.catalog import lookup_gpu
+from planner.memory.activation import moe_workspace_bytes, sampler_bytes_per_logit
+from planner.memory.coefficients import DEFAULT_COEFFICIENTS, GiB
+from planner.memory.mxfp4 import padded_sizes, padding_bytes_per_moe_layer
+from planner.models.catalog import lookup_model
+from planner.plan.build import predict
+from planner.vllm.args import ServingArgs
+from planner.vllm.releases import resolve_release
+
+
+def _kernel(version: str) -> str:
+    return resolve_release(version)[1].sampler_kernel
+
+
+def test_sampler_kernel_per_release() -> None:
+    # 0.10.1.1/0.11.0 v1/sample/ops/topk_topp_sampler.py: VLLM_USE_FLASHINFER_SAMPLER unset -> FlashInfer
+    # when installed; 0.12.0-0.16.0: FlashInfer opt-in, apply_top_k_top_p sorts and scatters a copy;
+    # 0.17.1: apply_top_k_top_p_triton for logits.shape[0] >= 8; 0.21.0 envs.py: the sampler env var
+    # defaults to True.
+    assert _kernel("0.10.1") == "flashinfer_if_installed"
+    assert _kernel("0.11.0") == "flashinfer_if_installed"
+    assert _kernel("0.12.0") == _kernel("0.16.0") == "sort_scatter"
+    assert _kernel("0.17.1") == _kernel("0.20.2") == "triton_batch8"
+    assert _kernel("0.21.0") == _kernel("0.33.0") == "flashinfer"
+
+
+def test_the_sort_path_keeps_about_two_and_a_half_times_the_bytes_per_logit() -> None:
+    c = DEFAULT_COEFFICIENTS
+    triton = sampler_bytes_per_logit(c, "triton_batch8", 1024)
+    sort = sampler_bytes_per_logit(c, "sort_scatter", 1024)
+    assert 2.3 < sort / triton < 2.8
+    # Below 8 requests 0.17+ still sorts (apply_top_k_top_p_pytorch).
+    assert sampler_bytes_per_logit(c, "triton_batch8", 4) == sort
+
+
+def test_pre_017_plans_keep_less_kv_memory_for_the_sampler_peak() -> None:
+    """Llama-3.1-8B on H100 with vLLM's default 1024 sequences: the 0.16 sampler (sort) peaks higher
+    than 0.17's Triton kernel, so 0.16 leaves less KV memory (same budget rules in both rows)."""
+    spec, gpu = lookup_model("meta-llama/Llama-3.1-8B-Instruct"), lookup_gpu("H100-80GB")
+    args = ServingArgs(max_model_len=8192, gpu_memory_utilization=0.9)
+    old = predict(spec, gpu, args, vllm_version="0.16.0").engine.memory[0]
+    new = predict(spec, gpu, args, vllm_version="0.17.1").engine.memory[0]
+    assert old.activation_peak_bytes > 2.3 * new.activation_peak_bytes
+    assert old.kv_bytes < new.kv_bytes - 2 * GiB
+
+
+def test_moe_workspace_is_held_during_the_sampler_warm_up_from_014() -> None:
+    # 0.14.0 fused_moe/unquantized_fused_moe_method.py builds make_unquantized_moe_kernel, whose
+    # modular_kernel.py takes workspaces from v1/worker/workspace.py current_workspace_manager()
+    # (never freed); 0.13.0's unquantized method does not use the manager.
+    assert not resolve_release("0.13.0")[1].moe_workspace_held
+    assert resolve_release("0.14.0")[1].moe_workspace_held
+    record = next(r for r in dataset_records() if r.id == "r001")  # DeepSeek-V2-Lite, 0.19.0, H100
+    spec, online = resolve_record_model(record, lookup_model)
+    prediction = predict(
+        spec, lookup_gpu("H100-80GB"), serving_args(record, online_quantization=online), vllm_version="0.19.0"
+    )
+    peak = prediction.engine.memory[0].activation_peak_bytes / GiB
+    assert record.activation_peak_gib is not None
+    # 8192 x 6 x (2048 + 2816) x 2 bytes of workspace + the sampler: within 1% of the logged 1.93 GiB
+    # (max(forward, sampler) alone gave 1.50).
+    assert abs(peak - record.activation_peak_gib) < 0.01 * record.activation_peak_gib
+    assert moe_workspace_bytes(spec, 8192, 1, 2) == 8192 * 6 * (2048 + 2816) * 2
+
+
+def test_mxfp4_experts_are_padded_for_the_kernel_of_each_gpu_architecture() -> None:
+    # Marlin (0.10.1.1 quantization/mxfp4.py create_weights; 0.19.0/0.33.0 fused_moe/oracle/mxfp4.py):
+    # n % 256 and k % 128 -> hidden to 256, intermediate to 128.
+    assert padded_sizes(2880, 2880, architecture="ampere", blackwell_intermediate_align=256) == (3072, 2944)
+    assert padded_sizes(2880, 2880, architecture="blackwell", blackwell_intermediate_align=256) == (3072, 3072)
+    assert padded_sizes(2880, 2880, architecture="hopper", blackwell_intermediate_align=256) == (2880, 2880)
+    spec = lookup_model("openai/gpt-oss-20b")
+    extra = padding_bytes_per_moe_layer(
+        spec, tp=1, expert_shards=1, architecture="ampere", blackwell_intermediate_align=256
+    )
+    assert extra == int(32 * 3 * (3072 * 2944 - 2880 * 2880) * (0.5 + 1 / 32))
+    args = ServingArgs(max_model_len=8192)
+    a100 = predict(spec, lookup_gpu("A100-80GB"), args, vllm_version="0.19.0").engine.memory[0].weights_bytes
+    h100 = predict(spec, lookup_gpu("H100-80GB"), args, vllm_version="0.19.0").engine.memory[0].weights_bytes
+    assert a100 - h100 == 24 * extra

@@ -1,0 +1,442 @@
+"""Serving platforms' own resources (tests/k8s/platforms/*.yaml, written from each project's published
+examples; sources in each file's header): what kv-planner reads, decides and patches.
+
+Patches are applied and the result validated against the JSON Schema derived from the project's
+published CRD (tests/k8s/crd_schemas, scripts/derive_crd_schema.py); a second review of the patched
+object must change nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import jsonschema
+import pytest
+
+from planner.policy.check import CheckReport, check_policy, run_check
+from planner.policy.decide import WorkloadEntry
+from planner.policy.manifests import read_documents
+from planner.policy.planning import CoreBackend
+
+HERE = Path(__file__).parent
+FIXTURES = HERE / "platforms"
+SCHEMAS = HERE / "crd_schemas"
+POLICY = check_policy({"modelLookup": {"offline": True, "timeoutSeconds": 1}})
+BACKEND = CoreBackend()
+
+
+@cache
+def report(name: str) -> CheckReport:
+    documents = read_documents((FIXTURES / name).read_text(), name)
+    return run_check(documents, policy=POLICY, backend=BACKEND)
+
+
+def entry(name: str, workload: str, template: str | None = None) -> WorkloadEntry:
+    kind, _, wanted = workload.partition("/")
+    found = [
+        e
+        for e in report(name).workloads
+        if e.kind == kind and e.name == wanted and (template is None or e.template == template)
+    ]
+    assert found, f"{workload} {template} not in {[(e.kind, e.name, e.template) for e in report(name).workloads]}"
+    return found[0]
+
+
+# (file, workload, template, model, vLLM version, GPU name, GPUs per pod, GPU source, args as written)
+READS: list[tuple[Any, ...]] = [
+    (
+        "kubeai-models.yaml",
+        "Model/qwen2.5-7b-instruct-l4",
+        "model",
+        "Qwen/Qwen2.5-7B-Instruct",
+        None,
+        "L4",
+        1,
+        "platform",
+        {"max_model_len": 8192, "max_num_seqs": 256, "gpu_memory_utilization": 0.95, "kv_cache_dtype": "fp8"},
+    ),
+    (
+        "kubeai-models.yaml",
+        "Model/llama-3.1-70b-instruct-h100",
+        "model",
+        "meta-llama/Llama-3.1-70B-Instruct",
+        None,
+        "H100-80GB",
+        2,
+        "platform",
+        {"tensor_parallel_size": 2, "max_model_len": 65536},
+    ),
+    (
+        "kubeai-models.yaml",
+        "Model/llama-3.1-8b-instruct-l4",
+        "model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "0.19.0",
+        "L4",
+        1,
+        "platform",
+        {"max_model_len": None},
+    ),
+    (
+        "kubeai-cluster-config.yaml",
+        "Model/llama-3.1-70b-gke-h100",
+        "model",
+        "meta-llama/Llama-3.1-70B-Instruct",
+        "0.11.2",
+        "H100-80GB",
+        2,
+        "cloud-label",
+        {"tensor_parallel_size": 2, "max_model_len": 32768},
+    ),
+    (
+        "kserve-inferenceservices.yaml",
+        "InferenceService/qwen-chat",
+        "predictor",
+        "Qwen/Qwen2.5-7B-Instruct",
+        None,
+        "L4",
+        1,
+        "node-selector",
+        {"max_model_len": 16384},
+    ),
+    (
+        "kserve-inferenceservices.yaml",
+        "InferenceService/llama-hf",
+        "predictor",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        None,
+        "A100-80GB",
+        1,
+        "annotation",
+        {"max_model_len": None},
+    ),
+    (
+        "kserve-inferenceservices.yaml",
+        "InferenceService/qwen-runtime",
+        "predictor",
+        "Qwen/Qwen2.5-7B-Instruct",
+        "0.19.0",
+        "H100-80GB",
+        1,
+        "node-selector",
+        {"max_model_len": 32768, "gpu_memory_utilization": 0.9},
+    ),
+    (
+        "kserve-llminferenceservices.yaml",
+        "LLMInferenceService/qwen2-7b-instruct-pd",
+        "main",
+        "Qwen/Qwen2.5-7B-Instruct",
+        None,
+        "A100-80GB",
+        1,
+        "node-selector",
+        {"max_model_len": None},
+    ),
+    (
+        "kserve-llminferenceservices.yaml",
+        "LLMInferenceService/qwen2-7b-instruct-pd",
+        "prefill",
+        "Qwen/Qwen2.5-7B-Instruct",
+        None,
+        "A100-80GB",
+        1,
+        "node-selector",
+        {},
+    ),
+    (
+        "kserve-llminferenceservices.yaml",
+        "LLMInferenceService/llama8b-l40s",
+        "main",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        None,
+        None,
+        1,
+        None,
+        {"max_model_len": 4096, "gpu_memory_utilization": 0.92},
+    ),
+    (
+        "ray.yaml",
+        "RayService/ray-serve-llm",
+        "llms/llm_configs/0",
+        "Qwen/Qwen2.5-7B-Instruct",
+        None,
+        "L4",
+        1,
+        "platform",
+        {"max_model_len": 1024, "gpu_memory_utilization": 0.75},
+    ),
+    (
+        "ray.yaml",
+        "RayClusterFleet/qwen-coder-7b-instruct",
+        "head",
+        "Qwen/Qwen2.5-Coder-7B-Instruct",
+        "0.7.1",
+        "A10G",
+        1,
+        "node-selector",
+        {"tensor_parallel_size": 2},
+    ),
+    (
+        "ray.yaml",
+        "RayCluster/vllm-ray",
+        "head",
+        "Qwen/Qwen2.5-7B-Instruct",
+        "0.19.0",
+        "L40S",
+        1,
+        "node-selector",
+        {"tensor_parallel_size": 2},
+    ),
+    (
+        "aibrix-stormservice.yaml",
+        "StormService/vllm-1p1d",
+        "prefill",
+        "Qwen/Qwen3-8B",
+        "0.7.3",
+        "H100-80GB",
+        1,
+        "node-selector",
+        {},
+    ),
+    (
+        "aibrix-stormservice.yaml",
+        "StormService/vllm-1p1d",
+        "decode",
+        "Qwen/Qwen3-8B",
+        "0.10.0",
+        "H100-80GB",
+        1,
+        "node-selector",
+        {},
+    ),
+    (
+        "dynamo.yaml",
+        "DynamoGraphDeployment/vllm-disagg",
+        "VllmDecodeWorker",
+        "Qwen/Qwen3-0.6B",
+        None,
+        "H100-80GB",
+        1,
+        "annotation",
+        {"max_model_len": None},
+    ),
+    (
+        "dynamo.yaml",
+        "DynamoGraphDeployment/vllm-disagg",
+        "VllmPrefillWorker",
+        "Qwen/Qwen3-0.6B",
+        None,
+        "H100-80GB",
+        1,
+        "annotation",
+        {"max_model_len": 16384},
+    ),
+    (
+        "dynamo.yaml",
+        "DynamoGraphDeployment/vllm-disagg-shell",
+        "VllmDecodeWorker",
+        "Qwen/Qwen3-0.6B",
+        None,
+        "L40S",
+        1,
+        "node-selector",
+        {},
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "workload", "template", "model", "version", "gpu", "count", "source", "args"),
+    READS,
+    ids=[f"{r[1]}:{r[2]}" for r in READS],
+)
+def test_reads_each_platform_like_its_controller(
+    name: str,
+    workload: str,
+    template: str,
+    model: str,
+    version: str | None,
+    gpu: str | None,
+    count: int,
+    source: str | None,
+    args: dict[str, Any],
+) -> None:
+    found = entry(name, workload, template)
+    assert found.vllm
+    assert found.model == model
+    assert found.vllm_version == version
+    assert (found.gpu.name, found.gpu.count, found.gpu.source) == (gpu, count, source)
+    for key, value in args.items():
+        assert found.args[key] == value, key
+    assert found.decision != "skip"
+
+
+# (file, workload, code, decision): resources seen but not planned, each with its reason code.
+NOT_PLANNED = [
+    ("kubeai-models.yaml", "Model/gemma-2b-it-tpu", "KVP064", "skip"),
+    ("kubeai-models.yaml", "Model/llama-3.3-70b-ollama-l4", "KVP066", "skip"),
+    ("kserve-inferenceservices.yaml", "ServingRuntime/vllm-openai-runtime", "KVP069", "skip"),
+    ("kserve-inferenceservices.yaml", "InferenceService/sklearn-iris", "KVP060", "skip"),
+    ("images.yaml", "Deployment/vllm-tpu", "KVP064", "skip"),
+]
+
+
+@pytest.mark.parametrize(("name", "workload", "code", "decision"), NOT_PLANNED)
+def test_never_silent(name: str, workload: str, code: str, decision: str) -> None:
+    found = entry(name, workload)
+    assert found.decision == decision and code in found.codes and found.messages
+
+
+# (file, workload, template, the patch's paths, the words added)
+PATCHES: list[tuple[Any, ...]] = [
+    (
+        "kubeai-models.yaml",
+        "Model/llama-3.1-8b-instruct-l4",
+        "model",
+        "kubeai-model.json",
+        [("add", "/spec/args", ["--max-model-len={max_model_len}", "--gpu-memory-utilization=0.9"])],
+    ),
+    (
+        "kserve-inferenceservices.yaml",
+        "InferenceService/llama-hf",
+        "predictor",
+        "kserve-inferenceservice.json",
+        [("add", "/spec/predictor/model/args", ["--max-model-len", "{max_model_len}"])],
+    ),
+    (
+        "dynamo.yaml",
+        "DynamoGraphDeployment/vllm-disagg",
+        "VllmDecodeWorker",
+        None,  # no registry or small published schema; checked as a core/v1 Container below
+        [
+            ("add", "/spec/services/VllmDecodeWorker/extraPodSpec/mainContainer/args/-", "--max-model-len"),
+            ("add", "/spec/services/VllmDecodeWorker/extraPodSpec/mainContainer/args/-", "{max_model_len}"),
+        ],
+    ),
+    (
+        "ray.yaml",
+        "RayCluster/vllm-ray",
+        "head",
+        "ray-raycluster.json",
+        [
+            ("add", "/spec/headGroupSpec/template/spec/containers/0/command/-", "--max-model-len"),
+            ("add", "/spec/headGroupSpec/template/spec/containers/0/command/-", "{max_model_len}"),
+            ("add", "/spec/headGroupSpec/template/spec/containers/0/command/-", "--gpu-memory-utilization"),
+            ("add", "/spec/headGroupSpec/template/spec/containers/0/command/-", "0.9"),
+        ],
+    ),
+    (
+        "aibrix-stormservice.yaml",
+        "StormService/vllm-1p1d",
+        "decode",
+        "aibrix-stormservice.json",
+        [
+            ("add", "/spec/template/spec/roles/1/template/spec/containers/0/args/-", "--max-model-len"),
+            ("add", "/spec/template/spec/roles/1/template/spec/containers/0/args/-", "{max_model_len}"),
+            ("add", "/spec/template/spec/roles/1/template/spec/containers/0/args/-", "--gpu-memory-utilization"),
+            ("add", "/spec/template/spec/roles/1/template/spec/containers/0/args/-", "0.9"),
+        ],
+    ),
+]
+
+
+def _document(name: str, workload: str) -> dict[str, Any]:
+    kind, _, wanted = workload.partition("/")
+    for document in read_documents((FIXTURES / name).read_text(), name):
+        content = document.content
+        if isinstance(content, dict) and content.get("kind") == kind and content["metadata"]["name"] == wanted:
+            return content
+    raise AssertionError(workload)
+
+
+@pytest.mark.parametrize(("name", "workload", "template", "schema", "expected"), PATCHES, ids=[p[1] for p in PATCHES])
+def test_patch_writes_the_field_the_platform_reads(
+    name: str, workload: str, template: str, schema: str | None, expected: list[tuple[str, str, Any]]
+) -> None:
+    found = entry(name, workload, template)
+    arg_ops = [(op["op"], op["path"], op["value"]) for op in found.patch if "kv-planner.io" not in json.dumps(op)]
+    # The value added is the context the plan proved (the model's default, or the longest that fits).
+    fill = {"max_model_len": found.effective_args["max_model_len"]}
+
+    def filled(value: Any) -> Any:
+        return [filled(v) for v in value] if isinstance(value, list) else value.format(**fill)
+
+    assert arg_ops == [(op, path, filled(value)) for op, path, value in expected]
+    patched = jsonpatch.apply_patch(_document(name, workload), found.patch)
+    if schema is not None:
+        jsonschema.validate(patched, json.loads((SCHEMAS / schema).read_text()))
+    # Reinvocation: reviewing the patched object changes nothing more.
+    again = run_check(read_documents(json.dumps(patched), "patched"), policy=POLICY, backend=BACKEND)
+    assert [e.patch for e in again.workloads if e.template == template] == [[]]
+
+
+def test_dynamo_main_container_patch_is_a_valid_container() -> None:
+    """DynamoGraphDeployment's ``extraPodSpec.mainContainer`` is a core/v1 Container (dynamo
+    deploy/cloud/operator api/v1alpha1 ExtraPodSpec.MainContainer *corev1.Container): the patched
+    container validates against Kubernetes' own Container schema."""
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    found = entry("dynamo.yaml", "DynamoGraphDeployment/vllm-disagg", "VllmDecodeWorker")
+    patched = jsonpatch.apply_patch(_document("dynamo.yaml", "DynamoGraphDeployment/vllm-disagg"), found.patch)
+    container = patched["spec"]["services"]["VllmDecodeWorker"]["extraPodSpec"]["mainContainer"]
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}, "spec": {"containers": [container]}}
+    container.setdefault("name", "main")
+    kubernetes_validate.validate(pod, kubernetes_validate.utils.latest_version(), strict=True)
+
+
+def test_no_safe_field_becomes_a_warning_naming_the_flags() -> None:
+    llmisvc = entry("kserve-llminferenceservices.yaml", "LLMInferenceService/qwen2-7b-instruct-pd", "main")
+    assert "KVP034" in llmisvc.codes
+    assert not [op for op in llmisvc.patch if "kv-planner.io" not in json.dumps(op)]
+    shell = entry("dynamo.yaml", "DynamoGraphDeployment/vllm-disagg-shell", "VllmDecodeWorker")
+    assert "KVP034" in shell.codes and any("shell string" in m for m in shell.messages)
+    serve = entry("ray.yaml", "RayService/ray-serve-llm", "llms/llm_configs/0")
+    assert not [op for op in serve.patch if "kv-planner.io" not in json.dumps(op)]
+
+
+def test_ray_cluster_gpus_count_for_tensor_parallelism() -> None:
+    """vLLM's Ray executor spreads TP over the cluster: TP 2 on a 1-GPU head + 1-GPU worker fits."""
+    head = entry("ray.yaml", "RayCluster/vllm-ray", "head")
+    assert "KVP003" not in head.codes and head.decision != "deny"
+    # The worker runs `ray start` (KubeRay's command), not the image's vLLM entrypoint.
+    assert [e.template for e in report("ray.yaml").workloads if e.name == "vllm-ray"] == ["head"]
+
+
+SCHEMA_OF = {
+    "Model": "kubeai-model.json",
+    "InferenceService": "kserve-inferenceservice.json",
+    "RayCluster": "ray-raycluster.json",
+    "RayService": "ray-rayservice.json",
+    "StormService": "aibrix-stormservice.json",
+    "RayClusterFleet": "aibrix-rayclusterfleet.json",
+}
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in FIXTURES.glob("*.yaml")))
+def test_every_patched_object_validates_against_its_crd(name: str) -> None:
+    """Each fixture as received and as patched (clamp: the most changes) against its CRD schema."""
+    clamp = check_policy({"mutation": "clamp", "validationAction": "Audit", "modelLookup": {"offline": True}})
+    documents = read_documents((FIXTURES / name).read_text(), name)
+    result = run_check(documents, policy=clamp, backend=BACKEND)
+    checked = 0
+    for document, patched in zip(documents, result.patched, strict=True):
+        schema = SCHEMA_OF.get(document.content.get("kind")) if isinstance(document.content, dict) else None
+        if schema is None:
+            continue
+        validator = json.loads((SCHEMAS / schema).read_text())
+        jsonschema.validate(document.content, validator)
+        jsonschema.validate(patched, validator)
+        checked += 1
+    assert checked or name in ("images.yaml", "dynamo.yaml", "kserve-llminferenceservices.yaml")
+
+
+def test_kubeai_without_the_cluster_config_knows_only_the_count() -> None:
+    """Without the ConfigMap the profile `gke-h100` is not one of KubeAI's defaults: 2 GPUs, type and
+    release unknown (what the webhook sees: it reads no ConfigMaps)."""
+    text = (FIXTURES / "kubeai-cluster-config.yaml").read_text().split("\n---\n", 1)[1]
+    alone = run_check(read_documents(text, "model"), policy=POLICY, backend=BACKEND).workloads[0]
+    assert (alone.gpu.name, alone.gpu.count, alone.vllm_version) == (None, 2, None)
+    assert "KVP042" in alone.codes
