@@ -14,8 +14,8 @@ The control law (docs/retuner.md states it with its guarantees):
   ``N`` when it explains the pressure (``N < c``), else ``c`` minus a quarter; on slack
   ``min(c + max_step_up x c, N, ceiling - 1)``. Steps are bounded (a cut keeps ``1 - max_step_down`` of
   ``c``) and clamped to the policy's ``[min_seqs, max_seqs]``.
-* **Ceiling.** Preemptions at ``c`` make ``c`` a ceiling: nothing at or above it is recommended again
-  while the footprint stays within the headroom of what it was then (a lighter load clears it).
+* **Ceiling.** Preemptions at ``c`` (or a cut for a cache kept near full) make ``c`` a ceiling: nothing
+  at or above it is recommended again until the footprint falls below 3/4 of what it was then.
 * **Probes.** A configuration above the last known-good one (clean for ``persist`` observations) is a
   probe. Preemptions during a probe roll back to the known-good value at once (no persistence, no
   dwell): a probe costs at most one observation interval of preemptions.
@@ -48,6 +48,10 @@ HOLD_DWELL = "WithinMinimumDwell"
 HOLD_NO_DATA = "InsufficientData"
 HOLD_AT_BOUND = "AtBound"
 HOLD_UNCHANGED = "Unchanged"
+HOLD_ROLLOUT = "RolloutInProgress"
+
+# A ceiling is forgotten when the footprint falls below this fraction of the one it was set with.
+CEILING_RESET = 0.75
 
 
 class WorkloadSignals(BaseModel):
@@ -66,6 +70,7 @@ class WorkloadSignals(BaseModel):
     occupancy_blocks: float | None = Field(default=None, description="blocks in use per running sequence, now")
     requests: float = Field(default=0.0, description="finished requests behind the length means")
     risk_limit: int | None = Field(default=None, description="risk-bounded max_num_seqs (informational)")
+    mixed: bool = Field(default=False, description="pods run different --max-num-seqs (a rollout under way)")
 
 
 class Decision(BaseModel):
@@ -154,9 +159,11 @@ def _track(
         state.ceiling is not None
         and size is not None
         and state.ceiling_footprint is not None
-        and size < state.ceiling_footprint * (1 - settings.headroom)
+        and size < state.ceiling_footprint * CEILING_RESET
     ):
-        state.ceiling = state.ceiling_footprint = None  # the load got lighter: the old ceiling says nothing
+        # The load got substantially lighter (well beyond the noise of a mean over a few dozen
+        # requests): the old ceiling says nothing about it.
+        state.ceiling = state.ceiling_footprint = None
     if signals.preemptions > 0:
         state.clean = 0
         if state.ceiling is None or current < state.ceiling:
@@ -172,6 +179,16 @@ def _track(
 
 def decide(state: WorkloadState, signals: WorkloadSignals, settings: RetunerSettings, now: float) -> Decision:
     """Update ``state`` with one observation and say what to recommend."""
+    if signals.mixed:
+        # Old and new pods side by side: their preemptions cannot be told apart by configuration, so
+        # this observation is evidence for neither. Wait until one configuration runs.
+        return Decision(
+            action="hold",
+            reason=HOLD_ROLLOUT,
+            current=state.configured,
+            recommended=state.recommended,
+            message="pods run different --max-num-seqs (a rollout is under way); observing again after it",
+        )
     if signals.configured is not None and signals.configured != state.configured:
         _new_configuration(state, signals.configured)
     current = signals.configured if signals.configured is not None else state.configured
@@ -234,6 +251,9 @@ def decide(state: WorkloadState, signals: WorkloadSignals, settings: RetunerSett
         )
     if condition == "pressure":
         target, why = _lower_target(settings, current, limit, size)
+        if target < current and (state.ceiling is None or current < state.ceiling):
+            # Persistent pressure without preemptions (a cache kept near full) is a ceiling too.
+            state.ceiling, state.ceiling_footprint = current, size
     else:
         target, why = _raise_target(state, settings, current, limit)
     if target == current and target == standing:

@@ -20,6 +20,7 @@ from planner.gpus.spec import GpuSpec
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.models.spec import ModelSpec
 from planner.plan.engine import TermDeltas
+from planner.untrusted import load_yaml, read_text
 from planner.vllm.args import ServingArgs
 
 
@@ -99,12 +100,7 @@ class Corrections(BaseModel):
 
 
 def load_corrections(path: Path) -> Corrections:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise PlannerInputError(f"cannot read calibration file {path}: {error.strerror or error}") from None
-    except yaml.YAMLError as error:
-        raise PlannerInputError(f"{path}: not YAML/JSON ({error})") from None
+    data = load_yaml(read_text(path, what="calibration file"), source=str(path))
     try:
         return Corrections.model_validate(data or {})
     except ValidationError as error:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from planner.calibration.records import StartupRecord
 from planner.errors import PlannerInputError
+from planner.untrusted import load_json, read_text
 
 
 class _Strict(BaseModel):
@@ -52,6 +53,9 @@ class Deployment(_Strict):
     max_batched_tokens: int | None = None
     block_size: int | None = None
     eager: bool | None = None
+    speculative_config: str | None = Field(
+        default=None, description="--speculative-config as given (JSON); its drafter is part of the weights"
+    )
 
 
 class Measured(_Strict):
@@ -151,22 +155,19 @@ def dataset_records() -> list[StartupRecord]:
 def load_record_file(path: Path) -> list[StartupRecord | str]:
     """A JSONL file in either schema: kv-planner's (lines with ``deployment``) or the shared calibration
     schema. A line that is neither becomes its error message."""
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise PlannerInputError(f"cannot read {path}: {error.strerror or error}") from None
+    text = read_text(path, what="records file")
     out: list[StartupRecord | str] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            data = json.loads(line)
+            data = load_json(line, source=f"line {number}")
             if isinstance(data, dict) and "deployment" in data:
                 out.append(Startup.model_validate(data).to_record())
             else:
                 out.append(StartupRecord.model_validate(data))
-        except json.JSONDecodeError as error:
-            out.append(f"line {number}: not JSON ({error.msg})")
+        except PlannerInputError as error:
+            out.append(str(error))
         except ValidationError as error:
             first = error.errors()[0]
             out.append(f"line {number}: field {'.'.join(str(p) for p in first['loc'])}: {first['msg']}")

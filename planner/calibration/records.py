@@ -6,13 +6,13 @@ print is null. ``planner calibrate`` writes the same schema from raw logs.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from planner.errors import PlannerInputError
+from planner.untrusted import load_json, read_text
 
 _POOL_LINE = re.compile(r"CUDA graph pool memory: [\d.]+ GiB \(actual\), ([\d.]+) GiB \(estimated\)")
 _ESTIMATE_LINE = re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB")
@@ -71,18 +71,15 @@ class StartupRecord(BaseModel):
 
 def load_records(path: Path) -> list[StartupRecord | str]:
     """Records of a JSONL file; a line that is not a valid record becomes its error message."""
-    try:
-        text = path.read_text()
-    except OSError as error:
-        raise PlannerInputError(f"cannot read {path}: {error.strerror or error}") from None
+    text = read_text(path, what="records file")
     out: list[StartupRecord | str] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            out.append(StartupRecord.model_validate(json.loads(line)))
-        except json.JSONDecodeError as error:
-            out.append(f"line {number}: not JSON ({error.msg})")
+            out.append(StartupRecord.model_validate(load_json(line, source=f"line {number}")))
+        except PlannerInputError as error:
+            out.append(str(error))
         except ValidationError as error:
             first = error.errors()[0]
             out.append(f"line {number}: field {'.'.join(str(p) for p in first['loc'])}: {first['msg']}")

@@ -73,9 +73,17 @@ MaxLoras = Annotated[int, typer.Option("--max-loras", rich_help_panel=_V, min=1)
 MaxLoraRank = Annotated[int, typer.Option("--max-lora-rank", rich_help_panel=_V, min=1)]
 SpeculativeConfig = Annotated[str | None, typer.Option("--speculative-config", rich_help_panel=_V)]
 KvTransferConfig = Annotated[str | None, typer.Option("--kv-transfer-config", rich_help_panel=_V)]
+KvOffloadingSize = Annotated[
+    float | None, typer.Option("--kv-offloading-size", rich_help_panel=_V, min=0, help="KV offload to CPU, GiB.")
+]
+KvOffloadingBackend = Annotated[
+    str | None, typer.Option("--kv-offloading-backend", rich_help_panel=_V, help="native | lmcache.")
+]
 VllmEnv = Annotated[
     list[str] | None,
-    typer.Option("--env", rich_help_panel=_V, help="VLLM_* environment of the server, KEY=VALUE (repeatable)."),
+    typer.Option(
+        "--env", rich_help_panel=_V, help="VLLM_* / LMCACHE_* environment of the server, KEY=VALUE (repeatable)."
+    ),
 ]
 
 
@@ -113,6 +121,8 @@ def serving_args(
     max_lora_rank: int = 16,
     speculative_config: str | None = None,
     kv_transfer_config: str | None = None,
+    kv_offloading_size: float | None = None,
+    kv_offloading_backend: str | None = None,
     env: list[str] | None = None,
 ) -> ServingArgs:
     """Build ServingArgs from CLI values, with vLLM's value syntax and error messages."""
@@ -154,6 +164,8 @@ def serving_args(
             max_lora_rank=max_lora_rank,
             speculative_config=speculative_config,
             kv_transfer_config=kv_transfer_config,
+            kv_offloading_size=kv_offloading_size,
+            kv_offloading_backend=kv_offloading_backend,
             env=parse_env(env),
         )
     except ValidationError as error:

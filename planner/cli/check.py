@@ -21,6 +21,7 @@ from planner.k8s.nodes import NodeInfo, nodes_from_documents
 from planner.policy.check import CheckReport, check_policy, run_check, summary
 from planner.policy.manifests import MAX_INPUT_BYTES, Document, read_documents
 from planner.policy.planning import CoreBackend
+from planner.untrusted import load_yaml
 
 
 class CheckOutput(str, Enum):
@@ -68,10 +69,7 @@ def _policy(path: Path | None) -> Any:
     if path is None:
         return check_policy(None)
     text, source = _read(str(path))
-    try:
-        data = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError as error:
-        raise PlannerInputError(f"{source}: not valid YAML/JSON: {error}") from None
+    data = load_yaml(text, source=source) if text.strip() else None
     return check_policy(data, source=source)
 
 

@@ -173,6 +173,8 @@ def recommend(
     max_lora_rank: v.MaxLoraRank = 16,
     speculative_config: v.SpeculativeConfig = None,
     kv_transfer_config: v.KvTransferConfig = None,
+    kv_offloading_size: v.KvOffloadingSize = None,
+    kv_offloading_backend: v.KvOffloadingBackend = None,
     env: v.VllmEnv = None,
     gpu_share: Annotated[
         str | None,
@@ -221,6 +223,8 @@ def recommend(
         max_lora_rank=max_lora_rank,
         speculative_config=speculative_config,
         kv_transfer_config=kv_transfer_config,
+        kv_offloading_size=kv_offloading_size,
+        kv_offloading_backend=kv_offloading_backend,
         env=env,
     )
     corrections = _corrections(calibration)
@@ -255,6 +259,7 @@ def recommend(
         "headroom": headroom,
         "coefficients": coefficients,
         "corrections": corrections,
+        "draft": _draft(args, vllm_version, token=token, refresh=refresh, warnings=loaded.warnings),
     }
     share = parse_gpu_share(gpu_share, gpu_spec) if gpu_share is not None else None
     if share is not None:
@@ -287,6 +292,29 @@ def recommend(
     _emit(plan, args, output)
     if not plan.fits:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _draft(
+    args: ServingArgs, vllm_version: str | None, *, token: str | None, refresh: bool, warnings: list[str]
+) -> Any:
+    """The drafter of ``--speculative-config`` when it names one: a draft model must resolve; an EAGLE
+    head that does not is sized from the target's shapes (with a note)."""
+    if not args.speculative_config:
+        return None
+    from planner.errors import KvPlannerError
+    from planner.plan.speculative import parse_speculative_config
+    from planner.vllm.releases import resolve_release
+
+    settings = parse_speculative_config(args.speculative_config, resolve_release(vllm_version)[0])
+    if settings.model is None or settings.method in ("ngram", "ngram_gpu", "suffix", "mtp"):
+        return None
+    try:
+        return model_for(settings.model, revision=None, token=token, refresh=refresh).spec
+    except KvPlannerError as error:
+        if settings.method == "draft_model":
+            raise
+        warnings.append(f"drafter {settings.model} not read ({error.message.splitlines()[0]}): sized from the target")
+        return None
 
 
 def _inverse(

@@ -17,6 +17,7 @@ from planner.k8s.nodes import NodeInfo
 from planner.k8s.platforms import group_of, mentions_vllm, read_platform
 from planner.k8s.platforms.base import ArgsTarget, PlatformNote, PlatformView, non_gpu_accelerator
 from planner.k8s.platforms.kserve import Runtimes
+from planner.k8s.quantity import quantity_bytes
 from planner.k8s.sharing import resolve_share
 from planner.k8s.workloads import PodTemplateRef, get_path, owned_by_controller, pod_templates
 
@@ -33,6 +34,7 @@ class ContainerFinding(BaseModel):
     share: GpuShare | None = Field(default=None, description="the pod's share of a shared GPU, if shared")
     claims: list[ClaimUse] = Field(default_factory=list, description="DRA claims the container uses")
     replicas: int = Field(default=1, description="pods the workload runs (spec.replicas)")
+    memory_limit_bytes: int | None = Field(default=None, description="the container's resources.limits.memory")
     platform: str | None = Field(default=None, description="the serving platform whose resource this is")
     target: ArgsTarget | None = Field(default=None, description="platform view: where its args are written")
     rebuilt: bool = Field(default=False, description="the container was rebuilt from platform fields")
@@ -200,6 +202,7 @@ def inspect_workload(
                     share=share,
                     claims=uses,
                     replicas=replicas,
+                    memory_limit_bytes=_memory_limit(raw),
                     platform=view.platform,
                     target=target,
                     rebuilt=rebuilt,
@@ -246,6 +249,11 @@ def _platform_gpu(gpu: GpuResolution, view: PlatformView, catalog: GpuCatalog) -
     if view.group_gpus is not None:
         update["group_gpus"] = view.group_gpus
     return gpu.model_copy(update=update) if update else gpu
+
+
+def _memory_limit(container: Mapping[str, Any]) -> int | None:
+    limit = get_path(container, ("resources", "limits", "memory"))
+    return quantity_bytes(limit) if limit is not None else None
 
 
 def _replicas(obj: Mapping[str, Any]) -> int:

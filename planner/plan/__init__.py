@@ -39,8 +39,12 @@ def make_plan(
     corrections: TermCorrections | None = None,
     bigger_gpus: Sequence[GpuSpec] = (),
     with_alternatives: bool = True,
+    draft: ModelSpec | None = None,
 ) -> Plan:
     """Predict vLLM's startup for one engine and recommend safe limits.
+
+    ``draft``: the resolved drafter of ``--speculative-config`` (a draft model, an EAGLE head's config);
+    without it an EAGLE or MTP drafter is sized from the target's shapes.
 
     Never raises because the model does not fit: ``fits`` is False, ``fit_error`` holds vLLM's error and
     ``alternatives`` say what would fit. Raises :class:`planner.errors.PlannerInputError` subclasses for
@@ -56,6 +60,7 @@ def make_plan(
         gpu_count=gpu_count,
         coefficients=coefficients,
         corrections=corrections,
+        draft=draft,
     )
     workload_limit: int | None = None
     basis: str | None = None
@@ -85,7 +90,7 @@ def make_plan(
 
         def replan(m: ModelSpec, g: GpuSpec, a: ServingArgs) -> Plan:
             return plan_without_recommendation(
-                m, g, a, vllm_version=vllm_version, coefficients=coefficients, corrections=corrections
+                m, g, a, vllm_version=vllm_version, coefficients=coefficients, corrections=corrections, draft=draft
             )[0]
 
         options = alternatives(plan, model, gpu, args, replan=replan, bigger_gpus=bigger_gpus)

@@ -23,6 +23,8 @@ from planner.plan.models import (
     ModelReport,
     Plan,
 )
+from planner.plan.offload import OffloadReport, is_disaggregation, offload_report, transfer_role
+from planner.plan.speculative import DrafterCost
 from planner.units import GiB
 from planner.vllm.args import ServingArgs
 from planner.vllm.checks import check_parallelism, check_values, derived_length, resolve_max_model_len
@@ -47,21 +49,14 @@ class Prediction:
 
 def _unmodelled_warnings(args: ServingArgs, release: Release, kv_name: str) -> list[Finding]:
     warnings = []
-    if args.speculative_config:
+    if is_disaggregation(args):
+        connector, role = transfer_role(args)
         warnings.append(
             Finding.of(
-                Code.SPECULATIVE_NOT_MODELLED,
-                "speculative decoding: the draft model's weights and KV blocks are not modelled; "
-                "real capacity is lower",
+                Code.KV_TRANSFER_NOT_MODELLED,
+                f"disaggregated prefill/decode ({connector}, {role or 'role not set'}): KV moved between engines "
+                "and the connector's transfer buffers are not counted; local capacity as planned",
             )
-        )
-    if args.kv_transfer_config:
-        warnings.append(
-            Finding.of(Code.KV_TRANSFER_NOT_MODELLED, "KV transfer (disaggregated prefill/decode) is not modelled")
-        )
-    if args.kv_offloading_size:
-        warnings.append(
-            Finding.of(Code.CPU_OFFLOAD_NOT_COUNTED, "KV offloading to CPU adds capacity kv-planner does not count")
         )
     if is_approximate(kv_name):
         warnings.append(
@@ -91,6 +86,44 @@ def _unmodelled_warnings(args: ServingArgs, release: Release, kv_name: str) -> l
     return warnings
 
 
+def _offload(args: ServingArgs, prediction: Prediction, plan: Plan) -> OffloadReport | None:
+    kv = plan.kv_cache
+    return offload_report(
+        args,
+        prediction.version,
+        bytes_per_block=kv.bytes_per_block,
+        block_size=kv.block_size,
+        groups=max(1, len(kv.groups)),
+        gpu_tokens=kv.tokens,
+    )
+
+
+def offload_notes(report: OffloadReport) -> list[Finding]:
+    """KVP203: the CPU tier in numbers (info)."""
+    text = (
+        f"KV offload ({report.backend}, {report.source}): CPU tier {report.cpu_tokens:,} tokens in "
+        f"{report.host_bytes / GiB:.1f} GiB {'pinned ' if report.pinned else ''}host memory; GPU tier "
+        f"{report.gpu_tokens:,} tokens"
+    )
+    return [Finding.of(Code.CPU_OFFLOAD_NOT_COUNTED, t) for t in (text, *report.notes)]
+
+
+def speculative_notes(drafter: DrafterCost | None) -> list[Finding]:
+    """KVP201: what the drafter costs (info, with the numbers)."""
+    if drafter is None:
+        return []
+    if drafter.weights_bytes == 0 and drafter.kv_layers == 0 and not drafter.notes:
+        return [
+            Finding.of(Code.SPECULATIVE_NOT_MODELLED, f"speculative decoding ({drafter.method}): no GPU weights or KV")
+        ]
+    text = (
+        f"speculative decoding ({drafter.method}, {drafter.num_speculative_tokens} tokens): drafter weights "
+        f"{drafter.weights_bytes / GiB:.2f} GiB{' (estimated)' if drafter.weights_estimated else ''}, "
+        f"{drafter.kv_layers} KV layer(s), {drafter.lookahead_tokens} lookahead slots per sequence"
+    )
+    return [Finding.of(Code.SPECULATIVE_NOT_MODELLED, t) for t in (text, *drafter.notes)]
+
+
 def predict(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -100,6 +133,7 @@ def predict(
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
     available_override: list[int] | None = None,
     corrections: TermCorrections | None = None,
+    draft: ModelSpec | None = None,
 ) -> Prediction:
     """Run vLLM's startup arithmetic. ``available_override`` replaces the predicted per-stage KV
     memory (used when a log gives the real figure)."""
@@ -119,8 +153,11 @@ def predict(
         if corrections is not None
         else None
     )
-    engine = compute_engine(model, gpu, args, release, resolved, coefficients=coefficients, deltas=deltas)
+    engine = compute_engine(
+        model, gpu, args, release, resolved, coefficients=coefficients, deltas=deltas, version=version, draft=draft
+    )
     warnings += engine.warnings + _unmodelled_warnings(args, release, engine.kv_dtype.name)
+    warnings += speculative_notes(engine.drafter)
     if deltas is not None:
         warnings.append(
             Finding.of(Code.CORRECTED, "memory terms corrected with measurements from the calibration file")
@@ -328,9 +365,10 @@ def plan_without_recommendation(
     gpu_count: int | None = None,
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
     corrections: TermCorrections | None = None,
+    draft: ModelSpec | None = None,
 ) -> tuple[Plan, Prediction]:
     prediction = predict(
-        model, gpu, args, vllm_version=vllm_version, coefficients=coefficients, corrections=corrections
+        model, gpu, args, vllm_version=vllm_version, coefficients=coefficients, corrections=corrections, draft=draft
     )
     warnings = list(prediction.warnings)
     if gpu_count is not None and gpu_count != args.gpus_per_engine * args.data_parallel_size:
@@ -356,7 +394,19 @@ def plan_without_recommendation(
         fits=prediction.fits,
         fit_error=prediction.fit_error,
         findings=warnings,
+        speculative=prediction.engine.drafter,
     )
+    plan.offload = _offload(args, prediction, plan)
+    if plan.offload is not None:
+        plan.findings += offload_notes(plan.offload)
+    elif args.kv_offloading_size is not None and args.kv_offloading_backend is None:
+        # vllm 0.11.1-0.13 config/vllm.py: offloading starts only with --kv-offloading-backend.
+        plan.findings.append(
+            Finding.of(
+                Code.CPU_OFFLOAD_NOT_COUNTED,
+                f"--kv-offloading-size without --kv-offloading-backend does nothing in vLLM {plan.vllm_version}",
+            )
+        )
     plan.margin = margin_band(
         model,
         gpu,

@@ -25,10 +25,12 @@ from planner.memory.nontorch import non_torch_bytes
 from planner.models.quantization import scheme_quantization
 from planner.models.spec import ModelSpec
 from planner.models.weights import estimate_weights, pp_partition
+from planner.plan.drafter import engine_drafter, with_drafter_layers
+from planner.plan.speculative import DrafterCost
 from planner.units import DTYPE_BYTES, GiB
 from planner.vllm.args import ServingArgs
 from planner.vllm.defaults import ResolvedArgs
-from planner.vllm.releases import Release
+from planner.vllm.releases import Release, Version
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,9 @@ class EngineLayout:
     weights_estimated: bool
     memory: list[StageMemory] = field(default_factory=list)
     warnings: list[Finding] = field(default_factory=list)
+    drafter: DrafterCost | None = None
+    drafter_layers: int = 0
+    """KV layers the drafter appends (on the last pipeline stage)."""
 
 
 def hybrid_manager_enabled(model: ModelSpec, args: ServingArgs, release: Release) -> tuple[bool, list[Finding]]:
@@ -297,7 +302,10 @@ def compute_engine(
     *,
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
     deltas: TermDeltas | None = None,
+    version: Version | None = None,
+    draft: ModelSpec | None = None,
 ) -> EngineLayout:
+    """``version`` and ``draft`` (the resolved drafter) size ``--speculative-config``."""
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     model = with_online_quantization(model, args)
     kv_dtype = resolve_kv_dtype(
@@ -319,6 +327,9 @@ def compute_engine(
         )
         notes.append(Finding.of(Code.V0_ENGINE, f"planned for vLLM's V0 engine ({reason})"))
     rank, grouping = build_rank_layout(model, gpu, args, release, resolved, kv_dtype, hybrid)
+    drafter = engine_drafter(model, args, version, kv=kv_dtype, dtype=resolved.dtype, draft=draft)
+    rank, grouping, drafter_layers, drafter_notes = with_drafter_layers(rank, grouping, drafter, release)
+    notes += drafter_notes
     partition = pp_partition(model.num_layers, pp, args.env.get("VLLM_PP_LAYER_PARTITION"))
     expert_shards = tp * args.data_parallel_size if args.enable_expert_parallel else tp
     weights = estimate_weights(
@@ -354,6 +365,8 @@ def compute_engine(
         moe_layers = sum(1 for i in range(first, first + count) if model.is_moe_layer(i))
         per_stage.append(stage_bytes + extra + padding * moe_layers)
         first += count
+    if drafter is not None:
+        per_stage[-1] += drafter.weights_bytes  # loaded by the runner with the target (last stage)
     memory = stage_memory(
         model,
         gpu,
@@ -376,6 +389,8 @@ def compute_engine(
         weights_estimated=estimated,
         memory=memory,
         warnings=[*notes, *grouping.warnings],
+        drafter=drafter,
+        drafter_layers=drafter_layers,
     )
 
 
@@ -385,7 +400,10 @@ def kv_layout(
     """Blocks per stage for the given per-stage KV memory."""
     stages = []
     start = 0
-    for stage, count in enumerate(engine.partition):
+    last = len(engine.partition) - 1
+    for stage, target_layers in enumerate(engine.partition):
+        # The drafter's KV layers follow the target's, on the last stage.
+        count = target_layers + (engine.drafter_layers if stage == last else 0)
         layers = range(start, start + count)
         slots = stage_group_size(engine.grouping, layers)
         stages.append(

@@ -11,6 +11,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from planner.findings import Finding
+from planner.plan.offload import OffloadReport
+from planner.plan.speculative import DrafterCost
 from planner.units import GiB, cdiv
 
 GroupKind = Literal["full", "sliding_window", "chunked_local", "mamba"]
@@ -220,6 +222,8 @@ class Plan(_Report):
     recommendation: Recommendation | None = None
     alternatives: list[Alternative] = Field(default_factory=list)
     sharing: SharingReport | None = Field(default=None, description="set when the GPU is shared")
+    speculative: DrafterCost | None = Field(default=None, description="the drafter's cost (--speculative-config)")
+    offload: OffloadReport | None = Field(default=None, description="the CPU tier of the KV cache, when offloading")
     budget: BudgetAdvice | None = Field(default=None, description="set by --target-seqs: the smallest KV budget")
     margin: KvBand | None = Field(
         default=None,

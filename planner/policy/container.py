@@ -37,10 +37,12 @@ from planner.errors import (
 from planner.k8s.inspect import ContainerFinding
 from planner.models.spec import ModelSpec
 from planner.plan.models import Plan
+from planner.plan.speculative import parse_speculative_config
 from planner.policy.caps import cap_finding, check_model_name
 from planner.policy.codes import Code, Finding, Fix, Severity, finding, fix_args
 from planner.policy.limits import LimitContext, decide_limits, parallel_text
 from planner.policy.model import WORKLOAD_ANNOTATION, EffectivePolicy
+from planner.policy.offload import host_memory_findings
 from planner.policy.outcome import ContainerOutcome
 from planner.policy.planning import PlanningBackend
 from planner.policy.rightsize import target_step
@@ -48,6 +50,7 @@ from planner.policy.sharing import share_step, with_report
 from planner.policy.versions import ReleaseSpread, VersionBasis, assumption_findings, release_spread, soften
 from planner.vllm.args import ServingArgs
 from planner.vllm.argv import VllmCommand, format_args
+from planner.vllm.releases import resolve_release
 
 _SIZING_DESTS = (
     "model",
@@ -98,6 +101,49 @@ def _yaml_json(text: str) -> str:
 def _yaml(text: str) -> Any:
     """YAML of an annotation, parsed once per distinct text (a fresh copy each time)."""
     return json.loads(_yaml_json(text))
+
+
+def _drafter(
+    serving: ServingArgs,
+    version: str | None,
+    backend: PlanningBackend,
+    policy: EffectivePolicy,
+    allow_local_models: bool,
+    name: str,
+    findings: list[Finding],
+) -> tuple[ModelSpec | None, bool]:
+    """(the drafter's spec, stop) for ``--speculative-config``: a draft model must resolve to be sized
+    (otherwise the container is not checked); an EAGLE head that does not resolve is sized from the
+    target's shapes (planner/plan/speculative.py)."""
+    if not serving.speculative_config:
+        return None, False
+    try:
+        settings = parse_speculative_config(serving.speculative_config, resolve_release(version)[0])
+    except KvPlannerError as error:
+        findings.append(finding(Code.COMMAND_LINE_REJECTED, name, error.message))
+        return None, True
+    if settings.model is None or settings.method in ("ngram", "ngram_gpu", "suffix", "mtp"):
+        return None, False
+    try:
+        check_model_name(settings.model, policy.limits)  # the drafter's name is manifest input too
+    except InputCapError as error:
+        findings.append(cap_finding(error, name))
+        return None, True
+    try:
+        spec = backend.resolve_model(
+            settings.model,
+            timeout=policy.model_lookup.timeout_seconds,
+            offline=policy.model_lookup.offline,
+            allow_local=allow_local_models,
+            allow_repos=policy.model_lookup.allow_repos,
+        )
+    except KvPlannerError:
+        if settings.method == "draft_model":
+            text = f"draft model {settings.model} could not be read: not checked"
+            findings.append(finding(Code.UNKNOWN_MODEL, name, text))
+            return None, True
+        return None, False
+    return spec, False
 
 
 def _applied(args: ServingArgs, result: ContainerOutcome) -> ServingArgs:
@@ -164,13 +210,18 @@ def evaluate(
         return out
     name = found.container.name
     profile = workload_profile(annotations, policy, backend, name, out.findings)
+    version = found.container.vllm_version or policy.vllm_version
+    draft, stop = _drafter(serving, version, backend, policy, allow_local_models, name, out.findings)
+    if stop:
+        return out
     ctx = LimitContext(
         found=found,
         model=model,
         profile=profile,
         policy=policy,
         backend=backend,
-        version=found.container.vllm_version or policy.vllm_version,
+        version=version,
+        draft=draft,
     )
     if any(f.severity == Severity.cannot_start for f in out.findings):
         mutable = False  # (TP x PP vs GPUs) no limits are filled into a workload that cannot start
@@ -357,6 +408,7 @@ def _plan_limits(ctx: LimitContext, serving: ServingArgs, mutable: bool, out: Co
     result = decide_limits(ctx, shared.args, can_edit)
     result.changes = {**shared.changes, **result.changes}
     result.plan = with_report(ctx, shared.args if not result.changes else _applied(shared.args, result), result.plan)
+    result.findings += host_memory_findings(ctx, result.plan, serving.data_parallel_size)
     result.findings += assumption_findings(container.name, basis, ctx.version, spread, container.image)
     if spread is not None and spread.mixed:
         result.findings = soften(result.findings)
@@ -397,13 +449,12 @@ def _version_basis(ctx: LimitContext, serving: ServingArgs) -> tuple[VersionBasi
         return "policy", None
 
     assert ctx.found.gpu.spec is not None
-    gpu = ctx.found.gpu.spec
-    light = getattr(ctx.backend, "plan_fit", None)  # CoreBackend: no alternatives, memoized
+    memoized = getattr(ctx.backend, "release_spread", None)  # CoreBackend: light plans, memoized summary
+    if memoized is not None:
+        spread: ReleaseSpread | None = memoized(ctx.model, ctx.found.gpu.spec, serving, headroom=ctx.policy.headroom)
+        return "range", spread
 
     def plan(version: str) -> Plan:
-        if light is not None:
-            result: Plan = light(ctx.model, gpu, serving, vllm_version=version, headroom=ctx.policy.headroom)
-            return result
         return ctx.model_copy(update={"version": version}).plan(serving)
 
     return "range", release_spread(plan, serving)

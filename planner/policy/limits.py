@@ -36,6 +36,7 @@ class LimitContext(BaseModel):
     backend: Any
     version: str | None
     version_known: bool = True  # False: planned for a candidate release; nothing release-specific is filled
+    draft: ModelSpec | None = None  # the resolved drafter of --speculative-config, when it resolved
 
     @property
     def name(self) -> str:
@@ -50,6 +51,7 @@ class LimitContext(BaseModel):
         when the risk-bounded --max-num-seqs is wanted; fit checks do not depend on it."""
         assert self.found.gpu.spec is not None
         backend: PlanningBackend = self.backend
+        extra: dict[str, Any] = {"draft": self.draft} if self.draft is not None else {}
         return backend.plan(
             self.model,
             self.gpu_spec,
@@ -57,6 +59,7 @@ class LimitContext(BaseModel):
             vllm_version=self.version,
             headroom=self.policy.headroom,
             workload=self.profile if with_workload else None,
+            **extra,
         )
 
     @property

@@ -27,12 +27,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-from planner.errors import PolicyError, WorkloadProfileError
+from planner.errors import PlannerInputError, PolicyError, WorkloadProfileError
 from planner.policy.caps import InputCaps
+from planner.untrusted import load_yaml
 from planner.workload import parse_workload
 
 ValidationAction = Literal["Enforce", "Audit"]
@@ -205,10 +205,10 @@ def _apply_namespace_meta(values: dict[str, Any], meta: Mapping[str, Any], names
     workload = meta.get(WORKLOAD_ANNOTATION)
     if isinstance(workload, str) and workload.strip():
         try:
-            data = yaml.safe_load(workload)
+            data = load_yaml(workload, source=WORKLOAD_ANNOTATION)
             _check_workload(data)
             values["workload"] = data
-        except (yaml.YAMLError, ValueError) as error:
+        except ValueError as error:  # PlannerInputError is a ValueError too
             notes.append(f"namespace {namespace}: {WORKLOAD_ANNOTATION} ignored: {str(error)[:80]}")
     return notes
 
@@ -232,9 +232,9 @@ def parse_policy(data: Any, *, source: str = "policy") -> Policy:
 
 def parse_policy_text(text: str, *, source: str = "policy") -> Policy:
     try:
-        data = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError as error:
-        raise PolicyError(f"{source}: not valid YAML/JSON: {error}") from None
+        data = load_yaml(text, source=source) if text.strip() else None
+    except PlannerInputError as error:
+        raise PolicyError(str(error)) from None
     return parse_policy(data, source=source)
 
 

@@ -131,8 +131,9 @@ class ServingArgs(BaseModel):
     speculative_config: str | None = None
     kv_transfer_config: str | None = None
     kv_offloading_size: float | None = None
+    kv_offloading_backend: str | None = Field(default=None, description="native | lmcache (0.11.1+)")
     swap_space: float | None = None
-    # Environment variables of the vLLM process that change sizing (VLLM_* only).
+    # Environment variables of the vLLM process that change sizing (VLLM_* and LMCACHE_* only).
     env: dict[str, str] = Field(default_factory=dict)
 
     @property

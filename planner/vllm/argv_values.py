@@ -44,6 +44,7 @@ _STR = {
     "mamba_ssm_cache_dtype",
     "speculative_config",
     "kv_transfer_config",
+    "kv_offloading_backend",
 }
 
 
@@ -85,7 +86,8 @@ def to_serving_args(values: Mapping[str, Any], *, env: Mapping[str, str] | None 
     if fields.get("dtype") is None:
         fields.pop("dtype", None)
     if env:
-        fields["env"] = {k: v for k, v in env.items() if k.startswith("VLLM_")}
+        # LMCACHE_*: the LMCache connector's local CPU tier is configured from the environment.
+        fields["env"] = {k: v for k, v in env.items() if k.startswith(("VLLM_", "LMCACHE_"))}
     try:
         return ServingArgs(**fields)
     except ValidationError as error:

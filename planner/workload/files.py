@@ -28,7 +28,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from planner.errors import WorkloadProfileError
+from planner.errors import PlannerInputError, WorkloadProfileError
+from planner.untrusted import read_text
 from planner.workload.distribution import cumulative_to_counts
 from planner.workload.profile import WorkloadProfile, parse_workload, parse_workload_text
 
@@ -37,15 +38,12 @@ MAX_FILE_BYTES = 16 << 20
 
 
 def _read_text(path: Path) -> str:
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise WorkloadProfileError(f"{path}: {size} bytes is too large for a workload file")
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise WorkloadProfileError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise WorkloadProfileError(f"{path}: cannot read: {error}") from None
+    if not path.exists():
+        raise WorkloadProfileError(f"{path}: no such file")
+    try:  # bounded read: a device or a pipe reports size 0 and never ends
+        return read_text(path, what="workload file", limit=MAX_FILE_BYTES)
+    except PlannerInputError as error:
+        raise WorkloadProfileError(str(error)) from None
 
 
 def histogram_csv_buckets(text: str, *, source: str = "histogram") -> dict[str, list[tuple[Any, float]]]:

@@ -18,10 +18,10 @@ import math
 from functools import cached_property
 from typing import Annotated, Any, Union
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from planner.errors import WorkloadProfileError
+from planner.errors import PlannerInputError, WorkloadProfileError
+from planner.untrusted import load_yaml
 from planner.workload.distribution import LengthDistribution, percentile_level
 
 MIN_TARGET_RISK = 1e-9
@@ -140,7 +140,7 @@ def parse_workload(data: Any, *, source: str = "workload") -> WorkloadProfile:
 def parse_workload_text(text: str, *, source: str = "workload") -> WorkloadProfile:
     """Parse YAML or JSON text (an annotation value, a policy entry, a file's content)."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise WorkloadProfileError(f"{source}: not valid YAML/JSON: {error}") from None
+        data = load_yaml(text, source=source)
+    except PlannerInputError as error:
+        raise WorkloadProfileError(str(error)) from None
     return parse_workload(data, source=source)

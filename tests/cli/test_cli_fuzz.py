@@ -162,6 +162,7 @@ def _offline() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 2,000 invocations: about a minute alone, several on a loaded machine
 @settings(max_examples=2000, suppress_health_check=list(HealthCheck), deadline=None, derandomize=True)
 @given(argv=invocations())
 def test_random_invocations_never_end_in_an_internal_error(

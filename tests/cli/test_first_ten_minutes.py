@@ -130,3 +130,28 @@ def test_hybrid_kv_groups_are_counted_not_repeated() -> None:
     assert " x" in groups and groups.count("sliding_window") == 1
     table_lines = [line for line in result.stdout.splitlines() if line[:1] in "┌│└┏┃┡┗"]
     assert max(len(line) for line in table_lines) <= 100
+
+
+DEEP_YAML = "a: " + "[" * 100_000 + "]" * 100_000 + "\n"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "-f", str(REPO / "examples" / "deployment.yaml"), "--policy", "{deep}"],
+        ["check", "-f", "{deep}"],
+        ["recommend", "--gpu", "L4", "--model", LLAMA_8B, "--workload", "{deep}"],
+        ["recommend", "--gpu", "L4", "--model", LLAMA_8B, "--calibration", "{deep}"],
+        ["recommend", "--gpu", "L4", "--model", LLAMA_8B, "--workload", "/dev/zero"],
+        ["recommend", "--gpu", "L4", "--model", LLAMA_8B, "--calibration", "/dev/zero"],
+        ["validate", "{deep}"],
+        ["validate", "/dev/zero"],
+        ["calibrate", "--fit", "{deep}"],
+    ],
+)
+def test_hostile_input_files_are_usage_errors_not_internal_errors(argv: list[str], tmp_path: Path) -> None:
+    deep = tmp_path / "deep.yaml"
+    deep.write_text(DEEP_YAML)
+    result = planner(*(str(deep) if part == "{deep}" else part for part in argv))
+    assert result.returncode == 2, result.stderr
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr

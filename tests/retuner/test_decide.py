@@ -13,6 +13,7 @@ from admission.retuner.decide import (
     HOLD_DWELL,
     HOLD_NO_DATA,
     HOLD_NOT_PERSISTENT,
+    HOLD_ROLLOUT,
     HOLD_STEADY,
     HOLD_UNCHANGED,
     KV_CACHE_NEAR_FULL,
@@ -95,6 +96,16 @@ def test_the_band_between_capacity_and_a_full_cache_is_steady() -> None:
 def test_near_full_without_preemptions_also_lowers() -> None:
     decisions = run([signals(configured=20, usage=0.97)] * 3)
     assert (decisions[-1].action, decisions[-1].reason, decisions[-1].recommended) == ("lower", KV_CACHE_NEAR_FULL, 15)
+
+
+def test_a_cut_for_a_cache_kept_near_full_is_a_ceiling_too() -> None:
+    quick, state = SETTINGS.model_copy(update={"min_dwell_s": 0}), WorkloadState()
+    assert run([signals(configured=20, usage=0.97)] * 3, quick, state=state)[-1].recommended == 15
+    assert state.ceiling == 20
+    # Requests got a little shorter (97 blocks: capacity 20, within the noise band that keeps the
+    # ceiling): a raise from 16 stops below the value that filled the cache.
+    later = run([slack(configured=16, footprint_blocks=97.0)] * 3, quick, start=1000.0, state=state)
+    assert (later[-1].capacity, later[-1].recommended) == (20, 19)
 
 
 def test_unexplained_pressure_cuts_a_quarter() -> None:
@@ -190,6 +201,16 @@ def test_a_new_configuration_restarts_from_what_runs() -> None:
     assert state.recommended == 32
     decision = decide(state, signals(configured=24, waiting=0), SETTINGS, 1000.0)
     assert (decision.current, decision.recommended) == (24, 24)
+
+
+def test_a_rollout_under_way_is_evidence_for_neither_configuration() -> None:
+    state = WorkloadState()
+    run([pressure(configured=64)] * 2, state=state)
+    # Old pods at 64 still preempting next to new pods at 32: nothing is learned about 32 from it.
+    mixed = run([pressure(configured=32, mixed=True)] * 5, start=120.0, state=state)
+    assert {d.reason for d in mixed} == {HOLD_ROLLOUT} and state.ceiling == 64 and state.configured == 64
+    after = decide(state, signals(configured=32), SETTINGS, 600.0)
+    assert (after.current, after.recommended, after.reason) == (32, 32, HOLD_STEADY)
 
 
 def test_unknown_configuration_holds() -> None:
