@@ -48,6 +48,7 @@ HOLD_DWELL = "WithinMinimumDwell"
 HOLD_NO_DATA = "InsufficientData"
 HOLD_AT_BOUND = "AtBound"
 HOLD_UNCHANGED = "Unchanged"
+HOLD_ROLLOUT = "RolloutInProgress"
 
 # A ceiling is forgotten when the footprint falls below this fraction of the one it was set with.
 CEILING_RESET = 0.75
@@ -69,6 +70,7 @@ class WorkloadSignals(BaseModel):
     occupancy_blocks: float | None = Field(default=None, description="blocks in use per running sequence, now")
     requests: float = Field(default=0.0, description="finished requests behind the length means")
     risk_limit: int | None = Field(default=None, description="risk-bounded max_num_seqs (informational)")
+    mixed: bool = Field(default=False, description="pods run different --max-num-seqs (a rollout under way)")
 
 
 class Decision(BaseModel):
@@ -177,6 +179,16 @@ def _track(
 
 def decide(state: WorkloadState, signals: WorkloadSignals, settings: RetunerSettings, now: float) -> Decision:
     """Update ``state`` with one observation and say what to recommend."""
+    if signals.mixed:
+        # Old and new pods side by side: their preemptions cannot be told apart by configuration, so
+        # this observation is evidence for neither. Wait until one configuration runs.
+        return Decision(
+            action="hold",
+            reason=HOLD_ROLLOUT,
+            current=state.configured,
+            recommended=state.recommended,
+            message="pods run different --max-num-seqs (a rollout is under way); observing again after it",
+        )
     if signals.configured is not None and signals.configured != state.configured:
         _new_configuration(state, signals.configured)
     current = signals.configured if signals.configured is not None else state.configured

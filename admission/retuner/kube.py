@@ -35,6 +35,9 @@ COMPONENT = "kv-planner-retuner"
 APPLIED = "MaxNumSeqsApplied"
 APPLY_BLOCKED = "MaxNumSeqsApplyBlocked"
 SUPPORTED_KINDS = ("Deployment", "StatefulSet")
+# (connect, read) seconds for every API call: the kubernetes client waits forever by default, and a
+# hung API server must not stall the retuner's rounds.
+API_TIMEOUT_S = (5.0, 15.0)
 
 
 class WorkloadRef(BaseModel):
@@ -110,7 +113,7 @@ class KubeWriter:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(ref.namespace, body)
+            self.core.create_namespaced_event(ref.namespace, body, _request_timeout=API_TIMEOUT_S)
         except Exception as error:  # events are best effort
             logger.warning("could not record event %s on %s/%s: %s", reason, ref.namespace, ref.name, error)
 
@@ -120,17 +123,21 @@ class KubeWriter:
             # was resolved, the API server refuses the patch (409) instead of patching the new one.
             body = {**body, "metadata": {**body.get("metadata", {}), "uid": ref.uid}}
         if ref.kind == "Deployment":
-            self.apps.patch_namespaced_deployment(ref.name, ref.namespace, body)
+            self.apps.patch_namespaced_deployment(ref.name, ref.namespace, body, _request_timeout=API_TIMEOUT_S)
         elif ref.kind == "StatefulSet":
-            self.apps.patch_namespaced_stateful_set(ref.name, ref.namespace, body)
+            self.apps.patch_namespaced_stateful_set(ref.name, ref.namespace, body, _request_timeout=API_TIMEOUT_S)
         else:
             raise ValueError(f"kv-planner does not patch {ref.kind} objects")
 
     def _read(self, ref: WorkloadRef) -> dict[str, Any]:
         if ref.kind == "Deployment":
-            return _to_dict(self.apps.read_namespaced_deployment(ref.name, ref.namespace))
+            return _to_dict(
+                self.apps.read_namespaced_deployment(ref.name, ref.namespace, _request_timeout=API_TIMEOUT_S)
+            )
         if ref.kind == "StatefulSet":
-            return _to_dict(self.apps.read_namespaced_stateful_set(ref.name, ref.namespace))
+            return _to_dict(
+                self.apps.read_namespaced_stateful_set(ref.name, ref.namespace, _request_timeout=API_TIMEOUT_S)
+            )
         raise ValueError(f"kv-planner does not patch {ref.kind} objects")
 
     def annotate(self, ref: WorkloadRef, value: int) -> None:

@@ -34,6 +34,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from admission.kubeapi import to_dict
+from admission.retuner.kube import API_TIMEOUT_S
 
 logger = logging.getLogger("admission.retuner")
 
@@ -147,9 +148,9 @@ class OwnerResolver:
 
     # --- the chain -------------------------------------------------------------------------------
 
-    def _get(self, read: Callable[[str, str], Any], kind: str, name: str, namespace: str) -> dict[str, Any]:
+    def _get(self, read: Callable[..., Any], kind: str, name: str, namespace: str) -> dict[str, Any]:
         try:
-            return to_dict(read(name, namespace))
+            return to_dict(read(name, namespace, _request_timeout=API_TIMEOUT_S))
         except Exception as error:
             if _status(error) == 404:
                 raise _Unresolved("mismatch", f"{kind} {name} does not exist") from None

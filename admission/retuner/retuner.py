@@ -157,6 +157,7 @@ class Retuner:
             usage=max(usages) if usages else None,
             waiting=waiting,
             configured=min(configured) if configured else None,
+            mixed=len(set(configured)) > 1,
             usable_blocks=min(blocks) - 1 if blocks and min(blocks) > 1 else None,
             footprint_blocks=peak_blocks(means, size, max_model_len) if (means and size) else None,
             occupancy_blocks=max(occupancies) if occupancies else None,

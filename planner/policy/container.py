@@ -449,13 +449,12 @@ def _version_basis(ctx: LimitContext, serving: ServingArgs) -> tuple[VersionBasi
         return "policy", None
 
     assert ctx.found.gpu.spec is not None
-    gpu = ctx.found.gpu.spec
-    light = getattr(ctx.backend, "plan_fit", None)  # CoreBackend: no alternatives, memoized
+    memoized = getattr(ctx.backend, "release_spread", None)  # CoreBackend: light plans, memoized summary
+    if memoized is not None:
+        spread: ReleaseSpread | None = memoized(ctx.model, ctx.found.gpu.spec, serving, headroom=ctx.policy.headroom)
+        return "range", spread
 
     def plan(version: str) -> Plan:
-        if light is not None:
-            result: Plan = light(ctx.model, gpu, serving, vllm_version=version, headroom=ctx.policy.headroom)
-            return result
         return ctx.model_copy(update={"version": version}).plan(serving)
 
     return "range", release_spread(plan, serving)

@@ -27,6 +27,7 @@ from planner.k8s.gpus import GpuCatalog
 from planner.models.spec import ModelSpec
 from planner.plan import make_plan
 from planner.plan.models import Plan
+from planner.policy.versions import ReleaseSpread, release_spread
 from planner.vllm.args import ServingArgs
 from planner.vllm.defaults import resolve_args
 from planner.vllm.releases import resolve_release
@@ -135,6 +136,7 @@ class CoreBackend:
         self._hub_limits = hub_limits
         self._catalog = CoreGpuCatalog()
         self._memo: OrderedDict[str, Plan] = OrderedDict()
+        self._spreads: OrderedDict[str, ReleaseSpread | None] = OrderedDict()
         self._models: OrderedDict[str, tuple[float, ModelSpec]] = OrderedDict()
         self._profiles: OrderedDict[str, Any] = OrderedDict()
         self._effective: OrderedDict[str, dict[str, Any]] = OrderedDict()
@@ -218,23 +220,28 @@ class CoreBackend:
                 self._memo.popitem(last=False)
         return plan
 
-    def plan_fit(
-        self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs, *, vllm_version: str | None, headroom: float
-    ) -> Plan:
-        """A plan without alternatives (a quarter of the cost): enough for KV size and fit, as the
-        release spread of a workload whose vLLM release is unknown needs for every candidate release."""
-        key = "fit|" + self._key(model, gpu, args, vllm_version, headroom, None)
+    def release_spread(
+        self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs, *, headroom: float
+    ) -> ReleaseSpread | None:
+        """The plans of every candidate release for a workload whose vLLM release is unknown, summed
+        up (KV tokens and fit per release) and memoized as that summary: plans without alternatives
+        (a quarter of the cost), kept out of the plan memo so that 17 of them per workload do not
+        push the other workloads' plans out."""
+        key = self._key(model, gpu, args, "spread", headroom, None)
         with self._lock:
-            hit = self._memo.get(key)
-            if hit is not None:
-                self._memo.move_to_end(key)
-                return hit
-        plan = make_plan(model, gpu, args, vllm_version=vllm_version, headroom=headroom, with_alternatives=False)
+            if key in self._spreads:
+                self._spreads.move_to_end(key)
+                return self._spreads[key]
+
+        def plan(version: str) -> Plan:
+            return make_plan(model, gpu, args, vllm_version=version, headroom=headroom, with_alternatives=False)
+
+        spread = release_spread(plan, args)
         with self._lock:
-            self._memo[key] = plan
-            while len(self._memo) > self._memo_size:
-                self._memo.popitem(last=False)
-        return plan
+            self._spreads[key] = spread
+            while len(self._spreads) > self._memo_size:
+                self._spreads.popitem(last=False)
+        return spread
 
     def effective_args(
         self,

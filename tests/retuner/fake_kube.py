@@ -1,5 +1,6 @@
 """A fake Kubernetes API at the kubernetes-client boundary: CoreV1Api and AppsV1Api methods the
-retuner calls, answering with the client's own model objects and raising its ``ApiException``.
+retuner calls, answering with the client's own model objects and raising its ``ApiException``. Every
+method requires the client's ``_request_timeout`` keyword: a call without a timeout fails the test.
 
 Objects live in a dict keyed by (kind, namespace, name); every call is recorded, so tests can assert
 that nothing was written where it must not be.
@@ -108,29 +109,33 @@ class FakeCluster:
         except KeyError:
             raise ApiException(status=404, reason="Not Found") from None
 
-    def read_namespaced_pod(self, name: str, namespace: str) -> Any:
+    def read_namespaced_pod(self, name: str, namespace: str, *, _request_timeout: Any) -> Any:
         return self._read("Pod", name, namespace)
 
-    def read_namespaced_replica_set(self, name: str, namespace: str) -> Any:
+    def read_namespaced_replica_set(self, name: str, namespace: str, *, _request_timeout: Any) -> Any:
         return self._read("ReplicaSet", name, namespace)
 
-    def read_namespaced_deployment(self, name: str, namespace: str) -> Any:
+    def read_namespaced_deployment(self, name: str, namespace: str, *, _request_timeout: Any) -> Any:
         return self._read("Deployment", name, namespace)
 
-    def read_namespaced_stateful_set(self, name: str, namespace: str) -> Any:
+    def read_namespaced_stateful_set(self, name: str, namespace: str, *, _request_timeout: Any) -> Any:
         return self._read("StatefulSet", name, namespace)
 
     # --- writes ---------------------------------------------------------------------------------------
 
-    def patch_namespaced_deployment(self, name: str, namespace: str, body: dict[str, Any]) -> None:
+    def patch_namespaced_deployment(
+        self, name: str, namespace: str, body: dict[str, Any], *, _request_timeout: Any
+    ) -> None:
         self.calls.append(("patch", "Deployment", f"{namespace}/{name}"))
         self.patches.append(("Deployment", namespace, name, body))
 
-    def patch_namespaced_stateful_set(self, name: str, namespace: str, body: dict[str, Any]) -> None:
+    def patch_namespaced_stateful_set(
+        self, name: str, namespace: str, body: dict[str, Any], *, _request_timeout: Any
+    ) -> None:
         self.calls.append(("patch", "StatefulSet", f"{namespace}/{name}"))
         self.patches.append(("StatefulSet", namespace, name, body))
 
-    def create_namespaced_event(self, namespace: str, body: dict[str, Any]) -> None:
+    def create_namespaced_event(self, namespace: str, body: dict[str, Any], *, _request_timeout: Any) -> None:
         self.calls.append(("create", "Event", namespace))
         self.events.append((namespace, body))
 

@@ -13,6 +13,7 @@ from admission.retuner.decide import (
     HOLD_DWELL,
     HOLD_NO_DATA,
     HOLD_NOT_PERSISTENT,
+    HOLD_ROLLOUT,
     HOLD_STEADY,
     HOLD_UNCHANGED,
     KV_CACHE_NEAR_FULL,
@@ -200,6 +201,16 @@ def test_a_new_configuration_restarts_from_what_runs() -> None:
     assert state.recommended == 32
     decision = decide(state, signals(configured=24, waiting=0), SETTINGS, 1000.0)
     assert (decision.current, decision.recommended) == (24, 24)
+
+
+def test_a_rollout_under_way_is_evidence_for_neither_configuration() -> None:
+    state = WorkloadState()
+    run([pressure(configured=64)] * 2, state=state)
+    # Old pods at 64 still preempting next to new pods at 32: nothing is learned about 32 from it.
+    mixed = run([pressure(configured=32, mixed=True)] * 5, start=120.0, state=state)
+    assert {d.reason for d in mixed} == {HOLD_ROLLOUT} and state.ceiling == 64 and state.configured == 64
+    after = decide(state, signals(configured=32), SETTINGS, 600.0)
+    assert (after.current, after.recommended, after.reason) == (32, 32, HOLD_STEADY)
 
 
 def test_unknown_configuration_holds() -> None:

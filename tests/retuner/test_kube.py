@@ -38,18 +38,22 @@ class FakeApps:
         self.patches: list[tuple[str, str, str, dict[str, Any]]] = []
         self.fail: Exception | None = None
 
-    def read_namespaced_deployment(self, name: str, namespace: str) -> client.V1Deployment:
+    def read_namespaced_deployment(self, name: str, namespace: str, *, _request_timeout: Any) -> client.V1Deployment:
         return self.workload
 
-    def read_namespaced_stateful_set(self, name: str, namespace: str) -> client.V1Deployment:
+    def read_namespaced_stateful_set(self, name: str, namespace: str, *, _request_timeout: Any) -> client.V1Deployment:
         return self.workload
 
-    def patch_namespaced_deployment(self, name: str, namespace: str, body: dict[str, Any]) -> None:
+    def patch_namespaced_deployment(
+        self, name: str, namespace: str, body: dict[str, Any], *, _request_timeout: Any
+    ) -> None:
         if self.fail:
             raise self.fail
         self.patches.append(("Deployment", namespace, name, body))
 
-    def patch_namespaced_stateful_set(self, name: str, namespace: str, body: dict[str, Any]) -> None:
+    def patch_namespaced_stateful_set(
+        self, name: str, namespace: str, body: dict[str, Any], *, _request_timeout: Any
+    ) -> None:
         self.patches.append(("StatefulSet", namespace, name, body))
 
 
@@ -57,7 +61,7 @@ class FakeCore:
     def __init__(self) -> None:
         self.events: list[tuple[str, dict[str, Any]]] = []
 
-    def create_namespaced_event(self, namespace: str, body: dict[str, Any]) -> None:
+    def create_namespaced_event(self, namespace: str, body: dict[str, Any], *, _request_timeout: Any) -> None:
         self.events.append((namespace, body))
 
 
@@ -173,7 +177,7 @@ def test_api_failures_are_reported_not_raised() -> None:
     assert core.events[-1][1]["reason"] == APPLY_BLOCKED
 
     class BrokenCore:
-        def create_namespaced_event(self, namespace: str, body: dict[str, Any]) -> None:
+        def create_namespaced_event(self, namespace: str, body: dict[str, Any], *, _request_timeout: Any) -> None:
             raise client.exceptions.ApiException(status=403, reason="Forbidden")
 
     quiet = KubeWriter(apps, BrokenCore(), RetunerSettings(namespaces=("ml",)))

@@ -278,3 +278,9 @@ def test_unverified_workloads_are_advised_but_never_written() -> None:
     decisions = retuner.observe(Snapshot(targets=[obs("a", 5)]), now=60)  # no owners: not resolved
     retuner.publish(decisions)
     assert decisions[("ml", "chat")].recommended == 32 and writer.calls == []
+
+
+def test_pods_on_different_configurations_mean_a_rollout_is_under_way() -> None:
+    retuner = Retuner(RetunerSettings(persist=1, min_dwell_s=0), advisor=lambda _: None)
+    decisions = retuner.observe(Snapshot(targets=[obs("a", 9, max_num_seqs=64), obs("b", 0, max_num_seqs=32)]), now=0)
+    assert decisions[("ml", "chat")].reason == "RolloutInProgress"
