@@ -15,6 +15,7 @@ from typing import Any
 
 import jsonpatch
 import jsonschema
+import kubernetes_validate
 import pytest
 
 from planner.policy.check import CheckReport, check_policy, run_check
@@ -378,7 +379,6 @@ def test_dynamo_main_container_patch_is_a_valid_container() -> None:
     """DynamoGraphDeployment's ``extraPodSpec.mainContainer`` is a core/v1 Container (dynamo
     deploy/cloud/operator api/v1alpha1 ExtraPodSpec.MainContainer *corev1.Container): the patched
     container validates against Kubernetes' own Container schema."""
-    kubernetes_validate = pytest.importorskip("kubernetes_validate")
     found = entry("dynamo.yaml", "DynamoGraphDeployment/vllm-disagg", "VllmDecodeWorker")
     patched = jsonpatch.apply_patch(_document("dynamo.yaml", "DynamoGraphDeployment/vllm-disagg"), found.patch)
     container = patched["spec"]["services"]["VllmDecodeWorker"]["extraPodSpec"]["mainContainer"]
