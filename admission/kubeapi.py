@@ -1,4 +1,4 @@
-"""The few kubernetes-client entry points the exporter and retuner use, behind typed functions.
+"""The few kubernetes-client entry points the exporter, retuner and webhook use, behind typed functions.
 
 The kubernetes package is untyped; its objects are handled as ``Any`` here and nowhere else.
 """
@@ -34,8 +34,9 @@ def load_config(kubeconfig: str | None = None) -> None:
         config.load_kube_config(config_file=kubeconfig)
 
 
-def core_api() -> Any:
-    return _module("kubernetes.client").CoreV1Api()
+def core_api(api_client: Any = None) -> Any:
+    """CoreV1Api on the loaded configuration, or on ``api_client`` (tests point one at a fake server)."""
+    return _module("kubernetes.client").CoreV1Api(api_client)
 
 
 def apps_api() -> Any:

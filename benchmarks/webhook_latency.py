@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import random
 import shutil
@@ -35,7 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import trustme
@@ -191,6 +192,8 @@ class _Connection:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
+    errors: ClassVar[list[str]] = []  # (class-wide) answers that were not a decision: HTTP errors, KVP049/051
+
     async def post(self, request: bytes) -> float:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(
@@ -202,9 +205,12 @@ class _Connection:
         lines = head.decode("latin-1").split("\r\n")
         status = int(lines[0].split()[1])
         headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
-        await self.reader.readexactly(int(headers.get("content-length", "0")))
+        body = await self.reader.readexactly(int(headers.get("content-length", "0")))
         if status != 200:
-            raise RuntimeError(f"HTTP {status}")
+            _Connection.errors.append(f"HTTP {status}")
+            return float("nan")
+        if b"KVP049" in body or b"KVP051" in body:
+            _Connection.errors.append(body.decode(errors="replace")[:200])
         return float(headers["server-timing"].split("dur=")[1])
 
     async def close(self) -> None:
@@ -276,6 +282,7 @@ async def _open_loop(
 
 
 def _row(label: str, client_ms: list[float], server_ms: list[float], elapsed: float) -> dict[str, Any]:
+    server_ms = [m for m in server_ms if not math.isnan(m)] or [float("nan")]  # (NaN: an HTTP error, counted apart)
     return {
         "load": label,
         "requests": len(client_ms),
@@ -289,7 +296,9 @@ def _row(label: str, client_ms: list[float], server_ms: list[float], elapsed: fl
     }
 
 
-def start_server(tmp: Path, cpu: int | None) -> tuple[subprocess.Popen[bytes], int, Path]:
+def start_server(
+    tmp: Path, cpu: int | str | None, extra: list[str] | None = None, *, baseline: bool = False
+) -> tuple[subprocess.Popen[bytes], int, Path]:
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1")
     cert.cert_chain_pems[0].write_to_path(str(tmp / "tls.crt"))
@@ -314,10 +323,33 @@ def start_server(tmp: Path, cpu: int | None) -> tuple[subprocess.Popen[bytes], i
         str(tmp / "tls.key"),
         "--log-level",
         "warning",
+        *(extra or []),
     ]
+    cwd = Path(__file__).resolve().parents[1]
+    if baseline:
+        command = [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "echo_app:app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--ssl-certfile",
+            str(tmp / "tls.crt"),
+            "--ssl-keyfile",
+            str(tmp / "tls.key"),
+            "--log-level",
+            "warning",
+            "--no-access-log",
+            "--http",
+            "h11",
+        ]
+        cwd = Path(__file__).resolve().parent
     if cpu is not None and shutil.which("taskset"):
         command = ["taskset", "-c", str(cpu), *command]
-    process = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1])
+    process = subprocess.Popen(command, cwd=cwd)
     context = ssl.create_default_context(cafile=str(tmp / "ca.pem"))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -333,22 +365,27 @@ def start_server(tmp: Path, cpu: int | None) -> tuple[subprocess.Popen[bytes], i
     raise SystemExit("the webhook did not become ready in 60 s")
 
 
-async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+def _bodies(args: argparse.Namespace, count: int) -> list[bytes]:
     rng = random.Random(7)
+    out = []
+    for i in range(count):
+        context = 1024 + 16 * i if args.cold else None
+        obj = realistic_deployment(i if args.cold else i % args.distinct, rng, context=context, profiles=args.profiles)
+        namespace = f"team-{i % args.namespaces}"
+        obj["metadata"]["namespace"] = namespace
+        body = json.loads(review_body(obj, f"uid-{i}"))
+        body["request"]["namespace"] = namespace
+        out.append(json.dumps(body).encode())
+    return out
+
+
+async def _measure(args: argparse.Namespace, baseline: bool) -> list[dict[str, Any]]:
+    extra = ["--workers", str(args.workers)] if args.workers else []
     with tempfile.TemporaryDirectory() as directory:
-        process, port, ca = start_server(Path(directory), args.cpu)
+        process, port, ca = start_server(Path(directory), args.cpu, extra, baseline=baseline)
         try:
-            if args.cold:
-                # A distinct context per request: every review needs new plans (no memo hit).
-                bodies = [
-                    review_body(realistic_deployment(i, rng, context=1024 + 16 * i, profiles=args.profiles), f"uid-{i}")
-                    for i in range(args.requests * 3 + 100)
-                ]
-            else:
-                bodies = [
-                    review_body(realistic_deployment(i, rng, profiles=args.profiles), f"uid-{i}")
-                    for i in range(args.distinct)
-                ]
+            total = args.requests * (1 if args.paced_only else 4) + 100
+            bodies = _bodies(args, total if args.cold else max(args.distinct, 50))
             sizes = [len(b) for b in bodies]
             print(
                 f"review sizes: min {min(sizes) / 1024:.1f} KB, median {statistics.median(sizes) / 1024:.1f} KB, "
@@ -358,21 +395,38 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
             context = ssl.create_default_context(cafile=str(ca))
             requests = [http_request(b) for b in bodies]
             rows = []
-            warm = requests[: min(len(requests), 50)] if not args.cold else requests[-100:]
-            await _closed_loop(port, context, warm, 4, len(warm))  # connections, first plans
+            # Connections and the first plans; cold runs warm up on reviews that are not measured.
+            warm = requests[-50:] if args.cold else requests[:50]
+            await _closed_loop(port, context, warm, 4, len(warm))
+            _Connection.errors.clear()
             offset = 0
-            for concurrency in (1, 10, 50):
-                chunk = requests[offset:] if args.cold else requests
-                result = await _closed_loop(port, context, chunk, concurrency, args.requests)
-                rows.append(_row(f"{concurrency} concurrent", *result))
-                offset += args.requests if args.cold else 0
+            label = "echo baseline" if baseline else "kv-planner"
+            if not args.paced_only:
+                for concurrency in (1, 10, 50):
+                    chunk = requests[offset:] if args.cold else requests
+                    result = await _closed_loop(port, context, chunk, concurrency, args.requests)
+                    rows.append(_row(f"{label}: {concurrency} concurrent", *result))
+                    offset += args.requests if args.cold else 0
             chunk = requests[offset:] if args.cold else requests
-            result = await _open_loop(port, context, chunk, 50.0, args.requests)
-            rows.append(_row("50 req/s paced", *result))
+            result = await _open_loop(port, context, chunk, args.rate, args.requests)
+            rows.append(_row(f"{label}: {args.rate:g} req/s paced", *result))
+            rows[-1]["errors"] = len(_Connection.errors)
+            rows[-1]["error_examples"] = _Connection.errors[:3]
             return rows
         finally:
             process.terminate()
             process.wait(timeout=20)
+
+
+async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    rows = await _measure(args, baseline=False)
+    if args.baseline:
+        base = await _measure(args, baseline=True)
+        for row, reference in zip(rows, base, strict=True):
+            row["ratio_server_p99"] = row["server_p99_ms"] / reference["server_p99_ms"]
+            row["ratio_client_p99"] = row["client_p99_ms"] / reference["client_p99_ms"]
+        rows += base
+    return rows
 
 
 def main() -> None:
@@ -386,22 +440,30 @@ def main() -> None:
         action="store_false",
         help="no workload-profile annotations (by default every third workload has one)",
     )
-    parser.add_argument("--cpu", type=int, default=0, help="CPU the server is pinned to (-1: no pinning)")
+    parser.add_argument("--cpu", default="0", help="CPU list the server is pinned to (taskset -c), -1: none")
+    parser.add_argument("--rate", type=float, default=50.0, help="requests/s of the paced (open-loop) run")
+    parser.add_argument("--paced-only", action="store_true", help="only the paced run")
+    parser.add_argument("--workers", type=int, default=0, help="--workers of the webhook (0: its default)")
+    parser.add_argument("--namespaces", type=int, default=1, help="namespaces the reviews are spread over")
+    parser.add_argument("--baseline", action="store_true", help="also measure a FastAPI echo app the same way")
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = parser.parse_args()
-    args.cpu = None if args.cpu < 0 else args.cpu
-    if args.cpu is not None and hasattr(os, "sched_setaffinity") and (os.cpu_count() or 1) > 1:
-        # Keep the clients off the server's core, so the figures are the server's alone.
-        os.sched_setaffinity(0, {c for c in range(os.cpu_count() or 1) if c != args.cpu})
+    args.cpu = None if args.cpu == "-1" else args.cpu
+    pinned = {int(c) for c in args.cpu.split(",")} if args.cpu is not None else set()
+    if pinned and hasattr(os, "sched_setaffinity") and len(pinned) < (os.cpu_count() or 1):
+        # Keep the clients off the server's cores, so the figures are the server's alone.
+        os.sched_setaffinity(0, {c for c in range(os.cpu_count() or 1) if c not in pinned})
     rows = asyncio.run(run(args))
     if args.markdown:
-        print("| load | requests | throughput (req/s) | client p50 / p99 (ms) | server p50 / p99 / max (ms) |")
-        print("|---|---:|---:|---:|---:|")
+        print("| load | requests | throughput (req/s) | client p50 / p99 (ms) | server p50 / p99 / max (ms) | errors |")
+        print("|---|---:|---:|---:|---:|---:|")
         for r in rows:
+            ratio = f" (x{r['ratio_server_p99']:.1f} baseline)" if "ratio_server_p99" in r else ""
             print(
                 f"| {r['load']} | {r['requests']} | {r['throughput_rps']:.0f} | "
                 f"{r['client_p50_ms']:.1f} / {r['client_p99_ms']:.1f} | "
-                f"{r['server_p50_ms']:.1f} / {r['server_p99_ms']:.1f} / {r['server_max_ms']:.1f} |"
+                f"{r['server_p50_ms']:.1f} / {r['server_p99_ms']:.1f}{ratio} / {r['server_max_ms']:.1f} | "
+                f"{r.get('errors', '')} |"
             )
     else:
         print(json.dumps(rows, indent=2))

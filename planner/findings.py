@@ -2,10 +2,10 @@
 
 One place for all codes: KVP0xx are policy decisions (webhook, ``planner check``), KVP1xx/KVP2xx are
 notes from the planner core (plans, releases, model resolution). Each :class:`Code` member carries its
-severity, the one-line summary docs/webhook.md lists and the generic fix. **Adding a code is one line
-in** :class:`Code` (``NAME = ("KVPnnn", Severity.x, "summary", "fix")``); docs/webhook.md's table is
-generated from it (``python scripts/reason_codes.py``) and a test fails while the two differ. Codes
-never change meaning; new situations get new codes.
+severity, the one-line summary docs/webhook.md lists and the generic fix. **Adding a code is one member
+of** :class:`Code` (``NAME = ("KVPnnn", _WARN, "summary", "generic fix")``), nothing else: docs/webhook.md's
+table is generated from it (``python -m planner.findings_table docs/webhook.md``) and a test fails while
+the two differ. Codes never change meaning; new situations get new codes.
 
 A :class:`Finding` is one occurrence: the code, the full message (never truncated here: only the
 admission response shortens warnings for the API server) and, where one is known, a structured
@@ -218,23 +218,54 @@ class Code(str, Enum):
         "namespace override ignored",
         "correct the namespace's `kv-planner.io/*` labels",
     )
-    PATCH_DROPPED = ("KVP048", _WARN, "a change was dropped (not proven safe, or the patch failed its self-check)")
-    INTERNAL_ERROR = ("KVP049", _WARN, "internal error or review past its time budget: allowed unchecked")
+    PATCH_DROPPED = (
+        "KVP048",
+        _WARN,
+        "a change was dropped (not proven safe, or the patch failed its self-check)",
+        "set the limits yourself (`planner recommend` prints them)",
+    )
+    INTERNAL_ERROR = (
+        "KVP049",
+        _WARN,
+        "internal error or review past its time budget: allowed unchecked",
+        "check offline with `planner check`; report the error if it repeats",
+    )
     REVIEW_TIMED_OUT = (
         "KVP051",
         _WARN,
         "the review could not be decided in time (Enforce with `onTimeout: deny` denies it)",
+        "retry; check offline with `planner check`",
     )
     PLANNER_NOTE = ("KVP050", _INFO, "a planner-core note without a code of its own, passed through")
     # Skip reasons (DESIGN: a skip always carries a code); an LLM server kv-planner cannot read warns.
     NOT_VLLM = ("KVP060", _INFO, "no vLLM container: skipped")
     OPTED_OUT = ("KVP061", _INFO, "`kv-planner.io/skip` is set: skipped")
     OWNED_BY_CONTROLLER = ("KVP062", _INFO, "owned by a controller whose template was reviewed: skipped")
-    UNSUPPORTED_KIND = ("KVP063", _WARN, "an LLM-serving kind kv-planner cannot read")
-    NON_GPU_ACCELERATOR = ("KVP064", _WARN, "the server runs on a non-GPU accelerator: not checked")
-    NO_MODEL_FOUND = ("KVP065", _WARN, "no model found in the serving resource: not checked")
+    UNSUPPORTED_KIND = (
+        "KVP063",
+        _WARN,
+        "an LLM-serving kind kv-planner cannot read",
+        "check the pods it creates, or set `kv-planner.io/skip`",
+    )
+    NON_GPU_ACCELERATOR = (
+        "KVP064",
+        _WARN,
+        "the server runs on a non-GPU accelerator: not checked",
+        "set `kv-planner.io/skip` to silence it",
+    )
+    NO_MODEL_FOUND = (
+        "KVP065",
+        _WARN,
+        "no model found in the serving resource: not checked",
+        "name the model in the resource (or its vLLM arguments)",
+    )
     OTHER_ENGINE = ("KVP066", _INFO, "an LLM server that is not vLLM: not checked")
-    PLATFORM_CONFIG_UNREADABLE = ("KVP067", _WARN, "the serving platform's configuration is not readable here")
+    PLATFORM_CONFIG_UNREADABLE = (
+        "KVP067",
+        _WARN,
+        "the serving platform's configuration is not readable here",
+        "pass the platform's configuration (runtime, ConfigMap) with the manifests",
+    )
     BAD_VERSION_ANNOTATION = (
         "KVP068",
         _WARN,
@@ -248,12 +279,37 @@ class Code(str, Enum):
     )
     # Input caps (docs/security.md): a review past a cap is the manifest's doing; Enforce denies it.
     TOO_MANY_CONTAINERS = ("KVP070", _CANNOT, "more containers in one pod than the input cap", "split the pod")
-    TOO_MANY_ARGS = ("KVP071", _CANNOT, "a container has more arguments or env entries than the input cap")
-    VALUE_TOO_LONG = ("KVP072", _CANNOT, "an argument, env or selector value is longer than the input cap")
-    ANNOTATION_TOO_LONG = ("KVP073", _CANNOT, "a kv-planner annotation is longer than the input cap")
-    EXPANSION_TOO_LARGE = ("KVP074", _CANNOT, "`$(VAR)` / shell expansion grows past the input cap")
-    MODEL_NAME_TOO_LONG = ("KVP075", _CANNOT, "the model name is longer than the input cap: not planned")
-    TOO_DEEP = ("KVP076", _CANNOT, "the object is nested deeper than the input cap")
+    TOO_MANY_ARGS = (
+        "KVP071",
+        _CANNOT,
+        "a container has more arguments or env entries than the input cap",
+        "move settings into a `--config` file",
+    )
+    VALUE_TOO_LONG = (
+        "KVP072",
+        _CANNOT,
+        "an argument, env or selector value is longer than the input cap",
+        "shorten the value (a ConfigMap for long ones)",
+    )
+    ANNOTATION_TOO_LONG = (
+        "KVP073",
+        _CANNOT,
+        "a kv-planner annotation is longer than the input cap",
+        "shorten the annotation (e.g. a smaller workload histogram)",
+    )
+    EXPANSION_TOO_LARGE = (
+        "KVP074",
+        _CANNOT,
+        "`$(VAR)` / shell expansion grows past the input cap",
+        "write the values instead of nesting variables",
+    )
+    MODEL_NAME_TOO_LONG = (
+        "KVP075",
+        _CANNOT,
+        "the model name is longer than the input cap: not planned",
+        "use the model's repository id",
+    )
+    TOO_DEEP = ("KVP076", _CANNOT, "the object is nested deeper than the input cap", "flatten the object")
     MODEL_NOT_ALLOWED = (
         "KVP077",
         _WARN,
@@ -331,8 +387,13 @@ class Finding(BaseModel):
         fix: Fix | None = None,
         severity: Severity | None = None,
     ) -> Finding:
-        """A finding whose message is ``KVPnnn <container>: <text>`` (``KVPnnn <text>`` without one)."""
+        """A finding whose message is ``KVPnnn <container>: <text>`` (``KVPnnn <text>`` without one).
+
+        ``fix`` defaults to the code's generic fix (no arguments), so every deny and warning says what to do.
+        """
         prefix = f"{code.value} {container}: " if container else f"{code.value} "
+        if fix is None and code.fix:
+            fix = Fix(text=code.fix.replace("`", ""))  # the code's generic fix (its docs markup dropped)
         return cls(code=code, severity=severity or code.severity, message=prefix + " ".join(text.split()), fix=fix)
 
     @property

@@ -9,7 +9,8 @@ Two things the suite reads live outside the repository:
 
 A test whose input is absent calls :func:`missing`: on a developer's machine that is a skip naming what
 is absent; under CI (``CI=true``), which has ``../shared`` and runs the install script, it is a failure.
-A skip without a reason is a failure everywhere, and every run ends with the skips counted by reason.
+A skip without a reason is a failure everywhere, and so is, under CI, a failed ``pytest.importorskip``
+without a reason of its own. Every run ends with the skips counted by reason.
 """
 
 from __future__ import annotations
@@ -103,9 +104,16 @@ def _skip_reason(report: pytest.TestReport) -> str:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     outcome = yield
     report: pytest.TestReport = outcome.get_result()
-    if report.skipped and not hasattr(report, "wasxfail") and _skip_reason(report).strip() in _UNEXPLAINED:
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    reason = _skip_reason(report).strip()
+    if reason in _UNEXPLAINED:
         report.outcome = "failed"
         report.longrepr = f"{item.nodeid} was skipped without a reason: every skip must say why"
+    elif IN_CI and reason.startswith("could not import"):
+        # pytest.importorskip's own message: CI installs every dependency and test extra.
+        report.outcome = "failed"
+        report.longrepr = f"{item.nodeid}: {reason}; scripts/test installs the test extras, so under CI=true this fails"
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

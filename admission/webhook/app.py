@@ -53,7 +53,29 @@ class TooLarge(Exception):
     pass
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
+class Busy(Exception):
+    """More request bytes are held than the server allows (answered 503: retry)."""
+
+
+class Pending:
+    """Request bytes held in memory across all connections (each connection may send up to the body limit;
+    a thousand of them must not add up to gigabytes)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def take(self, count: int) -> None:
+        if self.held + count > self.limit:
+            raise Busy
+        self.held += count
+
+    def give(self, count: int) -> None:
+        self.held -= count
+
+
+async def _read_body(request: Request, limit: int, pending: Pending, held: list[int]) -> bytes:
+    """The body, counting what it holds in ``held`` (given back by the caller)."""
     length = request.headers.get("content-length")
     if length is not None:
         try:
@@ -67,6 +89,8 @@ async def _read_body(request: Request, limit: int) -> bytes:
         total += len(chunk)
         if total > limit:
             raise TooLarge
+        pending.take(len(chunk))
+        held[0] += len(chunk)
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -97,12 +121,14 @@ def create_app(
     metrics: WebhookMetrics,
     *,
     body_limit: int = DEFAULT_BODY_LIMIT,
+    max_pending_bytes: int = 64 * 2**20,
     review_budget: float = DEFAULT_REVIEW_BUDGET,
     ready: Callable[[], bool] = lambda: True,
 ) -> FastAPI:
     """The webhook ASGI app: parses and answers on the event loop, decides in ``pool``'s workers."""
     app = FastAPI(title="kv-planner admission webhook", docs_url=None, redoc_url=None, openapi_url=None)
     inventory = Inventory(cache)
+    pending = Pending(max_pending_bytes)
 
     def unchecked(request: AdmissionRequest, outcome: Outcome, code: str, kind: str, reason: str) -> Outcome:
         # Every answer that is not a decision is logged with its reason code and counted.
@@ -135,13 +161,23 @@ def create_app(
         return outcome
 
     async def handle(request: Request, endpoint: Endpoint) -> Response:
+        held = [0]
+        try:
+            return await answer(request, endpoint, held)
+        finally:
+            pending.give(held[0])
+
+    async def answer(request: Request, endpoint: Endpoint, held: list[int]) -> Response:
         started = time.perf_counter()
         content_type = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         try:
             if content_type != "application/json":
                 raise BadRequest(f"Content-Type must be application/json, got {content_type or 'none'!r}")
-            body = await _read_body(request, body_limit)
+            body = await _read_body(request, body_limit, pending, held)
             parsed = parse_review(body)
+        except Busy:
+            metrics.rejected.labels("busy").inc()
+            return JSONResponse({"error": "too many requests in flight"}, status_code=503, headers={"Retry-After": "1"})
         except TooLarge:
             metrics.rejected.labels("too-large").inc()
             return JSONResponse({"error": f"request body larger than {body_limit} bytes"}, status_code=413)

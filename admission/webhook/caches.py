@@ -14,14 +14,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-import kubernetes
-
+from admission import kubeapi
 from planner.k8s.nodes import NodeInfo, node_info
-
-# The kubernetes client is untyped; reach it through Any-typed names.
-_client: Any = kubernetes.client
-_config: Any = kubernetes.config
-_watch: Any = kubernetes.watch
 
 log = logging.getLogger("kv_planner.webhook.caches")
 
@@ -99,7 +93,7 @@ class _Informer:
                     self._items = items
                 self.synced.set()
                 version = data.get("metadata", {}).get("resourceVersion")
-                stream = _watch.Watch()
+                stream = kubeapi.new_watch()
                 for event in stream.stream(
                     self._list, resource_version=version, timeout_seconds=300, _preload_content=False
                 ):
@@ -138,11 +132,8 @@ class KubernetesCache:
 
     def __init__(self, *, watch_nodes: bool = True, watch_namespaces: bool = True, api_client: Any = None) -> None:
         if api_client is None:
-            try:
-                _config.load_incluster_config()
-            except _config.ConfigException:
-                _config.load_kube_config()
-        core = _client.CoreV1Api(api_client)
+            kubeapi.load_config()
+        core = kubeapi.core_api(api_client)
         self._stop = threading.Event()
         self._namespaces = (
             _Informer("namespaces", core.list_namespace, _namespace_meta, self._stop) if watch_namespaces else None

@@ -38,6 +38,12 @@ def webhook(
     reload_interval: Annotated[
         float, typer.Option(envvar=_env("reload-interval"), min=0.1, help="Seconds between file checks.")
     ] = 10.0,
+    max_pending_bytes: Annotated[
+        int,
+        typer.Option(
+            envvar=_env("max-pending-bytes"), min=1024 * 1024, help="Request bytes held at once (503 past it)."
+        ),
+    ] = 64 * 2**20,
     body_limit: Annotated[
         int, typer.Option(envvar=_env("body-limit"), min=1024, help="Largest request body (bytes).")
     ] = 7 * 1024 * 1024,
@@ -56,7 +62,7 @@ def webhook(
     tls_min_version: Annotated[
         str, typer.Option(envvar=_env("tls-min-version"), help="1.2 (AEAD suites only) or 1.3 (1.3 only).")
     ] = "1.2",
-    workers: Annotated[int, typer.Option(envvar=_env("workers"), min=1, max=64, help="Decision worker processes.")] = 2,
+    workers: Annotated[int, typer.Option(envvar=_env("workers"), min=1, max=64, help="Decision worker processes.")] = 3,
     review_budget: Annotated[
         float,
         typer.Option(
@@ -68,7 +74,7 @@ def webhook(
     ] = 1.0,
     max_waiting: Annotated[
         int, typer.Option(envvar=_env("max-waiting"), min=1, help="Reviews of one namespace waiting for a worker.")
-    ] = 16,
+    ] = 32,
     worker_max_memory: Annotated[
         int,
         typer.Option(envvar=_env("worker-max-memory"), min=0, help="Worker RSS bytes that replace it."),
@@ -102,6 +108,7 @@ def webhook(
         request_timeout=request_timeout,
         keep_alive=keep_alive,
         max_connections=max_connections,
+        max_pending_bytes=max_pending_bytes,
         port=port,
         tls_cert_file=str(tls_cert_file),
         tls_key_file=str(tls_key_file),

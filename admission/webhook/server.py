@@ -47,14 +47,15 @@ class WebhookSettings(BaseModel):
     body_limit: int = DEFAULT_BODY_LIMIT
     cluster: bool = True
     log_level: str = "info"
-    workers: int = Field(default=2, ge=1, le=64, description="decision worker processes")
+    workers: int = Field(default=3, ge=1, le=64, description="decision worker processes")
     review_budget: float = Field(default=DEFAULT_REVIEW_BUDGET, gt=0, le=30, description="seconds per review")
-    max_waiting: int = Field(default=16, ge=1, description="reviews of one namespace waiting for a worker")
+    max_waiting: int = Field(default=32, ge=1, description="reviews of one namespace waiting for a worker")
     worker_max_rss: int = Field(default=200 * 2**20, ge=0, description="bytes; a bigger worker is replaced")
     request_timeout: float = Field(default=10.0, gt=0, description="seconds to receive one request")
     keep_alive: float = Field(default=5.0, gt=0, description="seconds an idle connection is kept")
     handshake_timeout: float = Field(default=5.0, gt=0, description="seconds for the TLS handshake")
     max_connections: int = Field(default=1000, ge=1, description="open connections on the TLS port")
+    max_pending_bytes: int = Field(default=64 * 2**20, ge=2**20, description="request bytes held at once")
 
 
 class _TLSConfig(uvicorn.Config):
@@ -130,6 +131,7 @@ class Webhook:
             self.cache,
             self.metrics,
             body_limit=settings.body_limit,
+            max_pending_bytes=settings.max_pending_bytes,
             review_budget=settings.review_budget,
             ready=self.ready,
         )

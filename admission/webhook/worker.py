@@ -109,7 +109,10 @@ def serve(conn: Connection, backend_factory: Callable[[], PlanningBackend], max_
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     reviewer = Reviewer(backend=backend_factory())
     warm_up(reviewer)
-    conn.send("ready")
+    try:
+        conn.send("ready")
+    except OSError:  # the server closed the pool while this worker started (shutdown)
+        return
     inventory: Sequence[NodeInfo] = []
     while True:
         try:

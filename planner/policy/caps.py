@@ -27,6 +27,7 @@ _GPU_ANNOTATION = "kv-planner.io/gpu"  # matched against GPU names: bounded like
 # Values kv-planner matches against GPU names (node selectors, node affinity, GPU annotations): a
 # Kubernetes label value is at most 63 characters, so 256 leaves room for any real spelling.
 _SELECTOR_KEYS = ("nodeSelector", "affinity")
+_INTERESTING = frozenset((*_CONTAINER_LISTS, "annotations", *_SELECTOR_KEYS))
 
 
 class InputCaps(BaseModel):
@@ -56,31 +57,39 @@ def cap_finding(error: InputCapError, container: str | None = None) -> Finding:
 
 
 def screen(obj: Any, caps: InputCaps = DEFAULT_CAPS) -> list[Finding]:
-    """The bounds ``obj`` exceeds (empty when it is within all of them). Linear in the object's size."""
-    stack: list[tuple[Any, int, str | None]] = [(obj, 1, None)]
+    """The bounds ``obj`` exceeds (empty when it is within all of them). Linear in the object's size.
+
+    ``obj`` is decoded JSON/YAML (dicts, lists, scalars); only containers are pushed on the walk's stack,
+    and only the keys kv-planner reads are looked at in each mapping.
+    """
     found: dict[str, Finding] = {}
 
     def note(code: Code, limit: int, text: str) -> None:
         found.setdefault(code.value, finding(code, None, f"{text} (limit {limit}): not planned"))
 
+    stack: list[tuple[Any, int]] = [(obj, 1)]
     while stack:
-        value, depth, key = stack.pop()
+        value, depth = stack.pop()
         if depth > caps.max_depth:
             note(Code.TOO_DEEP, caps.max_depth, f"object nested deeper than {caps.max_depth} levels")
             continue
-        if isinstance(value, Mapping):
-            _check_mapping(value, caps, note)
-            stack.extend((child, depth + 1, str(k)) for k, child in value.items())
+        if isinstance(value, dict):
+            if not _INTERESTING.isdisjoint(value):
+                _check_mapping(value, caps, note)
+            children: Any = value.values()
         elif isinstance(value, list):
-            stack.extend((child, depth + 1, key) for child in value)
+            children = value
+        else:
+            continue
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return list(found.values())
 
 
 def _check_mapping(value: Mapping[Any, Any], caps: InputCaps, note: Any) -> None:
-    containers = [c for name in _CONTAINER_LISTS for c in _as_list(value.get(name))]
+    containers = [c for name in _CONTAINER_LISTS if name in value for c in _as_list(value[name])]
     if len(containers) > caps.max_containers:
         note(Code.TOO_MANY_CONTAINERS, caps.max_containers, f"{len(containers)} containers in one pod")
-    for container in containers:
+    for container in containers[: caps.max_containers + 1]:  # (one past the cap is enough to tell)
         if isinstance(container, Mapping):
             _check_container(container, caps, note)
     annotations = value.get("annotations")

@@ -42,7 +42,8 @@ def arg_operations(
 ) -> list[Operation]:
     """Operations that apply argv ``edits`` (indices into command + args) to one container."""
     base = (*spec_path, "containers", str(found.index))
-    command_len = len(container.get("command") or [])
+    command = container.get("command")
+    command_len = len(command) if isinstance(command, list) else 0  # (not a list: no words were read from it)
     has_args = isinstance(container.get("args"), list)
     ops: list[Operation] = []
     appended: list[str] = []

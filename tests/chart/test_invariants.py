@@ -264,13 +264,14 @@ def test_webhook_args_and_image() -> None:
         "--policy-file=/etc/kv-planner/policy/policy.yaml",
         "--metrics-port=9090",
         "--tls-min-version=1.2",
-        "--workers=2",
+        "--workers=3",
         "--review-budget=1",
-        "--max-waiting=16",
+        "--max-waiting=32",
         "--worker-max-memory=209715200",
         "--request-timeout=10",
         "--keep-alive=5",
         "--max-connections=1000",
+        "--max-pending-bytes=67108864",
     ]
     digest = "sha256:" + "a" * 64
     docs = render(set_values=("image.tag=1.2.3", f"image.digest={digest}"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from planner.findings import Code, Finding, Severity
+from planner.findings import Code, Finding, Severity, fix_args
 from planner.findings_table import BEGIN, END, render
 from tests.conftest import REPO_ROOT
 
@@ -33,6 +33,12 @@ def test_every_code_written_in_the_source_is_in_the_enum() -> None:
     assert stray == {}, "codes used but not defined in planner/findings.py"
 
 
+def test_every_deny_and_warning_says_how_to_fix_it() -> None:
+    # issue 18: every deny/warn carries its fix; codes without a specific one fall back to the generic fix.
+    missing = [c.value for c in Code if c.severity in (Severity.cannot_start, Severity.warn) and not c.fix]
+    assert missing == []
+
+
 def test_a_finding_serializes_its_code_severity_and_fix() -> None:
     item = Finding.of(Code.THRASH, "--max-num-seqs 256 needs more KV blocks", container="vllm")
     assert item.severity == Severity.warn and item.code == "KVP010"
@@ -40,5 +46,8 @@ def test_a_finding_serializes_its_code_severity_and_fix() -> None:
         "code": "KVP010",
         "severity": "warn",
         "message": "KVP010 vllm: --max-num-seqs 256 needs more KV blocks",
-        "fix": None,
+        "fix": {"args": [], "text": "lower --max-num-seqs to the safe value"},
     }
+    specific = Finding.of(Code.THRASH, "too many", fix=fix_args(["--max-num-seqs", "19"]))
+    assert specific.fix is not None and specific.fix.args == ["--max-num-seqs", "19"]
+    assert Finding.of(Code.RECORDED_PLAN, "recorded").fix is None  # info: nothing to fix

@@ -89,6 +89,9 @@ def start(
         "cluster": False,
         "log_level": "warning",
         "body_limit": 256 * 1024,
+        # Tests run on shared, loaded machines: only the tests about budgets use a short one (?timeout=).
+        "review_budget": 8.0,
+        "workers": 2,  # (fewer processes to start on a loaded machine; the share rule is the same)
     }
     settings = WebhookSettings(**{**values, **overrides})
     webhook = Webhook(settings, cache=StaticCache(), backend_factory=backend)
@@ -103,7 +106,8 @@ def start(
             except httpx.HTTPError:
                 return False
 
-        wait_for(ready, "the webhook to become ready")
+        # Generous: a loaded CI machine forks the fork server, loads the catalogs and warms every worker.
+        wait_for(ready, "the webhook to become ready", timeout=180.0)
     try:
         yield handle
     finally:

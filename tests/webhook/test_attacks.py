@@ -46,7 +46,7 @@ def _container(obj: dict[str, Any]) -> dict[str, Any]:
     return container
 
 
-def _answer(client: httpx.Client, review: dict[str, Any], timeout: str = "2s") -> dict[str, Any]:
+def _answer(client: httpx.Client, review: dict[str, Any], timeout: str = "5s") -> dict[str, Any]:
     response = post(client, review, f"/mutate?timeout={timeout}")
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()["response"]
@@ -84,7 +84,7 @@ def test_an_overrunning_review_does_not_change_another_tenants_decision(enforcin
             # Enforce + onTimeout: deny (the default): the attacker is denied, not waved through.
             assert body["allowed"] is False and body["status"]["message"].startswith("kv-planner: KVP051"), body
         # The killed workers were replaced: the victim is still answered correctly afterwards.
-        wait_for(lambda: enforcing.webhook.pool.alive() == 2, "replacement workers")
+        wait_for(lambda: enforcing.webhook.pool.alive() == enforcing.webhook.settings.workers, "replacement workers")
         _assert_victim_denied(_answer(client, _review("tenant-b", "victim-2")))
     metrics = httpx.get(enforcing.metrics_url).text
     assert 'kv_planner_webhook_worker_restarts_total{reason="overrun"}' in metrics
@@ -291,3 +291,15 @@ def test_tls_1_3_only_and_aead_only_tls_1_2(tmp_path: Path) -> None:
         cbc.set_ciphers("ECDHE-RSA-AES128-SHA256:ECDHE-RSA-AES256-SHA")  # CBC suites only
         with socket.create_connection(("127.0.0.1", handle.webhook.settings.port)) as raw, pytest.raises(ssl.SSLError):
             cbc.wrap_socket(raw, server_hostname="127.0.0.1")
+
+
+def test_request_bytes_held_at_once_are_bounded(tmp_path: Path) -> None:
+    """Each connection may send up to the body limit; together they may not hold more than the bound."""
+    for handle in start(tmp_path, policy_text=ENFORCE, body_limit=3 * 2**20, max_pending_bytes=2**20):
+        with handle.client() as client:
+            big = _review("tenant-a", "big")
+            big["request"]["object"]["metadata"]["labels"]["padding"] = "x" * (2**20 + 1)
+            response = post(client, big, "/mutate?timeout=2s")
+            assert response.status_code == 503 and response.headers["retry-after"] == "1"
+            _assert_victim_denied(_answer(client, _review("tenant-b", "victim")))  # the bytes were given back
+        assert 'kv_planner_webhook_rejected_requests_total{reason="busy"} 1.0' in httpx.get(handle.metrics_url).text
