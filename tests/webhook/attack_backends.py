@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from planner.policy.planning import CoreBackend
@@ -17,5 +16,6 @@ class EndlessForAttacker(CoreBackend):
 
     def resolve_model(self, name: str, **kwargs: Any) -> Any:
         if name == ATTACKER_MODEL:
-            time.sleep(3600)
+            while True:  # burns CPU, as a runaway planning step would (time.sleep would be "starved")
+                sum(range(10_000))
         return super().resolve_model(name, **kwargs)
