@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from planner.policy.planning import CoreBackend
@@ -18,4 +19,16 @@ class EndlessForAttacker(CoreBackend):
         if name == ATTACKER_MODEL:
             while True:  # burns CPU, as a runaway planning step would (time.sleep would be "starved")
                 sum(range(10_000))
+        return super().resolve_model(name, **kwargs)
+
+
+SLEEPY_MODEL = "attacker/sleepy"
+
+
+class SleepyForAttacker(CoreBackend):
+    """Planning the sleepy model waits 3 s without using CPU: a review on a CPU-starved machine."""
+
+    def resolve_model(self, name: str, **kwargs: Any) -> Any:
+        if name == SLEEPY_MODEL:
+            time.sleep(3)
         return super().resolve_model(name, **kwargs)
