@@ -41,6 +41,7 @@ class Deployment(_Strict):
     weight_scheme: str | None = Field(default=None, description="fp8 | w8a8 | w4a16 | mxfp4 | ...")
     gpu: str = Field(description="canonical kv-planner GPU name")
     gpus: int = 1
+    nodes: int = Field(default=1, description="nodes the engine's ranks span (multi-node TP/PP over Ray or LWS)")
     vllm: str = Field(description="release X.Y.Z")
     engine: str = "v1"
     tp: int = 1
@@ -89,6 +90,7 @@ class Startup(_Strict):
             quantization=d.weight_scheme,
             gpu=d.gpu,
             gpu_count=d.gpus,
+            nodes=d.nodes,
             vllm_version=d.vllm,
             engine=d.engine,
             tensor_parallel_size=d.tp,

@@ -60,6 +60,8 @@ class Observation:
     """One record's features and logged terms (bytes)."""
 
     model_key: str
+    release: str
+    """the release-table row the record's vLLM version falls in"""
     tp: int
     pp: int
     nvls: bool
@@ -101,6 +103,7 @@ def observe(record: StartupRecord, spec: ModelSpec, gpu: GpuSpec) -> Observation
 
     return Observation(
         model_key=(record.base_model or record.model).lower(),
+        release=release.since,
         tp=tp,
         pp=pp,
         nvls=gpu.nvswitch_multicast,
@@ -215,12 +218,23 @@ class ModelError(BaseModel):
     held_out_max_abs_error: float | None
 
 
+class ReleaseError(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    release: str
+    records: int
+    in_sample_median_error: float | None
+    held_out_median_error: float | None
+    held_out_max_abs_error: float | None
+
+
 class FitReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     coefficients: MemoryCoefficients
     observations: int
     leave_one_model_out: list[ModelError]
+    leave_one_release_out: list[ReleaseError] = []
 
 
 def _observations(
@@ -228,6 +242,8 @@ def _observations(
 ) -> list[tuple[StartupRecord, Observation]]:
     out = []
     for record in records:
+        if (record.nodes or 1) > 1:
+            continue  # multi-node non-torch memory is not modelled: nothing to fit or predict
         try:
             spec = lookup_model(record.model)
         except KvPlannerError:
@@ -257,24 +273,40 @@ def fit_report(
     in_sample = validate_records(
         [r for r, _ in pairs], lookup_model=lookup_model, lookup_gpu=lookup_gpu, coefficients=everything
     )
-    in_errors: dict[str, list[float]] = {}
-    for (_, obs), result in zip(pairs, in_sample.records, strict=True):
-        if result.full is not None and result.full.error is not None:
-            in_errors.setdefault(obs.model_key, []).append(result.full.error)
-    lomo = []
-    for key in sorted({o.model_key for _, o in pairs}):
-        training = [o for _, o in pairs if o.model_key != key]
-        held = [r for r, o in pairs if o.model_key == key]
-        coefficients = fit_coefficients(training, prior)
-        report = validate_records(held, lookup_model=lookup_model, lookup_gpu=lookup_gpu, coefficients=coefficients)
-        errors = [r.full.error for r in report.records if r.full is not None and r.full.error is not None]
-        lomo.append(
-            ModelError(
-                model=key,
-                records=len(held),
-                in_sample_median_error=round(statistics.median(in_errors[key]), 5) if in_errors.get(key) else None,
-                held_out_median_error=round(statistics.median(errors), 5) if errors else None,
-                held_out_max_abs_error=round(max(abs(e) for e in errors), 5) if errors else None,
-            )
+
+    def median(values: list[float]) -> float | None:
+        return round(statistics.median(values), 5) if values else None
+
+    def held_out(
+        group: Callable[[Observation], str],
+    ) -> list[tuple[str, int, float | None, float | None, float | None]]:
+        """Refit without each group's records, predict them: (group, records, in-sample median, held-out
+        median, held-out max |error|)."""
+        in_errors: dict[str, list[float]] = {}
+        for (_, obs), result in zip(pairs, in_sample.records, strict=True):
+            if result.full is not None and result.full.error is not None:
+                in_errors.setdefault(group(obs), []).append(result.full.error)
+        rows = []
+        for key in sorted({group(o) for _, o in pairs}):
+            training = [o for _, o in pairs if group(o) != key]
+            held = [r for r, o in pairs if group(o) == key]
+            coefficients = fit_coefficients(training, prior)
+            report = validate_records(held, lookup_model=lookup_model, lookup_gpu=lookup_gpu, coefficients=coefficients)
+            errors = [r.full.error for r in report.records if r.full is not None and r.full.error is not None]
+            worst = round(max(abs(e) for e in errors), 5) if errors else None
+            rows.append((key, len(held), median(in_errors.get(key, [])), median(errors), worst))
+        return rows
+
+    lomo = [
+        ModelError(model=key, records=n, in_sample_median_error=a, held_out_median_error=b, held_out_max_abs_error=c)
+        for key, n, a, b, c in held_out(lambda o: o.model_key)
+    ]
+    loro = [
+        ReleaseError(
+            release=key, records=n, in_sample_median_error=a, held_out_median_error=b, held_out_max_abs_error=c
         )
-    return FitReport(coefficients=everything, observations=len(pairs), leave_one_model_out=lomo)
+        for key, n, a, b, c in held_out(lambda o: o.release)
+    ]
+    return FitReport(
+        coefficients=everything, observations=len(pairs), leave_one_model_out=lomo, leave_one_release_out=loro
+    )

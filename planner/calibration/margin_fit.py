@@ -50,6 +50,8 @@ def _relative(logged_gib: float | None, predicted: int) -> float | None:
 
 
 def measure(record: StartupRecord, lookup_model: ModelLookup, lookup_gpu: GpuLookup) -> TermMiss | None:
+    if (record.nodes or 1) > 1:
+        return None  # multi-node non-torch memory is not modelled: no full prediction to measure
     try:
         spec, online = resolve_record_model(record, lookup_model)
         gpu = lookup_gpu(record.gpu or "")

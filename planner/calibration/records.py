@@ -27,6 +27,7 @@ class StartupRecord(BaseModel):
     quantization: str | None = None
     gpu: str | None = None
     gpu_count: int | None = None
+    nodes: int | None = 1
     vllm_version: str | None = None
     engine: str | None = None
     tensor_parallel_size: int | None = 1

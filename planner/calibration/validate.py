@@ -228,6 +228,13 @@ def validate_record(
     except (UnknownModelError, UnknownVllmVersionError, LookupError) as error:
         return unsupported(_one_line(error))
     layout_only: str | None = None
+    if (record.nodes or 1) > 1:
+        # vllm 0.10.1.1 distributed/device_communicators/custom_all_reduce.py: "Custom allreduce is disabled
+        # because this process group spans across nodes"; NCCL then runs over the network with buffers the
+        # memory model does not have (issue 12 cause d). The blocks still follow from the logged memory.
+        layout_only = (
+            f"layout only: tensor parallelism across {record.nodes} nodes (its non-torch memory is not modelled)"
+        )
     try:
         gpu = lookup_gpu(record.gpu or "")
     except LookupError as error:
@@ -236,7 +243,7 @@ def validate_record(
             return unsupported(f"{_one_line(error)} (and the layout depends on the GPU: {depends})")
         if record.kv_cache_memory_gib is None:
             return unsupported(_one_line(error))
-        gpu, layout_only = stand_in_gpu(record), f"layout only: {_one_line(error)}"
+        gpu, layout_only = stand_in_gpu(record), layout_only or f"layout only: {_one_line(error)}"
     args = serving_args(record, online_quantization=online)
     try:
         baseline = predict(spec, gpu, args, vllm_version=record.vllm_version, coefficients=coefficients)

@@ -46,10 +46,10 @@ def render_plan(console: Console, plan: Plan, args: ServingArgs) -> None:
     graphs = _gib(mem.cuda_graph_bytes) if mem.cuda_graph_counted else f"({_gib(mem.cuda_graph_bytes)}, not counted)"
     budget.add_row("- CUDA graphs", graphs)
     band = plan.margin
-    kv_text = band.describe() if band is not None else _gib(mem.kv_cache_bytes)
+    kv_text = band.describe() if band is not None and band.kv_cache_bytes > 0 else _gib(mem.kv_cache_bytes)
     budget.add_row("[bold]= KV cache[/]", f"[bold]{kv_text}[/]")
     console.print(budget)
-    if band is not None and band.down_bytes > 0:
+    if band is not None and band.kv_cache_bytes > 0 and band.down_bytes > 0:
         largest = sorted((t for t in band.terms if t.low_bytes), key=lambda t: -t.low_bytes)[:3]
         parts = ", ".join(f"{t.name.replace('_', ' ')} {t.low_bytes / GiB:.2f}" for t in largest)
         console.print(

@@ -87,10 +87,20 @@ def make_plan(
     if plan.recommendation is not None and workload_limit is not None:
         plan.recommendation.notes = notes
     if with_alternatives:
+        spread = (
+            next((t.low_bytes for t in plan.margin.terms if t.name == "unknown_release"), None) if plan.margin else None
+        )
 
         def replan(m: ModelSpec, g: GpuSpec, a: ServingArgs) -> Plan:
             return plan_without_recommendation(
-                m, g, a, vllm_version=vllm_version, coefficients=coefficients, corrections=corrections, draft=draft
+                m,
+                g,
+                a,
+                vllm_version=vllm_version,
+                coefficients=coefficients,
+                corrections=corrections,
+                draft=draft,
+                spread_hint=spread,
             )[0]
 
         options = alternatives(plan, model, gpu, args, replan=replan, bigger_gpus=bigger_gpus)

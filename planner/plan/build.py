@@ -301,6 +301,7 @@ def version_spread(
     *,
     coefficients: MemoryCoefficients,
     corrections: TermCorrections | None,
+    draft: ModelSpec | None = None,
 ) -> int:
     """How much less KV memory (limiting stage) any checked V1 release computes for the same flags than
     the release planned: the uncertainty of a plan whose vLLM version is unknown. The utilization is
@@ -313,7 +314,13 @@ def version_spread(
             continue
         try:
             other = predict(
-                model, gpu, pinned, vllm_version=row.since, coefficients=coefficients, corrections=corrections
+                model,
+                gpu,
+                pinned,
+                vllm_version=row.since,
+                coefficients=coefficients,
+                corrections=corrections,
+                draft=draft,
             )
         except KvPlannerError:
             continue  # a flag that release does not have: it would not run these flags at all
@@ -331,13 +338,21 @@ def margin_band(
     version_known: bool,
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
     corrections: TermCorrections | None = None,
+    spread_hint: int | None = None,
+    draft: ModelSpec | None = None,
 ) -> KvBand:
-    """The KV band of :mod:`planner.plan.margin`, with what vLLM would make of its low end."""
-    spread = (
-        None
-        if version_known or args.kv_cache_memory_bytes is not None
-        else version_spread(model, gpu, args, prediction, coefficients=coefficients, corrections=corrections)
-    )
+    """The KV band of :mod:`planner.plan.margin`, with what vLLM would make of its low end.
+    ``spread_hint``: an unknown release's spread already computed for a closely related plan (the
+    alternatives of one request reuse the request's, instead of a dozen predictions each)."""
+    spread: int | None = None
+    if not version_known and args.kv_cache_memory_bytes is None:
+        spread = (
+            spread_hint
+            if spread_hint is not None
+            else version_spread(
+                model, gpu, args, prediction, coefficients=coefficients, corrections=corrections, draft=draft
+            )
+        )
     band = kv_band(
         memory,
         release_since=prediction.release.since,
@@ -366,6 +381,8 @@ def plan_without_recommendation(
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
     corrections: TermCorrections | None = None,
     draft: ModelSpec | None = None,
+    with_margin: bool = True,
+    spread_hint: int | None = None,
 ) -> tuple[Plan, Prediction]:
     prediction = predict(
         model, gpu, args, vllm_version=vllm_version, coefficients=coefficients, corrections=corrections, draft=draft
@@ -407,6 +424,8 @@ def plan_without_recommendation(
                 f"--kv-offloading-size without --kv-offloading-backend does nothing in vLLM {plan.vllm_version}",
             )
         )
+    if not with_margin:  # the fleet view shows no band; the version spread costs a dozen predictions
+        return plan, prediction
     plan.margin = margin_band(
         model,
         gpu,
@@ -416,5 +435,7 @@ def plan_without_recommendation(
         version_known=vllm_version is not None,
         coefficients=coefficients,
         corrections=corrections,
+        spread_hint=spread_hint,
+        draft=draft,
     )
     return plan, prediction

@@ -59,7 +59,7 @@ def fleet_rows(
     for model in models:
         try:
             plan, _ = plan_without_recommendation(
-                model, gpu, args, vllm_version=vllm_version, coefficients=coefficients
+                model, gpu, args, vllm_version=vllm_version, coefficients=coefficients, with_margin=False
             )
         except KvPlannerError as error:
             rows.append(

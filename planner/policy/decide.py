@@ -70,7 +70,7 @@ class KvCacheBand(BaseModel):
     @classmethod
     def of(cls, plan: Plan | None) -> KvCacheBand | None:
         band = plan.margin if plan is not None else None
-        if band is None:
+        if band is None or band.kv_cache_bytes <= 0:  # nothing to band: the weights do not fit
             return None
         return cls(
             bytes=band.kv_cache_bytes, low_bytes=band.low_bytes, high_bytes=band.high_bytes, text=band.describe()

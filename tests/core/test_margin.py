@@ -61,7 +61,10 @@ def _replay(record: StartupRecord, longest: bool) -> tuple[int, int, bool, int, 
     return rec.max_model_len, rec.max_num_seqs, real.fits, need, real.layout.num_gpu_blocks - 1
 
 
-REPLAYED = [r for r in RECORDS if r.kv_cache_memory_gib is not None and r.kv_cache_tokens is not None]
+# Multi-node records are layout-only (their non-torch memory is not modelled): no recommendation to replay.
+REPLAYED = [
+    r for r in RECORDS if r.kv_cache_memory_gib is not None and r.kv_cache_tokens is not None and (r.nodes or 1) == 1
+]
 
 
 @pytest.mark.parametrize("longest", [False, True], ids=["own-settings", "longest-context"])
@@ -151,3 +154,20 @@ def serving_args_for(**update: object):  # type: ignore[no-untyped-def]
     from planner.vllm.args import ServingArgs
 
     return ServingArgs(**update)  # type: ignore[arg-type]
+
+
+def test_an_unknown_release_is_covered_by_what_the_checked_releases_compute() -> None:
+    """Without --vllm-version the plan is the newest release's; the band also covers the least KV memory
+    any checked V1 release computes for the same flags (here the 0.12-0.16 sampler, which sorts the
+    logits of 1,024 dummy requests)."""
+    spec, gpu = lookup_model("meta-llama/Llama-3.1-8B-Instruct"), lookup_gpu("H100-80GB")
+    unknown = make_plan(spec, gpu, serving_args_for(max_model_len=32768), with_alternatives=False)
+    known = make_plan(spec, gpu, serving_args_for(max_model_len=32768), vllm_version="0.33.0", with_alternatives=False)
+    assert unknown.margin is not None and known.margin is not None
+    spread = next(t for t in unknown.margin.terms if t.name == "unknown_release")
+    old = make_plan(
+        spec, gpu, serving_args_for(max_model_len=32768, gpu_memory_utilization=0.92), vllm_version="0.16.0"
+    )
+    assert spread.low_bytes >= known.memory.kv_cache_bytes - old.memory.kv_cache_bytes > 0
+    assert unknown.margin.low_bytes == known.margin.low_bytes - spread.low_bytes
+    assert all(t.name != "unknown_release" for t in known.margin.terms)
