@@ -365,6 +365,28 @@ def start_server(
     raise SystemExit("the webhook did not become ready in 60 s")
 
 
+def tree_cpu_seconds(root: int) -> float:
+    """User + system CPU seconds of ``root`` and its living descendants (Linux /proc): what the server
+    spent, whatever else the machine is running (latency on a shared machine is not)."""
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            stats[int(entry.name)] = fields
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    ticks, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        stack.extend(children.get(pid, []))
+        if pid in stats:
+            ticks += int(stats[pid][11]) + int(stats[pid][12])  # utime, stime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
 def _bodies(args: argparse.Namespace, count: int) -> list[bytes]:
     rng = random.Random(7)
     out = []
@@ -408,8 +430,10 @@ async def _measure(args: argparse.Namespace, baseline: bool) -> list[dict[str, A
                     rows.append(_row(f"{label}: {concurrency} concurrent", *result))
                     offset += args.requests if args.cold else 0
             chunk = requests[offset:] if args.cold else requests
+            cpu_before = tree_cpu_seconds(process.pid)
             result = await _open_loop(port, context, chunk, args.rate, args.requests)
             rows.append(_row(f"{label}: {args.rate:g} req/s paced", *result))
+            rows[-1]["cpu_ms_per_review"] = (tree_cpu_seconds(process.pid) - cpu_before) * 1000 / args.requests
             rows[-1]["errors"] = len(_Connection.errors)
             rows[-1]["error_examples"] = _Connection.errors[:3]
             return rows
@@ -455,15 +479,18 @@ def main() -> None:
         os.sched_setaffinity(0, {c for c in range(os.cpu_count() or 1) if c not in pinned})
     rows = asyncio.run(run(args))
     if args.markdown:
-        print("| load | requests | throughput (req/s) | client p50 / p99 (ms) | server p50 / p99 / max (ms) | errors |")
-        print("|---|---:|---:|---:|---:|---:|")
+        print(
+            "| load | requests | throughput (req/s) | client p50 / p99 (ms) | server p50 / p99 / max (ms) | errors "
+            "| server CPU per review (ms) |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|")
         for r in rows:
             ratio = f" (x{r['ratio_server_p99']:.1f} baseline)" if "ratio_server_p99" in r else ""
             print(
                 f"| {r['load']} | {r['requests']} | {r['throughput_rps']:.0f} | "
                 f"{r['client_p50_ms']:.1f} / {r['client_p99_ms']:.1f} | "
                 f"{r['server_p50_ms']:.1f} / {r['server_p99_ms']:.1f}{ratio} / {r['server_max_ms']:.1f} | "
-                f"{r.get('errors', '')} |"
+                f"{r.get('errors', '')} | {r.get('cpu_ms_per_review', math.nan):.2f} |"
             )
     else:
         print(json.dumps(rows, indent=2))

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import os
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -32,6 +33,14 @@ from admission.webhook.worker import Job, Reply, serve
 from planner.policy.planning import PlanningBackend
 
 log = logging.getLogger("kv_planner.webhook.pool")
+
+# A review past its budget is killed only if its worker used at least this share of the budget in CPU
+# time: on a starved machine (CPU limits, noisy neighbours) a slow review is not a runaway one, and killing
+# it would cost a fresh worker with an empty memo, making the next reviews slower still. A starved
+# review is answered "undecided" all the same; its worker finishes and returns to the pool (or is killed
+# after _LATE_LIMIT seconds).
+_OVERRUN_CPU_SHARE = 0.1  # (a review needs milliseconds of CPU; a runaway one burns what it is given)
+_LATE_LIMIT = 30.0
 
 # Modules the fork server imports (and warms) once; every worker is forked from it with them loaded, so a
 # replacement is ready in milliseconds instead of paying the imports and catalog loading again.
@@ -199,6 +208,7 @@ class DecisionPool:
         worker = await self._acquire(tenant, budget)
         loop = asyncio.get_running_loop()
         job = make_job(worker.inventory_version)
+        cpu_before = _cpu_seconds(worker.process.pid)
         try:
             reply = await loop.run_in_executor(self._threads, _exchange, worker, job, deadline - time.monotonic())
         except BaseException:
@@ -207,8 +217,13 @@ class DecisionPool:
             raise
         if reply is None:
             self._give_back(tenant, None)
-            self._replace(worker, "overrun")
-            raise Undecided(f"review took longer than {budget:.2f}s", "overrun")
+            cpu_after = _cpu_seconds(worker.process.pid)
+            used = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+            if used is None or used >= _OVERRUN_CPU_SHARE * budget:
+                self._replace(worker, "overrun")
+                raise Undecided(f"review took longer than {budget:.2f}s", "overrun")
+            self._finish_late(worker, job.inventory_version)
+            raise Undecided(f"review not decided within {budget:.2f}s (CPU-starved)", "starved")
         worker.inventory_version = job.inventory_version
         if reply.recycle:
             self._give_back(tenant, None)
@@ -216,6 +231,27 @@ class DecisionPool:
         else:
             self._give_back(tenant, worker)
         return reply
+
+    def _finish_late(self, worker: _Worker, version: int) -> None:
+        """Let a starved worker finish its review (the answer is dropped), then return it to the pool."""
+        loop = asyncio.get_running_loop()
+
+        def wait() -> bool:
+            try:
+                return worker.conn.poll(_LATE_LIMIT) and isinstance(worker.conn.recv(), Reply)
+            except (EOFError, OSError):
+                return False
+
+        def done(future: asyncio.Future[bool]) -> None:
+            if self._closed:
+                return
+            if not future.cancelled() and future.result():
+                worker.inventory_version = version
+                self._release(worker)
+            else:
+                self._replace(worker, "overrun")
+
+        asyncio.ensure_future(loop.run_in_executor(self._threads, wait)).add_done_callback(done)
 
     def _replace(self, worker: _Worker, reason: str) -> None:
         """Kill ``worker`` and start its replacement in the background (the review is answered already)."""
@@ -238,6 +274,16 @@ class DecisionPool:
                 self._release(fresh)
 
         asyncio.ensure_future(loop.run_in_executor(self._threads, replace)).add_done_callback(done)
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process (Linux /proc), or None where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _exchange(worker: _Worker, job: Job, budget: float) -> Reply | None:

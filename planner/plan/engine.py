@@ -22,9 +22,10 @@ from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.memory.cudagraph import cuda_graph_bytes
 from planner.memory.mxfp4 import padding_bytes_per_moe_layer
 from planner.memory.nontorch import non_torch_bytes
+from planner.models.memo import IdentityMemo
 from planner.models.quantization import scheme_quantization
 from planner.models.spec import ModelSpec
-from planner.models.weights import estimate_weights, pp_partition
+from planner.models.weights import WeightEstimate, estimate_weights, pp_partition
 from planner.plan.drafter import engine_drafter, with_drafter_layers
 from planner.plan.speculative import DrafterCost
 from planner.units import DTYPE_BYTES, GiB
@@ -155,6 +156,33 @@ def mamba_blocks_and_alignment(
     return (3, 64) if gdn_checkpoint else (2, 16)
 
 
+# Per-model invariants: the weights of one parallel layout and the MoE layer flags do not depend on the
+# GPU or the release, so a sweep (and the release spread of every plan) computes them once per model.
+_WEIGHTS: IdentityMemo[WeightEstimate] = IdentityMemo()
+_MOE_FLAGS: IdentityMemo[tuple[int, ...]] = IdentityMemo()
+# The KV specs and their grouping of one model: GPU-independent, shared by every release with the same
+# group-size rule (the layout is read, never changed; a drafter's layers make a new one).
+_RANK_LAYOUTS: IdentityMemo[tuple[RankLayout, Grouping]] = IdentityMemo()
+
+
+def moe_layer_count(model: ModelSpec, first: int, count: int) -> int:
+    """MoE layers among decoder layers ``first .. first + count - 1``."""
+    if model.moe is None:
+        return 0
+    prefix = _MOE_FLAGS.get(model, None, lambda: _moe_prefix(model))
+    if first + count >= len(prefix):  # beyond the decoder layers (not expected): count directly
+        return sum(1 for i in range(first, first + count) if model.is_moe_layer(i))
+    return prefix[first + count] - prefix[first]
+
+
+def _moe_prefix(model: ModelSpec) -> tuple[int, ...]:
+    """Running count of MoE layers: element i is the number among layers 0 .. i - 1."""
+    counts = [0]
+    for index in range(model.num_layers):
+        counts.append(counts[-1] + model.is_moe_layer(index))
+    return tuple(counts)
+
+
 def build_rank_layout(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -172,21 +200,25 @@ def build_rank_layout(
         )
     conv, ssm = mamba_state_dtype_bytes(model, args, resolved.dtype)
     mamba_blocks, alignment = mamba_blocks_and_alignment(model, gpu, release, resolved)
-    rank = build_layer_caches(
-        model,
-        kv_dtype,
-        tp=args.tensor_parallel_size,
-        block_size=resolved.block_size,
-        unify_hybrid=not hybrid,
-        mamba_conv_bytes=conv,
-        mamba_ssm_bytes=ssm,
-        mamba_blocks_per_request=mamba_blocks,
-        hybrid_alignment=alignment,
-    )
-    grouping = group_layers(
-        rank.layers, group_size_threshold=release.group_size_threshold, strided=release.strided_groups
-    )
-    return rank, grouping
+    tp, block_size = args.tensor_parallel_size, resolved.block_size
+    threshold, strided = release.group_size_threshold, release.strided_groups
+
+    def build() -> tuple[RankLayout, Grouping]:
+        rank = build_layer_caches(
+            model,
+            kv_dtype,
+            tp=tp,
+            block_size=block_size,
+            unify_hybrid=not hybrid,
+            mamba_conv_bytes=conv,
+            mamba_ssm_bytes=ssm,
+            mamba_blocks_per_request=mamba_blocks,
+            hybrid_alignment=alignment,
+        )
+        return rank, group_layers(rank.layers, group_size_threshold=threshold, strided=strided)
+
+    key = (kv_dtype, tp, block_size, hybrid, conv, ssm, mamba_blocks, alignment, threshold, strided)
+    return _RANK_LAYOUTS.get(model, key, build)
 
 
 def mamba_state_dtype_bytes(model: ModelSpec, args: ServingArgs, dtype: str) -> tuple[int, int]:
@@ -235,7 +267,7 @@ def stage_memory(
             sampler_kernel=release.sampler_kernel,
             moe_workspace_held=release.moe_workspace_held,
         )
-        moe_layers = sum(1 for i in range(start, start + count) if model.is_moe_layer(i))
+        moe_layers = moe_layer_count(model, start, count)
         graphs = cuda_graph_bytes(
             layers_on_rank=count,
             moe_layers_on_rank=moe_layers,
@@ -332,14 +364,19 @@ def compute_engine(
     notes += drafter_notes
     partition = pp_partition(model.num_layers, pp, args.env.get("VLLM_PP_LAYER_PARTITION"))
     expert_shards = tp * args.data_parallel_size if args.enable_expert_parallel else tp
-    weights = estimate_weights(
+    pp_override = args.env.get("VLLM_PP_LAYER_PARTITION")
+    weights = _WEIGHTS.get(
         model,
-        dtype=resolved.dtype,
-        tp=tp,
-        pp=pp,
-        pp_override=args.env.get("VLLM_PP_LAYER_PARTITION"),
-        checkpoint_bytes=model.checkpoint_bytes,
-        expert_shards=expert_shards,
+        (resolved.dtype, tp, pp, pp_override, expert_shards),
+        lambda: estimate_weights(
+            model,
+            dtype=resolved.dtype,
+            tp=tp,
+            pp=pp,
+            pp_override=pp_override,
+            checkpoint_bytes=model.checkpoint_bytes,
+            expert_shards=expert_shards,
+        ),
     )
     estimated = weights.estimated
     if (
@@ -362,7 +399,7 @@ def compute_engine(
     per_stage = []
     first = 0
     for stage_bytes, count in zip(weights.bytes_per_stage, partition, strict=True):
-        moe_layers = sum(1 for i in range(first, first + count) if model.is_moe_layer(i))
+        moe_layers = moe_layer_count(model, first, count)
         per_stage.append(stage_bytes + extra + padding * moe_layers)
         first += count
     if drafter is not None:

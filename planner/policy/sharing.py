@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from planner.errors import PlannerInputError
 from planner.gpus.share import GpuShare
 from planner.plan.models import Plan
-from planner.plan.shared import demand_bytes, plan_at_share, sharing_report
+from planner.plan.shared import CONTEXT_RESERVE_BYTES, demand_bytes, plan_at_share, sharing_report
 from planner.policy.codes import Code, Finding, Severity, finding
 from planner.units import GiB
 from planner.vllm.args import ServingArgs
@@ -130,9 +130,12 @@ def share_step(ctx: Any, args: ServingArgs, *, fill: bool, clamp: bool) -> Share
     assert cap is not None
     fix = f"use --gpu-memory-utilization {cap:g}"
     util = plan.memory.gpu_memory_utilization
-    if share.isolated and share.visible_bytes == share.card_bytes:
-        # MPS: the limit shows as free memory of the whole card, so vLLM's startup check fails.
-        text = f"startup asks {util:g} x {_gib(share.visible_bytes)}, MPS gives {_gib(budget)}: vLLM exits; {fix}"
+    # Under an enforced limit vLLM's startup check (free >= ceil(total x util)) fails. Only certain when the
+    # request alone exceeds the limit: the context reserve is an estimate, so within it this is a warning.
+    certain = demand - CONTEXT_RESERVE_BYTES > budget
+    if share.isolated and certain:
+        limit = "MPS gives" if share.visible_bytes == share.card_bytes else "the limit leaves"
+        text = f"startup asks {util:g} x {_gib(share.visible_bytes)}, {limit} {_gib(budget)}: vLLM exits; {fix}"
         out.findings.append(finding(Code.SHARE_CANNOT_START, name, text))
     else:
         pods = f"{share.replicas} pods" if share.replicas else "other pods"

@@ -21,7 +21,15 @@ from typing import Any
 import httpx
 
 from planner.errors import ScrapeError, WorkloadProfileError
-from planner.probe.metrics import MetricsSnapshot, parse_metrics, scrape_sync
+from planner.probe.metrics import (
+    GENERATION_BUCKETS,
+    PREFIX_HITS,
+    PREFIX_QUERIES,
+    PROMPT_BUCKETS,
+    MetricsSnapshot,
+    parse_metrics,
+    scrape_sync,
+)
 from planner.workload import (
     WorkloadProfile,
     buckets_from_prometheus_result,
@@ -99,20 +107,20 @@ def load_workload_source(
             def increase(name: str) -> str:
                 return f"increase({name}{sel}[{window}])"
 
-            prompt_query = f"sum by (le) ({increase('vllm:request_prompt_tokens_bucket')})"
-            output_query = f"sum by (le) ({increase('vllm:request_generation_tokens_bucket')})"
+            prompt_query = f"sum by (le) ({increase(PROMPT_BUCKETS)})"
+            output_query = f"sum by (le) ({increase(GENERATION_BUCKETS)})"
             prompt = _query(client, spec, prompt_query)
             output = _query(client, spec, output_query)
             if observed_prefix_credit and prefix_cache_hit_rate is None:
-                hits = _scalar(client, spec, f"sum({increase('vllm:prefix_cache_hits_total')})")
-                queries = _scalar(client, spec, f"sum({increase('vllm:prefix_cache_queries_total')})")
+                hits = _scalar(client, spec, f"sum({increase(PREFIX_HITS[0])})")
+                queries = _scalar(client, spec, f"sum({increase(PREFIX_QUERIES[0])})")
                 if queries:
                     fields["prefix_cache_hit_rate"] = min(0.95, (hits or 0.0) / queries)
         return profile_from_histograms(prompt, output, **fields)
     path = Path(spec)
     if path.is_file() and path.suffix.lower() not in (".yaml", ".yml", ".json", ".csv"):
         text = path.read_text(encoding="utf-8", errors="replace")
-        if "vllm:request_prompt_tokens_bucket" in text:
+        if PROMPT_BUCKETS in text:
             snapshot = parse_metrics(text, model_name=model_name, source=spec)
             return _from_snapshot(snapshot, spec, observed_prefix_credit=observed_prefix_credit, fields=fields)
     return load_workload_file(path, **fields)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from planner.errors import InvalidArgumentError
 from planner.models.config import derived_max_model_len
+from planner.models.memo import IdentityMemo
 from planner.models.spec import ModelSpec
 from planner.units import AUTO
 from planner.vllm.args import QUANTIZATION_METHODS, ServingArgs
@@ -64,11 +65,16 @@ def check_values(args: ServingArgs) -> None:
 
 def derived_length(model: ModelSpec, version: Version) -> int:
     """The context vLLM derives from the config for this release (YaRN rules changed after 0.19)."""
-    if model.context is None:
+    context = model.context
+    if context is None:
         return model.derived_max_model_len
-    rules = "newest" if version >= Version.parse("0.20.0") else "yarn-original"
-    value, _ = derived_max_model_len(model.context, model.model_type, rules=rules)
-    return value
+    rules = "newest" if version >= _YARN_NEWEST else "yarn-original"
+    return _DERIVED.get(model, rules, lambda: derived_max_model_len(context, model.model_type, rules=rules)[0])
+
+
+_YARN_NEWEST = Version.parse("0.20.0")
+# Per model and rule set: every plan asks it several times (report, band, auto-fit).
+_DERIVED: IdentityMemo[int] = IdentityMemo()
 
 
 def resolve_max_model_len(model: ModelSpec, args: ServingArgs, release: Release, version: Version) -> tuple[int, bool]:

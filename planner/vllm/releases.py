@@ -8,7 +8,7 @@ same table for humans, with the file and function behind every field.
 
 from __future__ import annotations
 
-from functools import total_ordering
+from functools import lru_cache, total_ordering
 from typing import Literal
 
 import re2
@@ -38,6 +38,10 @@ class Version(BaseModel):
     def parse(cls, text: str) -> Version:
         """``X.Y.Z`` with an optional leading ``v`` and an optional fourth part (``0.8.5.post1``,
         ``0.10.1.1``) or local/dev suffix, which do not change behaviour."""
+        return _parse_version(text)
+
+    @classmethod
+    def _parse_uncached(cls, text: str) -> Version:
         match = re2.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+\-][0-9A-Za-z.+\-]*)?\s*$", text or "")
         if not match:
             raise UnknownVllmVersionError(
@@ -55,6 +59,12 @@ class Version(BaseModel):
         if not isinstance(other, Version):
             return NotImplemented
         return self.key() < other.key()
+
+
+@lru_cache(maxsize=1024)
+def _parse_version(text: str) -> Version:
+    # Versions are frozen: one parse per distinct text (every plan parses its release and the rows').
+    return Version._parse_uncached(text)
 
 
 class BatchDefaults(BaseModel):
@@ -411,6 +421,12 @@ def resolve_release(version: str | None) -> tuple[Version, Release, list[Finding
     Returns the parsed version, its row and warnings (a version newer than any known release is
     planned with the newest behaviour, and says so).
     """
+    parsed, row, warnings = _resolve_release(version)
+    return parsed, row, list(warnings)  # the caller's own list: plans append to it
+
+
+@lru_cache(maxsize=256)
+def _resolve_release(version: str | None) -> tuple[Version, Release, tuple[Finding, ...]]:
     warnings: list[Finding] = []
     parsed = Version.parse(version or LATEST_KNOWN)
     if parsed < OLDEST:
@@ -427,4 +443,4 @@ def resolve_release(version: str | None) -> tuple[Version, Release, list[Finding
     for start, candidate in _STARTS:
         if start <= parsed:
             row = candidate
-    return parsed, row, warnings
+    return parsed, row, tuple(warnings)

@@ -23,7 +23,11 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.errors import PlannerInputError
+from planner.vllm.metrics_catalog import exposed_name
 from planner.workload.concurrency import ConcurrencyAdvice
+
+_RUNNING, _WAITING = exposed_name("running"), exposed_name("waiting")
+_USAGE, _USAGE_OLD = exposed_name("kv_cache_usage"), exposed_name("gpu_cache_usage")
 
 EmitTarget = Literal["keda", "hpa", "gaie", "kubeai"]
 EMIT_TARGETS: tuple[EmitTarget, ...] = ("keda", "hpa", "gaie", "kubeai")
@@ -110,7 +114,7 @@ def _metadata(opts: ThresholdOptions, name: str) -> dict[str, Any]:
 
 def _usage_query(sel: str) -> str:
     # vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc (0.10.2 both, 0.12 only the new one).
-    return f"avg(vllm:kv_cache_usage_perc{sel} or vllm:gpu_cache_usage_perc{sel})"
+    return f"avg({_USAGE}{sel} or {_USAGE_OLD}{sel})"
 
 
 def keda_scaled_object(t: Thresholds, opts: ThresholdOptions) -> dict[str, Any]:
@@ -134,7 +138,7 @@ def keda_scaled_object(t: Thresholds, opts: ThresholdOptions) -> dict[str, Any]:
                     "metricType": "AverageValue",
                     "metadata": {
                         "serverAddress": opts.prometheus_url,
-                        "query": f"sum(vllm:num_requests_running{sel}) + sum(vllm:num_requests_waiting{sel})",
+                        "query": f"sum({_RUNNING}{sel}) + sum({_WAITING}{sel})",
                         "threshold": str(t.target_concurrency_per_replica),
                     },
                 },

@@ -106,8 +106,24 @@ def test_label_value_length_is_bounded() -> None:
         "# TYPE " + "a" * 200_000 + " b c d",
         "# TYPE m" + " " * 200_000 + "x y",
         'm{a="' + "," * 200_000,
+        "m" + " " * 200_000 + "1 2 3 4",
+        'm{a="b"' + " " * 200_000 + "x",
+        'm{a="b"' + " " * 200_000 + "x} 1",
+        'm{a="b", ' + " " * 200_000 + "x} 1",
     ],
-    ids=["braces", "backslashes", "quotes", "fields", "type-name", "type-spaces", "commas"],
+    ids=[
+        "braces",
+        "backslashes",
+        "quotes",
+        "fields",
+        "type-name",
+        "type-spaces",
+        "commas",
+        "blanks",
+        "label-blanks",
+        "pair-blanks",
+        "comma-blanks",
+    ],
 )
 def test_adversarial_lines_end_quickly_with_an_error(line: str) -> None:
     # A quadratic regular expression would keep this test running for hours (the suite's timeout).

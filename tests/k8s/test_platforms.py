@@ -440,3 +440,50 @@ def test_kubeai_without_the_cluster_config_knows_only_the_count() -> None:
     alone = run_check(read_documents(text, "model"), policy=POLICY, backend=BACKEND).workloads[0]
     assert (alone.gpu.name, alone.gpu.count, alone.vllm_version) == (None, 2, None)
     assert "KVP042" in alone.codes
+
+
+def _one(text: str) -> WorkloadEntry:
+    report = run_check(read_documents(text, "inline"), policy=POLICY, backend=BACKEND)
+    assert len(report.workloads) == 1
+    return report.workloads[0]
+
+
+def test_ray_serve_llm_single_llm_config() -> None:
+    """``ray.serve.llm:build_llm_deployment`` takes one ``llm_config`` instead of a list."""
+    found = _one(
+        """
+apiVersion: ray.io/v1
+kind: RayService
+metadata: {name: one-llm, namespace: ray}
+spec:
+  serveConfigV2: |
+    applications:
+    - name: llm
+      import_path: ray.serve.llm:build_llm_deployment
+      args:
+        llm_config:
+          model_loading_config: {model_id: qwen, model_source: Qwen/Qwen2.5-7B-Instruct}
+          engine_kwargs: {tensor_parallel_size: 2, max_model_len: 8192}
+          accelerator_type: A10G
+"""
+    )
+    assert (found.model, found.gpu.name, found.gpu.count) == ("Qwen/Qwen2.5-7B-Instruct", "A10G", 2)
+    assert found.args["tensor_parallel_size"] == 2 and found.args["max_model_len"] == 8192
+
+
+def test_kserve_runtime_missing_from_the_input_is_named() -> None:
+    found = _one(
+        """
+apiVersion: serving.kserve.io/v1beta1
+kind: InferenceService
+metadata: {name: custom, namespace: kserve}
+spec:
+  predictor:
+    model:
+      runtime: my-vllm-runtime
+      modelFormat: {name: pytorch}
+      storageUri: hf://Qwen/Qwen2.5-7B-Instruct
+"""
+    )
+    assert found.decision == "skip" and "KVP067" in found.codes
+    assert any("my-vllm-runtime is not in the input" in m for m in found.messages)

@@ -17,5 +17,18 @@ class EndlessForAttacker(CoreBackend):
 
     def resolve_model(self, name: str, **kwargs: Any) -> Any:
         if name == ATTACKER_MODEL:
-            time.sleep(3600)
+            while True:  # burns CPU, as a runaway planning step would (time.sleep would be "starved")
+                sum(range(10_000))
+        return super().resolve_model(name, **kwargs)
+
+
+SLEEPY_MODEL = "attacker/sleepy"
+
+
+class SleepyForAttacker(CoreBackend):
+    """Planning the sleepy model waits 3 s without using CPU: a review on a CPU-starved machine."""
+
+    def resolve_model(self, name: str, **kwargs: Any) -> Any:
+        if name == SLEEPY_MODEL:
+            time.sleep(3)
         return super().resolve_model(name, **kwargs)

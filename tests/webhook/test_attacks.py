@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.webhook.attack_backends import ATTACKER_MODEL, EndlessForAttacker
+from tests.webhook.attack_backends import ATTACKER_MODEL, SLEEPY_MODEL, EndlessForAttacker, SleepyForAttacker
 from tests.webhook.golden_cases import GOLDEN
 from tests.webhook.serving import Running, post, start, wait_for
 
@@ -303,3 +303,22 @@ def test_request_bytes_held_at_once_are_bounded(tmp_path: Path) -> None:
             assert response.status_code == 503 and response.headers["retry-after"] == "1"
             _assert_victim_denied(_answer(client, _review("tenant-b", "victim")))  # the bytes were given back
         assert 'kv_planner_webhook_rejected_requests_total{reason="busy"} 1.0' in httpx.get(handle.metrics_url).text
+
+
+def test_a_starved_review_is_answered_but_its_worker_is_kept(tmp_path: Path) -> None:
+    """A review that is slow without burning CPU (a starved machine) is answered KVP051 in time, and its
+    worker is not killed: it finishes, drops the answer and serves the next review."""
+
+    def sleepy(obj: dict[str, Any]) -> None:
+        _container(obj)["args"][0] = SLEEPY_MODEL
+
+    for handle in start(tmp_path, backend=SleepyForAttacker, policy_text="validationAction: Audit\n", workers=1):
+        with handle.client() as client:
+            body = _answer(client, _review("tenant-a", "sleepy", sleepy), timeout="1s")
+            assert body["allowed"] is True and body["warnings"][0].startswith("KVP051 "), body
+            # The only worker comes back once it has finished: the next review is decided, not undecided.
+            later = _answer(client, _review("tenant-b", "after"), timeout="10s")
+            assert later["allowed"] is True and not later["warnings"][0].startswith("KVP051"), later
+        metrics = httpx.get(handle.metrics_url).text
+        assert 'reason="starved"' in metrics
+        assert "kv_planner_webhook_worker_restarts_total{" not in metrics

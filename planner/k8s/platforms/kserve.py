@@ -83,6 +83,10 @@ def read(obj: Mapping[str, Any], runtimes: Runtimes | None = None) -> PlatformRe
     runtime_name = model.get("runtime") if isinstance(model.get("runtime"), str) else None
     runtime = _runtime(runtime_name, model_format, runtimes or {})
     if runtime is None and model_format not in LLM_FORMATS:
+        if runtime_name and "vllm" in f"{runtime_name} {model_format}".lower():
+            # The webhook reads no ServingRuntimes; planner check needs it in its input.
+            text = f"ServingRuntime {runtime_name[:60]} is not in the input: its vLLM command line is unknown"
+            return PlatformRead(platform=PLATFORM, notes=[PlatformNote(reason="unreadable-config", text=text)])
         return None  # sklearn, xgboost, ... : not an LLM server
     accelerator = non_gpu_accelerator(model.get("resources"))
     if accelerator:

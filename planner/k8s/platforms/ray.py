@@ -144,7 +144,10 @@ def _serve_views(obj: Mapping[str, Any], base: Pointer) -> tuple[list[PlatformVi
     for app_index, raw_app in enumerate(listed(mapping(config).get("applications"))):
         app = mapping(raw_app)
         app_name = str(app.get("name") or f"app-{app_index}")
-        llm_configs = mapping(app.get("args")).get("llm_configs")
+        app_args = mapping(app.get("args"))
+        llm_configs = app_args.get("llm_configs")
+        if llm_configs is None and isinstance(app_args.get("llm_config"), Mapping):
+            llm_configs = [app_args["llm_config"]]  # ray.serve.llm:build_llm_deployment takes one
         if isinstance(llm_configs, list):
             for index, llm in enumerate(llm_configs):
                 where = f"{app_name}/llm_configs/{index}"
