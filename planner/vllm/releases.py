@@ -109,7 +109,7 @@ class Release(BaseModel):
     hybrid_prefix_caching_default: bool = Field(description="prefix caching on by default for Mamba hybrids")
     mamba_prefix_mode: MambaPrefixMode = Field(
         description="Mamba blocks per request with prefix caching on: one_block (<= 0.11), per_block "
-        "(0.12-0.14: one per block of tokens), all_or_align (0.15-0.26: 'all' for models with "
+        "(0.12-0.14: one per block of tokens), all_or_align (0.15-0.27: 'all' for models with "
         "Mamba prefix caching, else 'align' = 2), align (0.33: 2, +1 GDN checkpoint on SM90+)"
     )
     auto_kv_from_checkpoint: bool = Field(description="kv_cache_dtype=auto follows the checkpoint's KV scheme")
@@ -123,7 +123,7 @@ class Release(BaseModel):
     mxfp4_blackwell_intermediate_align: int = Field(
         default=256,
         description="MXFP4 MoE on Blackwell (FlashInfer TRT-LLM): intermediate size rounded up to this "
-        "(256 in 0.10.1.1-0.19.0, 128 in 0.33.0; planner/memory/mxfp4.py)",
+        "(256 in 0.10.1.1-0.26.0, 128 from 0.27; planner/memory/mxfp4.py)",
     )
     moe_workspace_held: bool = Field(
         default=False,
@@ -286,8 +286,16 @@ _R_0_15 = _row(
     mla_block_size_blackwell=64,
     mamba_prefix_mode="all_or_align",
 )
-_R_0_17 = _row(
+# 0.16.0 read field by field against 0.15.1 and 0.17.1: nothing the planner models changed (the new
+# request_memory call is the XPU worker's; the dropped MXFP4 hidden pad is IPEX's).
+_R_0_16 = _row(
     _R_0_15,
+    "0.16.0",
+    "0.16.0: v1/core/kv_cache_utils.py, v1/worker/utils.py, v1/sample/ops/topk_topp_sampler.py, "
+    "quantization/mxfp4.py, platforms/cuda.py (as 0.15)",
+)
+_R_0_17 = _row(
+    _R_0_16,
     "0.17.0",
     "0.17.1: v1/core/kv_cache_utils.py (fit check per worker), v1/sample/ops/topk_topp_sampler.py (Triton)",
     fit_check="first_group",
@@ -322,16 +330,43 @@ _R_0_21 = _row(
     "0.21.0: v1/core/kv_cache_utils.py, v1/kv_cache_interface.py, envs.py (FlashInfer sampler on by default)",
     sampler_kernel="flashinfer",
 )
-_R_0_26 = _row(
+_R_0_22 = _row(
     _R_0_21,
+    "0.22.0",
+    '0.22.1: v1/core/kv_cache_utils.py _check_enough_kv_cache_memory (error text: "model\'s", CPU backend)',
+    fit_error_style="e4",
+)
+_R_0_23 = _row(
+    _R_0_22,
+    "0.23.0",
+    "0.23.0: v1/core/kv_cache_utils.py, v1/kv_cache_interface.py, config/cache.py, envs.py (as 0.22)",
+)
+_R_0_24 = _row(
+    _R_0_23,
+    "0.24.0",
+    "0.24.0: v1/core/kv_cache_utils.py get_kv_cache_capacity (same tokens formula), v1/kv_cache_interface.py",
+)
+_R_0_25 = _row(
+    _R_0_24,
+    "0.25.0",
+    "0.25.1: config/cache.py CacheDType (int4_per_token_head), v1/kv_cache_interface.py (window still + mnbt)",
+    kv_cache_dtypes=_D6,
+)
+_R_0_26 = _row(
+    _R_0_25,
     "0.26.0",
     "0.26.0: config/vllm.py max_in_flight_tokens, v1/kv_cache_interface.py, v1/core/kv_cache_utils.py (error text)",
     sliding_in_flight="concurrent_batches",
-    fit_error_style="e4",
-    kv_cache_dtypes=_D6,
+)
+_R_0_27 = _row(
+    _R_0_26,
+    "0.27.0",
+    "0.27.1: model_executor/layers/fused_moe/oracle/mxfp4.py (TRT-LLM intermediate to 128), "
+    "v1/core/kv_cache_utils.py, v1/kv_cache_interface.py, engine/arg_utils.py",
+    mxfp4_blackwell_intermediate_align=128,
 )
 _R_0_33 = _row(
-    _R_0_26,
+    _R_0_27,
     "0.33.0",
     "0.33.0: v1/core/kv_cache_planning.py, v1/core/kv_cache_utils.py, engine/arg_utils.py, config/cache.py",
     fit_check="all_groups_null_block",
@@ -339,7 +374,6 @@ _R_0_33 = _row(
     hybrid_prefix_caching_default=True,
     mamba_prefix_mode="align",
     kv_cache_dtypes=_D7,
-    mxfp4_blackwell_intermediate_align=128,
 )
 
 _R_0_7 = _row(
@@ -360,12 +394,18 @@ RELEASES: tuple[Release, ...] = (
     _R_0_13,
     _R_0_14,
     _R_0_15,
+    _R_0_16,
     _R_0_17,
     _R_0_18,
     _R_0_19,
     _R_0_20,
     _R_0_21,
+    _R_0_22,
+    _R_0_23,
+    _R_0_24,
+    _R_0_25,
     _R_0_26,
+    _R_0_27,
     _R_0_33,
 )
 

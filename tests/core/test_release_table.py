@@ -53,3 +53,41 @@ def test_docs_table_is_generated_from_the_code() -> None:
     text = (REPO_ROOT / "docs" / "vllm-releases.md").read_text()
     start, end = text.index(BEGIN), text.index(END) + len(END)
     assert text[start:end] == render(), "docs/vllm-releases.md is stale: python -m planner.vllm.release_table"
+
+
+@pytest.mark.parametrize("version", ["0.16.0", "0.22.1", "0.23.0", "0.24.0", "0.25.1", "0.27.1"])
+def test_gap_releases_have_their_own_checked_row(version: str) -> None:
+    # Each was read in its own wheel (vllm X.Y.Z), not borrowed from the older neighbour's row.
+    _, row, _ = resolve_release(version)
+    assert row.since == version.rsplit(".", 1)[0] + ".0"
+    assert row.evidence.startswith(f"{version}:")
+
+
+def test_changes_inside_the_0_21_to_0_26_gap_land_where_the_source_has_them() -> None:
+    # vllm 0.22.1 v1/core/kv_cache_utils.py: _check_enough_kv_cache_memory says "model's" and mentions
+    # the CPU backend (0.21.0: "models's").
+    assert resolve_release("0.21.0")[1].fit_error_style == "e3"
+    assert resolve_release("0.22.1")[1].fit_error_style == "e4"
+    # vllm 0.25.1 config/cache.py: CacheDType gains int4_per_token_head (absent in 0.24.0).
+    assert "int4_per_token_head" not in resolve_release("0.24.0")[1].kv_cache_dtypes
+    assert "int4_per_token_head" in resolve_release("0.25.1")[1].kv_cache_dtypes
+    # vllm 0.25.1 v1/kv_cache_interface.py: the window still adds max_num_batched_tokens; 0.26.0 adds
+    # max_in_flight_tokens.
+    assert resolve_release("0.25.1")[1].sliding_in_flight == "mnbt"
+    assert resolve_release("0.26.0")[1].sliding_in_flight == "concurrent_batches"
+
+
+def test_mxfp4_trtllm_intermediate_alignment_moved_in_0_27() -> None:
+    # vllm fused_moe/oracle/mxfp4.py mxfp4_round_up_hidden_size_and_intermediate_size, TRT-LLM branch:
+    # round_up(intermediate_size, 256) in 0.26.0, 128 in 0.27.1.
+    assert resolve_release("0.26.0")[1].mxfp4_blackwell_intermediate_align == 256
+    assert resolve_release("0.27.1")[1].mxfp4_blackwell_intermediate_align == 128
+    assert resolve_release("0.32.0")[1].mxfp4_blackwell_intermediate_align == 128
+
+
+def test_0_16_plans_as_0_15() -> None:
+    # Read in 0.16.0: fit check, sampler and MLA block sizes are still 0.15's (they change in 0.17/0.18).
+    fields = set(resolve_release("0.15.1")[1].model_dump()) - {"since", "evidence"}
+    old, new = resolve_release("0.15.1")[1], resolve_release("0.16.0")[1]
+    assert {f: getattr(new, f) for f in fields} == {f: getattr(old, f) for f in fields}
+    assert new.fit_check == "first_group_global" and new.sampler_kernel == "sort_scatter"
