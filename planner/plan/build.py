@@ -124,19 +124,18 @@ def speculative_notes(drafter: DrafterCost | None) -> list[Finding]:
     return [Finding.of(Code.SPECULATIVE_NOT_MODELLED, t) for t in (text, *drafter.notes)]
 
 
-def predict(
+def _engine_stage(
     model: ModelSpec,
     gpu: GpuSpec,
     args: ServingArgs,
     *,
-    vllm_version: str | None = None,
-    coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
-    available_override: list[int] | None = None,
-    corrections: TermCorrections | None = None,
-    draft: ModelSpec | None = None,
-) -> Prediction:
-    """Run vLLM's startup arithmetic. ``available_override`` replaces the predicted per-stage KV
-    memory (used when a log gives the real figure)."""
+    vllm_version: str | None,
+    coefficients: MemoryCoefficients,
+    corrections: TermCorrections | None,
+    draft: ModelSpec | None,
+) -> tuple[Version, Release, list[Finding], int, bool, ResolvedArgs, EngineLayout]:
+    """Everything of :func:`predict` that can refuse the flags, up to the per-stage memory terms (the
+    KV layout and the fit check come after and never refuse): the release spread needs only this."""
     version, release, warnings = resolve_release(vllm_version)
     check_parallelism(model, args)
     check_values(args)
@@ -166,6 +165,25 @@ def predict(
         warnings.append(
             Finding.of(Code.WEIGHTS_ESTIMATED, "weights estimated from the architecture (no exact checkpoint size)")
         )
+    return version, release, warnings, max_len, auto, resolved, engine
+
+
+def predict(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    args: ServingArgs,
+    *,
+    vllm_version: str | None = None,
+    coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+    available_override: list[int] | None = None,
+    corrections: TermCorrections | None = None,
+    draft: ModelSpec | None = None,
+) -> Prediction:
+    """Run vLLM's startup arithmetic. ``available_override`` replaces the predicted per-stage KV
+    memory (used when a log gives the real figure)."""
+    version, release, warnings, max_len, auto, resolved, engine = _engine_stage(
+        model, gpu, args, vllm_version=vllm_version, coefficients=coefficients, corrections=corrections, draft=draft
+    )
     if available_override is not None:
         available = list(available_override)
     elif args.kv_cache_memory_bytes is not None:
@@ -313,7 +331,7 @@ def version_spread(
         if not row.v1_default:
             continue
         try:
-            other = predict(
+            *_, other = _engine_stage(
                 model,
                 gpu,
                 pinned,
@@ -324,7 +342,7 @@ def version_spread(
             )
         except KvPlannerError:
             continue  # a flag that release does not have: it would not run these flags at all
-        least = min(least, *(stage.kv_bytes for stage in other.engine.memory))
+        least = min(least, *(stage.kv_bytes for stage in other.memory))
     return planned - least
 
 

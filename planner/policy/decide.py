@@ -272,7 +272,7 @@ def _decide_workload(
     notes = [finding(Code.NAMESPACE_OVERRIDE_IGNORED, None, note) for note in policy.notes]
     notes += note_findings(workload.notes)
     entries: list[WorkloadEntry] = []
-    recorded = _TemplatePlans()
+    recorded = _TemplatePlans(obj)
     for found in containers:
         outcome = _evaluate_safely(obj, found, policy, backend, allow_local_models)
         entry = _entry(header, found, outcome)
@@ -344,6 +344,7 @@ def _evaluate_safely(
 class _TemplatePlans:
     """The annotations to write per pod template: one vLLM container per template describes it (the first)."""
 
+    obj: Mapping[str, Any]
     values: dict[tuple[str, ...], dict[str, str]] = field(default_factory=dict)
 
     def record(self, found: ContainerFinding, outcome: ContainerOutcome, plan: Plan, *, patched: bool) -> None:
@@ -360,7 +361,18 @@ class _TemplatePlans:
         values = {BLOCKS_ANNOTATION: str(plan.kv_cache.num_gpu_blocks)}
         if patched and outcome.model_id:
             values[PLAN_ANNOTATION] = plan_annotation(plan, outcome.model_id, outcome, found.gpu.count)
+        elif found.container.vllm_version is None and _has_annotation(self.obj, key, BLOCKS_ANNOTATION):
+            # Release unknown: the plan is the worst case over the release range, and which release is worst
+            # can move with the flags a previous review filled in. Nothing is changed now, so the blocks
+            # recorded then stay: a second review of our own output produces no patch (idempotence).
+            del values[BLOCKS_ANNOTATION]
         self.values[key] = values
+
+
+def _has_annotation(obj: Mapping[str, Any], metadata_path: tuple[str, ...], key: str) -> bool:
+    metadata = get_path(obj, metadata_path)
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    return isinstance(annotations, Mapping) and key in annotations
 
 
 def _attach_annotations(
