@@ -165,6 +165,14 @@ def _try(
     kv = plan.kv_cache
     max_len = safe_max_model_len(plan) or kv.max_model_len
     seqs = max(1, safe_max_num_seqs(plan, max_len, 0.0))
+    if "--max-model-len" in flags:
+        # The option says the context its arguments carry: the low end of its KV band, which can be
+        # shorter than the context tried (a recommendation must hold when the prediction errs).
+        at = flags.index("--max-model-len") + 1
+        tried = flags[at]
+        if tried != str(max_len):
+            flags = [*flags[:at], str(max_len), *flags[at + 1 :]]
+            change = change.replace(f"--max-model-len {tried}", f"--max-model-len {max_len}")
     return Alternative(
         change=change,
         args=flags,

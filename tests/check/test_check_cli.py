@@ -204,14 +204,14 @@ def test_json_messages_are_whole_and_carry_a_structured_fix(tmp_path: Path) -> N
     assert code == 1
     entry = data["workloads"][0]
     (message,) = entry["messages"]
-    assert message.endswith("fix: --tensor-parallel-size 8 (8 GPUs) and --max-model-len 68608")
+    assert message.endswith("fix: --tensor-parallel-size 8 (8 GPUs) and --max-model-len 60416")
     assert "…" not in message
     (finding,) = entry["findings"]
     assert finding["code"] == "KVP001" and finding["severity"] == "cannot-start"
     assert finding["message"] == message
     assert finding["fix"] == {
-        "args": ["--tensor-parallel-size", "8", "--max-model-len", "68608"],
-        "text": "--tensor-parallel-size 8 (8 GPUs) and --max-model-len 68608",
+        "args": ["--tensor-parallel-size", "8", "--max-model-len", "60416"],
+        "text": "--tensor-parallel-size 8 (8 GPUs) and --max-model-len 60416",
     }
 
 
@@ -221,5 +221,5 @@ def test_table_wraps_messages_instead_of_cutting_them(tmp_path: Path, monkeypatc
     assert code == 1
     assert "…" not in output
     words = " ".join(output.split())
-    assert "fix: --tensor-parallel-size 8 (8 GPUs) and --max-model-len 68608" in words
-    assert "    fix: --tensor-parallel-size 8 --max-model-len 68608" in output  # the flags, ready to paste
+    assert "fix: --tensor-parallel-size 8 (8 GPUs) and --max-model-len 60416" in words
+    assert "    fix: --tensor-parallel-size 8 --max-model-len 60416" in output  # the flags, ready to paste
