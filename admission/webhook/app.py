@@ -14,6 +14,7 @@ their reason code and counted in ``kv_planner_webhook_unchecked_total``.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -159,7 +160,8 @@ def create_app(
             return unchecked(request, outcome, Code.INTERNAL_ERROR.value, "worker-failed", str(error))
         outcome = Outcome(body=reply.body, decision=reply.decision)
         if reply.error is not None or Code.INTERNAL_ERROR.value in reply.codes:
-            unchecked(request, outcome, Code.INTERNAL_ERROR.value, "internal-error", reply.error or "see the warning")
+            reason = reply.error or _warning_with(reply.body, Code.INTERNAL_ERROR.value)
+            unchecked(request, outcome, Code.INTERNAL_ERROR.value, "internal-error", reason)
         return outcome
 
     async def handle(request: Request, endpoint: Endpoint) -> Response:
@@ -226,3 +228,12 @@ def create_app(
         return PlainTextResponse("not ready", status_code=503)
 
     return app
+
+
+def _warning_with(body: bytes, code: str) -> str:
+    """The answer's warning that carries ``code`` (what went wrong, for the log line operators read)."""
+    try:
+        warnings = json.loads(body)["response"].get("warnings") or []
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return "no detail in the answer"
+    return next((w for w in warnings if isinstance(w, str) and code in w), "no detail in the answer")

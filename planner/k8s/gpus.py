@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.gpus.spec import GpuSpec
 from planner.k8s.nodes import NodeInfo, could_schedule, required_terms
+from planner.k8s.workloads import as_list
 
 GpuSource = Literal[
     "annotation",
@@ -123,7 +124,7 @@ def _label_values(pod_spec: Mapping[str, Any], key: str) -> list[tuple[str, str]
     for term in required_terms(pod_spec):
         for expression in term:
             if expression.get("key") == key and expression.get("operator") == "In":
-                found += [(str(v), "node-affinity") for v in expression.get("values") or []]
+                found += [(str(v), "node-affinity") for v in as_list(expression.get("values"))]
     return found
 
 

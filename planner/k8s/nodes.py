@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.errors import ManifestError
-from planner.k8s.workloads import get_path
+from planner.k8s.workloads import as_list, get_path
 
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "amd.com/gpu", "nvidia.com/mig-")
 
@@ -96,7 +96,7 @@ def nodes_from_documents(documents: Iterable[Any]) -> list[NodeInfo]:
 def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     key = expression.get("key")
     operator = expression.get("operator")
-    values = [str(v) for v in expression.get("values") or []]
+    values = [str(v) for v in as_list(expression.get("values"))]
     present = key in labels
     value = labels.get(str(key))
     if operator == "In":
@@ -127,7 +127,7 @@ def required_terms(pod_spec: Mapping[str, Any]) -> list[list[Mapping[str, Any]]]
     result = []
     for term in terms:
         if isinstance(term, Mapping):
-            expressions = term.get("matchExpressions") or []
+            expressions = as_list(term.get("matchExpressions"))
             result.append([e for e in expressions if isinstance(e, Mapping)])
     return result
 

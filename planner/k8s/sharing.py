@@ -48,6 +48,7 @@ from planner.k8s.dra import MIG_CLASS, ClaimUse
 from planner.k8s.gpus import PRODUCT_LABEL, GpuResolution, _label_values
 from planner.k8s.nodes import NodeInfo, could_schedule
 from planner.k8s.quantity import parse_quantity, quantity_bytes
+from planner.k8s.workloads import as_list
 
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
@@ -150,7 +151,7 @@ def _runai(annotations: Sequence[Mapping[str, Any] | None], card: int) -> GpuSha
 
 
 def _mps_env(container: Mapping[str, Any], card: int) -> GpuShare | None:
-    for item in container.get("env") or []:
+    for item in as_list(container.get("env")):
         if isinstance(item, Mapping) and item.get("name") == MPS_LIMIT_ENV and isinstance(item.get("value"), str):
             limit = mps_limit_bytes(item["value"])
             if limit:

@@ -42,6 +42,12 @@ class PodTemplateRef(BaseModel):
     )
 
 
+def as_list(value: Any) -> list[Any]:
+    """``value`` when it is a list, else empty: manifest fields are untrusted and may hold any type
+    (``env: 7`` in a custom resource that the API server does not type-check)."""
+    return value if isinstance(value, list) else []
+
+
 def get_path(obj: Any, path: Pointer) -> Any:
     """The value at ``path`` (None when any step is missing)."""
     current = obj

@@ -322,3 +322,20 @@ def test_a_starved_review_is_answered_but_its_worker_is_kept(tmp_path: Path) -> 
         metrics = httpx.get(handle.metrics_url).text
         assert 'reason="starved"' in metrics
         assert "kv_planner_webhook_worker_restarts_total{" not in metrics
+
+
+def test_the_log_line_of_an_internal_error_says_what_went_wrong() -> None:
+    from admission.webhook.app import _warning_with
+
+    body = json.dumps(
+        {
+            "response": {
+                "warnings": [
+                    "KVP020 vllm: added --max-model-len 8192",
+                    "KVP049 could not read the object (TypeError): allowed",
+                ]
+            }
+        }
+    ).encode()
+    assert _warning_with(body, "KVP049") == "KVP049 could not read the object (TypeError): allowed"
+    assert _warning_with(b"not json", "KVP049") == "no detail in the answer"
