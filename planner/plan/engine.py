@@ -129,7 +129,7 @@ def in_flight_tokens(release: Release, resolved: ResolvedArgs, pp: int) -> int:
     return batches * resolved.max_num_batched_tokens
 
 
-# Models whose Mamba layers support "all"-mode prefix caching (vLLM SupportsMambaPrefixCaching, 0.15-0.26).
+# Models whose Mamba layers support "all"-mode prefix caching (vLLM SupportsMambaPrefixCaching, 0.15-0.27).
 _MAMBA_ALL_MODE = {"jamba", "mamba", "mamba2", "nemotron_h", "zamba2", "granitemoehybrid", "falcon_h1", "bamba"}
 
 
@@ -146,6 +146,10 @@ def mamba_blocks_and_alignment(
         return None, 16
     if mode == "all_or_align":
         return (None, 16) if model.model_type in _MAMBA_ALL_MODE else (2, 16)
+    if mode == "align_2":
+        # vllm 0.28.0 model_executor/models/config.py: MambaModelConfig.verify_and_update_config sets
+        # "align" for every model; v1/kv_cache_interface.py MambaSpec keeps 2 blocks (no checkpoint yet).
+        return 2, 16
     # 0.33 "align": two state blocks; gated-delta-net prefill on Hopper/Blackwell (FlashInfer) also keeps a
     # checkpoint block and aligns blocks to 64 tokens.
     gdn_checkpoint = (

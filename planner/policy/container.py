@@ -406,6 +406,8 @@ def _plan_limits(ctx: LimitContext, serving: ServingArgs, mutable: bool, out: Co
         shared.args = targeted.args
         out.findings += targeted.findings
     result = decide_limits(ctx, shared.args, can_edit)
+    if basis == "range" and result.changes:
+        ctx, result = _settle_release(ctx, shared.args, can_edit, result)
     result.changes = {**shared.changes, **result.changes}
     result.plan = with_report(ctx, shared.args if not result.changes else _applied(shared.args, result), result.plan)
     result.findings += host_memory_findings(ctx, result.plan, serving.data_parallel_size)
@@ -421,6 +423,25 @@ def _plan_limits(ctx: LimitContext, serving: ServingArgs, mutable: bool, out: Co
     ):
         result.findings += _not_edited(ctx, serving)
     return result
+
+
+_SETTLE_ROUNDS = 3
+
+
+def _settle_release(
+    ctx: LimitContext, args: ServingArgs, can_edit: bool, result: ContainerOutcome
+) -> tuple[LimitContext, ContainerOutcome]:
+    """With the release unknown, the limits are decided under the release leaving the least KV cache; the
+    limits filled in can change which release that is (another release's activation or graph terms
+    weigh more at the new values). Decide again under the new worst case until it holds still, so the
+    admitted object is safe on every release and a second review of it changes nothing."""
+    for _ in range(_SETTLE_ROUNDS):
+        _, again = _version_basis(ctx, _applied(args, result))
+        if again is None or again.worst == ctx.version:
+            break
+        ctx = ctx.model_copy(update={"version": again.worst})
+        result = decide_limits(ctx, args, can_edit)
+    return ctx, result
 
 
 def _not_edited(ctx: LimitContext, serving: ServingArgs) -> list[Finding]:

@@ -22,7 +22,7 @@ InFlight = Literal["mnbt", "concurrent_batches"]
 FitCheck = Literal["per_layer", "first_group_global", "first_group", "all_groups", "all_groups_null_block"]
 FitErrorStyle = Literal["e0", "e1", "e2", "e3", "e4"]
 CaptureRule = Literal["v0_8", "v0_10", "v0_12", "v0_20"]
-MambaPrefixMode = Literal["one_block", "per_block", "all_or_align", "align"]
+MambaPrefixMode = Literal["one_block", "per_block", "all_or_align", "align_2", "align"]
 SamplerKernel = Literal["flashinfer_if_installed", "sort_scatter", "triton_batch8", "flashinfer"]
 
 
@@ -110,7 +110,8 @@ class Release(BaseModel):
     mamba_prefix_mode: MambaPrefixMode = Field(
         description="Mamba blocks per request with prefix caching on: one_block (<= 0.11), per_block "
         "(0.12-0.14: one per block of tokens), all_or_align (0.15-0.27: 'all' for models with "
-        "Mamba prefix caching, else 'align' = 2), align (0.33: 2, +1 GDN checkpoint on SM90+)"
+        "Mamba prefix caching, else 'align' = 2), align_2 (0.28: 'align' = 2 for every model), align "
+        "(0.33: 2, +1 GDN checkpoint on SM90+)"
     )
     auto_kv_from_checkpoint: bool = Field(description="kv_cache_dtype=auto follows the checkpoint's KV scheme")
     sampler_kernel: SamplerKernel = Field(
@@ -365,8 +366,18 @@ _R_0_27 = _row(
     "v1/core/kv_cache_utils.py, v1/kv_cache_interface.py, engine/arg_utils.py",
     mxfp4_blackwell_intermediate_align=128,
 )
-_R_0_33 = _row(
+_R_0_28 = _row(
     _R_0_27,
+    "0.28.0",
+    "0.28.0: engine/arg_utils.py (hybrid prefix caching on, >=160 GiB tier), model_executor/models/config.py "
+    "(mamba_cache_mode defaults to align), v1/kv_cache_interface.py MambaSpec, config/cache.py",
+    batch_defaults=_BATCH_0_33,
+    hybrid_prefix_caching_default=True,
+    mamba_prefix_mode="align_2",
+    kv_cache_dtypes=(*_D6, "nvfp4_4over6"),
+)
+_R_0_33 = _row(
+    _R_0_28,
     "0.33.0",
     "0.33.0: v1/core/kv_cache_planning.py, v1/core/kv_cache_utils.py, engine/arg_utils.py, config/cache.py",
     fit_check="all_groups_null_block",
@@ -406,6 +417,7 @@ RELEASES: tuple[Release, ...] = (
     _R_0_25,
     _R_0_26,
     _R_0_27,
+    _R_0_28,
     _R_0_33,
 )
 

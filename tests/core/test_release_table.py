@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from planner.errors import UnknownVllmVersionError
+from planner.plan.engine import mamba_blocks_and_alignment
 from planner.vllm.release_table import BEGIN, END, render
 from planner.vllm.releases import Version, resolve_release
 from tests.conftest import REPO_ROOT
@@ -55,7 +58,7 @@ def test_docs_table_is_generated_from_the_code() -> None:
     assert text[start:end] == render(), "docs/vllm-releases.md is stale: python -m planner.vllm.release_table"
 
 
-@pytest.mark.parametrize("version", ["0.16.0", "0.22.1", "0.23.0", "0.24.0", "0.25.1", "0.27.1"])
+@pytest.mark.parametrize("version", ["0.16.0", "0.22.1", "0.23.0", "0.24.0", "0.25.1", "0.27.1", "0.28.0"])
 def test_gap_releases_have_their_own_checked_row(version: str) -> None:
     # Each was read in its own wheel (vllm X.Y.Z), not borrowed from the older neighbour's row.
     _, row, _ = resolve_release(version)
@@ -91,3 +94,26 @@ def test_0_16_plans_as_0_15() -> None:
     old, new = resolve_release("0.15.1")[1], resolve_release("0.16.0")[1]
     assert {f: getattr(new, f) for f in fields} == {f: getattr(old, f) for f in fields}
     assert new.fit_check == "first_group_global" and new.sampler_kernel == "sort_scatter"
+
+
+def test_0_28_turns_hybrid_prefix_caching_on_with_align_for_every_model() -> None:
+    # vllm 0.28.0 engine/arg_utils.py: prefix caching defaults to is_prefix_caching_supported (true for
+    # hybrids; 0.27.1 still excluded them), and model_executor/models/config.py
+    # MambaModelConfig.verify_and_update_config picks "align" for every model (0.27.1: "all" where
+    # supported). v1/kv_cache_interface.py MambaSpec: align keeps 2 blocks, no prefill checkpoint before 0.29.
+    old, new = resolve_release("0.27.1")[1], resolve_release("0.28.0")[1]
+    assert (old.hybrid_prefix_caching_default, old.mamba_prefix_mode) == (False, "all_or_align")
+    assert (new.hybrid_prefix_caching_default, new.mamba_prefix_mode) == (True, "align_2")
+    model = SimpleNamespace(layer_pattern="MMA", model_type="nemotron_h", mamba=None)
+    gpu = SimpleNamespace(architecture="hopper")
+    pc_on = SimpleNamespace(enable_prefix_caching=True)
+    assert mamba_blocks_and_alignment(model, gpu, old, pc_on) == (None, 16)  # type: ignore[arg-type]
+    assert mamba_blocks_and_alignment(model, gpu, new, pc_on) == (2, 16)  # type: ignore[arg-type]
+
+
+def test_0_28_has_the_160_gib_batch_tier() -> None:
+    # vllm 0.28.0 engine/arg_utils.py get_batch_defaults: >= 160 GiB -> 16384 tokens / 1024 seqs.
+    assert max(b.min_memory_gib for b in resolve_release("0.27.1")[1].batch_defaults) == 70
+    tiers = resolve_release("0.28.0")[1].batch_defaults
+    assert (tiers[0].min_memory_gib, tiers[0].max_num_batched_tokens, tiers[0].max_num_seqs) == (160, 16384, 1024)
+    assert "nvfp4_4over6" in resolve_release("0.28.0")[1].kv_cache_dtypes

@@ -46,17 +46,18 @@ def _deployment(model: str, gpu: str, image: str) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("model", "gpu", "image"),
+    ("model", "gpu", "image", "mutation"),
     list(
         itertools.product(
-            ["Qwen/Qwen2.5-7B-Instruct", "google/gemma-2-9b-it"],
+            ["Qwen/Qwen2.5-7B-Instruct", "google/gemma-2-9b-it", "meta-llama/Llama-3.1-8B-Instruct"],
             ["NVIDIA-L4", "NVIDIA-A100-SXM4-80GB"],
             ["vllm/vllm-openai:latest", "lmcache/vllm-openai:v0.3.7"],
+            ["fill", "clamp"],
         )
     ),
 )
-def test_fill_on_an_unknown_release_is_idempotent(model: str, gpu: str, image: str) -> None:
-    policy = Policy(validation_action="Enforce", mutation="fill").for_namespace("ml")
+def test_mutation_on_an_unknown_release_is_idempotent(model: str, gpu: str, image: str, mutation: str) -> None:
+    policy = Policy(validation_action="Enforce", mutation=mutation).for_namespace("ml")
     obj = _deployment(model, gpu, image)
     first = decide(obj, policy=policy, backend=BACKEND)
     patched = jsonpatch.apply_patch(obj, first.patch)
