@@ -48,10 +48,15 @@ def _key(name: str) -> str:
     return text.strip("/").lower()
 
 
+# libyaml's safe loader when PyYAML has it: the same documents, ~10x less CPU than the pure-Python one,
+# which dominated a cold `planner recommend` (every catalog file is parsed once per process).
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def _load_file(path: Path) -> list[ModelSpec]:
     try:
         with path.open(encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
+            data = yaml.load(handle, Loader=_SAFE_LOADER)
         return list(_CatalogFile.model_validate(data).models)
     except (OSError, yaml.YAMLError) as error:
         raise CatalogDataError(f"model catalog {path.name} cannot be read: {error}") from error
