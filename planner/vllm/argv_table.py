@@ -62,7 +62,8 @@ class FlagTable(BaseModel):
 
 
 def _version_key(version: str) -> tuple[int, ...]:
-    parts = [int(p) for p in re.findall(r"\d+", version)[:3]]
+    # Untrusted text may reach here (an image tag): three numbers at most, nine digits each at most.
+    parts = [int(p[:9]) for p in re.findall(r"\d+", version[:64])[:3]]
     return tuple(parts + [0] * (3 - len(parts)))
 
 

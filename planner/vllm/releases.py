@@ -42,7 +42,9 @@ class Version(BaseModel):
 
     @classmethod
     def _parse_uncached(cls, text: str) -> Version:
-        match = re2.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.+\-][0-9A-Za-z.+\-]*)?\s*$", text or "")
+        # At most six digits a part: the text is often untrusted (an image tag, an annotation), and int() of a
+        # 10,000-digit string raises instead of saying "not a version".
+        match = re2.match(r"^\s*v?(\d{1,6})\.(\d{1,6})(?:\.(\d{1,6}))?(?:[.+\-][0-9A-Za-z.+\-]*)?\s*$", text or "")
         if not match:
             raise UnknownVllmVersionError(
                 f"vLLM version {text!r} is not X.Y.Z (a leading 'v' and a fourth part are accepted)"

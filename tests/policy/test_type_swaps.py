@@ -57,3 +57,24 @@ def test_wrong_types_anywhere_never_end_in_an_internal_error(source: Path) -> No
                 if any("KVP049" in warning for warning in result.warnings):
                     failures.append(f"{'/'.join(map(str, path))} = {value!r}: {result.warnings}")
     assert not failures, "\n".join(failures[:10])
+
+
+@pytest.mark.parametrize(
+    ("image", "annotation"),
+    [
+        ("vllm/vllm-openai:v0.19." + "9" * 10_000, None),
+        ("vllm/vllm-openai:" + "1" * 10_000, None),
+        ("vllm/vllm-openai:v0.19.0", "0." + "7" * 10_000 + ".0"),
+    ],
+)
+def test_a_version_with_thousands_of_digits_is_no_version_not_an_internal_error(
+    image: str, annotation: str | None
+) -> None:
+    # int() refuses strings over 4,300 digits (CPython's DoS guard): found by benchmarks/webhook_fuzz.py.
+    document = yaml.safe_load((REPO / "examples" / "deployment.yaml").read_text().split("---")[1])
+    document["spec"]["template"]["spec"]["containers"][0]["image"] = image
+    if annotation is not None:
+        document["metadata"]["annotations"] = {"kv-planner.io/vllm-version": annotation}
+    policy = Policy(validation_action="Enforce", mutation="fill").for_namespace("ml")
+    result = decide(document, policy=policy, backend=CoreBackend())
+    assert not any("KVP049" in warning for warning in result.warnings), result.warnings
