@@ -330,7 +330,7 @@ async def fuzz(args: argparse.Namespace) -> dict[str, Any]:
     health_ms: list[float] = []
     victim_ms: list[float] = []
     victim_wrong: list[str] = []
-    rss: list[int] = []
+    rss: list[tuple[int, int]] = []
     with tempfile.TemporaryDirectory() as directory:
         tmp = Path(directory)
         policy = tmp / "policy.yaml"
@@ -417,8 +417,9 @@ async def fuzz(args: argparse.Namespace) -> dict[str, Any]:
         "victim_wrong_examples": victim_wrong[:3],
         "victim_p99_ms": pct(victim_ms, 0.99),
         "victim_max_ms": max(victim_ms or [0.0]),
-        "rss_max_mib": max(rss or [0]) / 2**20,
-        "rss_median_mib": (statistics.median(rss) if rss else 0) / 2**20,
+        "rss_max_mib": max((r for r, _ in rss), default=0) / 2**20,
+        "pss_max_mib": max((p for _, p in rss), default=0) / 2**20,
+        "rss_median_mib": (statistics.median(r for r, _ in rss) if rss else 0) / 2**20,
         "cache_bytes": cache,
         "examples": tally.examples,
     }
@@ -433,7 +434,7 @@ def watch(port: int, ca: str, pid: int, stop: Any, results: Any) -> None:
     health_ms: list[float] = []
     victim_ms: list[float] = []
     victim_wrong: list[str] = []
-    rss: list[int] = []
+    rss: list[tuple[int, int]] = []
     context = ssl.create_default_context(cafile=ca)
     victim = json.loads(VICTIM.read_text())["review"]
     victim["request"]["namespace"] = victim["request"]["object"]["metadata"]["namespace"] = "victim"
@@ -472,8 +473,10 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-def tree_rss(root: int) -> int:
-    """Resident bytes of ``root`` and all its descendants (Linux /proc; shared pages counted per process)."""
+def tree_rss(root: int) -> tuple[int, int]:
+    """(RSS, PSS) bytes of ``root`` and all its descendants (Linux /proc). RSS counts a page shared by the
+    forked workers once per process; PSS divides it among them, so summed PSS is what the pod's memory
+    cgroup is charged (the figure the 512 MiB limit applies to)."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -482,17 +485,20 @@ def tree_rss(root: int) -> int:
             except OSError:
                 continue
             children.setdefault(int(fields[1]), []).append(int(entry.name))
-    total, stack = 0, [root]
+    rss = pss = 0
+    stack = [root]
     while stack:
         pid = stack.pop()
         stack.extend(children.get(pid, []))
         try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Rss:"):
+                    rss += int(line.split()[1]) * 1024
+                elif line.startswith("Pss:"):
+                    pss += int(line.split()[1]) * 1024
         except OSError:
             continue
-    return total
+    return rss, pss
 
 
 def main() -> None:
@@ -509,8 +515,8 @@ def main() -> None:
     if args.markdown:
         print(
             "| requests | 5xx | invalid | non-applying | non-idempotent | 4xx | server p50 / p99 / max (ms) "
-            "| client p50 / p99 (ms) | /healthz p99 / max (ms) | victim reviews: wrong / max (ms) | RSS max (MiB) "
-            "| closed without answer |"
+            "| client p50 / p99 (ms) | /healthz p99 / max (ms) | victim reviews: wrong / max (ms) "
+            "| memory max, PSS / RSS (MiB) | closed without answer |"
         )
         print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         r = result
@@ -519,7 +525,7 @@ def main() -> None:
             f"{r['4xx']} | {r['server_p50_ms']:.1f} / {r['server_p99_ms']:.1f} / {r['server_max_ms']:.0f} | "
             f"{r['client_p50_ms']:.1f} / {r['client_p99_ms']:.1f} | {r['healthz_p99_ms']:.1f} / "
             f"{r['healthz_max_ms']:.1f} | {r['victims_wrong']} of {r['victims']} / {r['victim_max_ms']:.0f} | "
-            f"{r['rss_max_mib']:.0f} | {r['closed']} |"
+            f"{r['pss_max_mib']:.0f} / {r['rss_max_mib']:.0f} | {r['closed']} |"
         )
         print(f"\ndecisions: {json.dumps(r['decisions'], sort_keys=True)}; {r['seeds']} seeds; {r['seconds']:.0f} s")
         if r["examples"]:
