@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from planner.errors import InputCapError
+from planner.k8s.workloads import as_list
 from planner.policy.codes import Code, Finding, finding
 
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
@@ -86,7 +87,7 @@ def screen(obj: Any, caps: InputCaps = DEFAULT_CAPS) -> list[Finding]:
 
 
 def _check_mapping(value: Mapping[Any, Any], caps: InputCaps, note: Any) -> None:
-    containers = [c for name in _CONTAINER_LISTS if name in value for c in _as_list(value[name])]
+    containers = [c for name in _CONTAINER_LISTS if name in value for c in as_list(value[name])]
     if len(containers) > caps.max_containers:
         note(Code.TOO_MANY_CONTAINERS, caps.max_containers, f"{len(containers)} containers in one pod")
     for container in containers[: caps.max_containers + 1]:  # (one past the cap is enough to tell)
@@ -109,8 +110,8 @@ def _check_mapping(value: Mapping[Any, Any], caps: InputCaps, note: Any) -> None
 
 
 def _check_container(container: Mapping[str, Any], caps: InputCaps, note: Any) -> None:
-    words = _as_list(container.get("command")) + _as_list(container.get("args"))
-    env = _as_list(container.get("env"))
+    words = as_list(container.get("command")) + as_list(container.get("args"))
+    env = as_list(container.get("env"))
     if len(words) > caps.max_args or len(env) > caps.max_args:
         count = max(len(words), len(env))
         note(Code.TOO_MANY_ARGS, caps.max_args, f"a container has {count} arguments or env entries")
@@ -122,10 +123,6 @@ def _check_container(container: Mapping[str, Any], caps: InputCaps, note: Any) -
     longest = max((len(v) for v in values), default=0)
     if longest > caps.max_value_chars:
         note(Code.VALUE_TOO_LONG, caps.max_value_chars, f"a container argument or env value has {longest} chars")
-
-
-def _as_list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
 
 
 def _longest_string(value: Any, max_depth: int) -> int:

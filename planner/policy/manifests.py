@@ -5,7 +5,8 @@ others are still checked. ``kind: List`` documents are expanded into their items
 
 Manifests are untrusted input (docs/security.md): :data:`MAX_INPUT_BYTES` bounds what is read (the CLI
 reads at most that much; ``-f /dev/zero`` is an error, not an endless read), and a document nested
-deeper than the parser can follow is that document's error, never a RecursionError.
+deeper than the parser can follow, or past :mod:`planner.untrusted`'s depth and node bounds, is that
+document's error, never a RecursionError.
 """
 
 from __future__ import annotations
@@ -18,29 +19,11 @@ import re2
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from planner.untrusted import shape_problem
+
 _SEPARATOR = re2.compile(r"^---(?:[ \t].*)?$|^\.\.\.[ \t]*$")
 MAX_INPUT_BYTES = 64 * 2**20  # all inputs of one run together; a Helm render of a large platform is ~10 MB
 _TOO_DEEP = "nested too deeply to read (a Kubernetes object is a few dozen levels deep)"
-MAX_DEPTH = 100
-MAX_NODES = 2_000_000  # YAML aliases can make a small file a huge graph ("billion laughs")
-
-
-def shape_error(content: Any) -> str | None:
-    """Why ``content`` is too deep or too large to check, else None (iterative: no recursion)."""
-    stack: list[tuple[Any, int]] = [(content, 1)]
-    nodes = 0
-    while stack:
-        value, depth = stack.pop()
-        nodes += 1
-        if nodes > MAX_NODES:
-            return f"more than {MAX_NODES} values (YAML aliases expanding?)"
-        if depth > MAX_DEPTH:
-            return f"nested deeper than {MAX_DEPTH} levels"
-        if isinstance(value, dict):
-            stack.extend((v, depth + 1) for v in value.values())
-        elif isinstance(value, list):
-            stack.extend((v, depth + 1) for v in value)
-    return None
 
 
 class Document(BaseModel):
@@ -77,7 +60,7 @@ def read_documents(text: str, source: str, first_index: int = 0) -> list[Documen
     if stripped.startswith(("{", "[")):
         try:
             content = json.loads(text)
-            problem = shape_error(content)
+            problem = shape_problem(content)
             if problem is not None:
                 return [Document(index=first_index, source=source, line=1, error=f"{source}: line 1: {problem}")]
             return _expand(Document(index=first_index, source=source, line=1, content=content))
@@ -106,7 +89,7 @@ def read_documents(text: str, source: str, first_index: int = 0) -> list[Documen
         else:
             if content is None:
                 continue
-            problem = shape_error(content)
+            problem = shape_problem(content)
             if problem is not None:
                 documents.append(
                     Document(index=index, source=source, line=line, error=f"{source}: line {line}: {problem}")
