@@ -188,7 +188,8 @@ def test_default_levels_bracket_the_planners_limit(fake_server) -> None:
     limit = report.planner.max_num_seqs
     tried = [s.concurrency for s in report.steps]
     assert tried[0] == max(1, limit // 4)
-    assert max(tried) == min(4096, 2 * limit)
+    # Up to twice the limit (the ramp stops earlier where a level fails and bisection begins).
+    assert limit <= max(tried) <= min(4096, 2 * limit)
 
 
 def test_quick_mode_shortens_prompts_rounds_and_the_time_limit() -> None:
