@@ -28,6 +28,9 @@ from planner.plan.inverse import smallest_budget
 from planner.plan.recommend import safe_max_num_seqs
 from planner.plan.shared import make_shared_plan, parse_gpu_share, visible_gpu
 from planner.vllm.args import ServingArgs
+from planner.vllm.releases import LATEST_KNOWN
+
+UNKNOWN_RELEASE = "unknown"
 
 DEFAULT_HEADROOM = 0.1  # DESIGN's policy default: the same meaning as the webhook's `headroom`
 
@@ -131,7 +134,14 @@ def recommend(
         typer.Option("--token", envvar="HF_TOKEN", show_envvar=False, help="Hugging Face token (default $HF_TOKEN)."),
     ] = None,
     refresh: Annotated[bool, typer.Option("--refresh", help="Bypass the catalog and caches.")] = False,
-    vllm_version: Annotated[str | None, typer.Option("--vllm-version", help="X.Y.Z (default: newest known).")] = None,
+    vllm_version: Annotated[
+        str | None,
+        typer.Option(
+            "--vllm-version",
+            help="X.Y.Z (default: the newest checked release, said in the output); 'unknown': limits that "
+            "hold on every checked release.",
+        ),
+    ] = None,
     headroom_flag: Annotated[
         float | None,
         typer.Option("--headroom", min=0.0, max=0.99, help="Fraction of KV blocks kept free (default 0.1)."),
@@ -254,6 +264,7 @@ def recommend(
         raise PlannerInputError("--emit needs --workload: the thresholds come from the request-length profile")
     loaded = model_for(model, revision=revision, token=token, refresh=refresh)
     profile = _load_workload(workload)
+    vllm_version, release_note = release_to_plan(vllm_version)
     options: dict[str, Any] = {
         "vllm_version": vllm_version,
         "headroom": headroom,
@@ -273,6 +284,8 @@ def recommend(
     elif target_risk is not None:
         raise PlannerInputError("--target-risk needs --target-seqs (and --workload)")
     plan.findings[:0] = [Finding.of(Code.MODEL_RESOLUTION_NOTE, note) for note in loaded.warnings]
+    if release_note is not None:
+        plan.findings.append(release_note)
     _warn_suspicious_values(plan, args, headroom_flag)
     if emit is not None:
         _emit_thresholds(
@@ -292,6 +305,26 @@ def recommend(
     _emit(plan, args, output)
     if not plan.fits:
         raise typer.Exit(EXIT_FAILED)
+
+
+def release_to_plan(given: str | None) -> tuple[str | None, Finding | None]:
+    """The release ``recommend`` plans, and the note that says it was assumed.
+
+    The output names one release (DESIGN: ``"vllm_version": str``), so a plan without ``--vllm-version``
+    is that release's: its band is the planner's measured error *for that release*. Folding in what
+    every older release would compute (``--vllm-version unknown``, what ``check`` and the webhook do when
+    an image does not say) can take a third of the KV cache (gemma-3-27b on H100: 16.5 GiB predicted,
+    the 0.13-0.16 sampler leaves 10.1) and would make every plan as timid as the worst release's.
+    """
+    if given is not None and given.strip().lower() == UNKNOWN_RELEASE:
+        return None, None
+    if given is not None:
+        return given, None
+    return LATEST_KNOWN, Finding.of(
+        Code.VERSION_ASSUMED,
+        f"--vllm-version not given: planned for vLLM {LATEST_KNOWN}, the newest release checked; pass the "
+        "release you run (or --vllm-version unknown for limits that hold on every checked release)",
+    )
 
 
 def _draft(

@@ -416,3 +416,30 @@ def test_estimate_counts_what_hybrid_layers_keep() -> None:
     short, long = (s["bytes"] for s in hybrid["sequences"])
     per_token = hybrid["bytes_per_token"]
     assert long - short == (65536 - 1024) * per_token  # only the 12 full layers grow with length
+
+
+def _recommend_json(*extra: str) -> dict:
+    code, out, _ = run("recommend", "--gpu", "H100-80GB", "--model", "google/gemma-3-27b-it", "-o", "json", *extra)
+    assert code in (0, 1), out
+    return json.loads(out)
+
+
+def test_recommend_without_a_release_plans_the_newest_and_says_so() -> None:
+    """The output names one release; its band is that release's measured error, and the assumption is a
+    finding. `--vllm-version unknown` asks for limits that hold on every checked release instead."""
+    from planner.vllm.releases import LATEST_KNOWN
+
+    default = _recommend_json()
+    explicit = _recommend_json("--vllm-version", LATEST_KNOWN)
+    unknown = _recommend_json("--vllm-version", "unknown")
+    assumed = [w for w in default["warnings"] if w.startswith("KVP035")]
+    assert len(assumed) == 1 and LATEST_KNOWN in assumed[0] and "--vllm-version unknown" in assumed[0]
+    assert not any(w.startswith("KVP035") for w in explicit["warnings"])
+    assert default["margin"] == explicit["margin"]
+    assert default["recommendation"] == explicit["recommendation"]
+    assert all(t["name"] != "unknown_release" for t in default["margin"]["terms"])
+    spread = next(t for t in unknown["margin"]["terms"] if t["name"] == "unknown_release")
+    # gemma-3-27b: the 0.13-0.16 sampler (full sort of 262k logits for the default batch) leaves GiBs less
+    assert spread["low_bytes"] > 2**30
+    assert unknown["margin"]["low_bytes"] < default["margin"]["low_bytes"]
+    assert unknown["recommendation"]["max_model_len"] < default["recommendation"]["max_model_len"]
