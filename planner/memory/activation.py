@@ -20,6 +20,12 @@ sampler warm-up on ``num_reqs`` rows of logits (``gpu_model_runner.profile_run``
 
 A pipeline stage after the first also holds the hidden states and residual it received
 (``IntermediateTensors``: ``2 x tokens x hidden x dtype_bytes``) through both peaks.
+
+The V0 engine (``worker/model_runner.py`` ``profile_run`` -> ``_dummy_run``) runs the same forward eagerly,
+without torch.compile, so its peak is the live set of plain PyTorch at the MLP's down projection, not
+the fitted V1 figure (about 22% lower for Llama-3.1-8B): see :func:`eager_width`. Its dummy sampling
+asks for ``top_k = vocab - 1, top_p = 0.99``, which takes V0's sort path (``layers/sampler.py``
+``_apply_top_k_top_p`` sorts and scatters the full fp32 logits) in every V0 release.
 """
 
 from __future__ import annotations
@@ -46,6 +52,24 @@ def dense_width(model: ModelSpec, tp: int) -> float:
     qkv = model.num_attention_heads / tp * model.head_dim + kv_heads * (model.head_dim + model.head_size_v)
     mlp = (3 if model.mlp_gated else 2) * model.intermediate_size / tp
     return 2 * model.hidden_size + qkv + mlp
+
+
+def eager_width(model: ModelSpec, tp: int) -> float:
+    """Activation elements per token alive at the peak of one decoder layer run eagerly (V0).
+
+    In the MLP (``LlamaMLP.forward``: ``gate_up, _ = gate_up_proj(x); x = act_fn(gate_up);
+    x, _ = down_proj(x)``), while the down projection writes its output the caller still holds the
+    residual and the normed hidden states, and the frame holds ``gate_up`` and the activation output:
+    ``3 x hidden + (gate_up + act) x intermediate / tp``. In attention: residual, normed hidden, fused
+    QKV, the attention output and the o_proj output. The larger of the two is the layer's peak; no
+    fitted constant (the #10517 logs, tests/core/test_profiling_causes.py, agree within 0.5%).
+    """
+    kv_heads = max(1, model.num_kv_heads // tp) if model.num_kv_heads else 0
+    q = model.num_attention_heads / tp * model.head_dim
+    qkv = q + kv_heads * (model.head_dim + model.head_size_v)
+    attention = 3 * model.hidden_size + qkv + model.num_attention_heads / tp * model.head_size_v
+    mlp = 3 * model.hidden_size + (3 if model.mlp_gated else 2) * model.intermediate_size / tp
+    return max(attention, mlp)
 
 
 def moe_width(model: ModelSpec, tp: int) -> float:
@@ -89,10 +113,16 @@ def activation_peak(
     receives_from_previous_stage: bool = False,
     sampler_kernel: str = "triton_batch8",
     moe_workspace_held: bool = False,
+    eager_engine: bool = False,
 ) -> ActivationPeak:
+    """``eager_engine``: the V0 engine's profile run (eager forward, sort-path sampler)."""
     tokens = max_num_batched_tokens
     received = 2 * tokens * model.hidden_size * dtype_bytes if receives_from_previous_stage else 0
-    forward = coefficients.forward_bytes_per_token_width * tokens * dense_width(model, tp) * dtype_bytes
+    if eager_engine:
+        forward = tokens * eager_width(model, tp) * dtype_bytes
+        sampler_kernel = "sort_scatter"
+    else:
+        forward = coefficients.forward_bytes_per_token_width * tokens * dense_width(model, tp) * dtype_bytes
     if model.moe is not None:
         forward = max(
             forward, coefficients.moe_bytes_per_token_expert_width * tokens * moe_width(model, tp) * dtype_bytes

@@ -270,6 +270,7 @@ def stage_memory(
             receives_from_previous_stage=stage > 0,
             sampler_kernel=release.sampler_kernel,
             moe_workspace_held=release.moe_workspace_held,
+            eager_engine=resolved.engine == "v0",
         )
         moe_layers = moe_layer_count(model, start, count)
         graphs = cuda_graph_bytes(

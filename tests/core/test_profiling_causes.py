@@ -8,7 +8,7 @@ from __future__ import annotations
 from planner.calibration.dataset import dataset_records
 from planner.calibration.validate import resolve_record_model, serving_args
 from planner.gpus.catalog import lookup_gpu
-from planner.memory.activation import moe_workspace_bytes, sampler_bytes_per_logit
+from planner.memory.activation import dense_width, eager_width, moe_workspace_bytes, sampler_bytes_per_logit
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, GiB
 from planner.memory.mxfp4 import padded_sizes, padding_bytes_per_moe_layer
 from planner.models.catalog import lookup_model
@@ -101,3 +101,46 @@ def test_mxfp4_padding_reproduces_a_logged_a100_load() -> None:
     assert record.weights_gib is not None
     assert abs(weights / GiB - record.weights_gib) < 0.005 * record.weights_gib
     assert record.weights_gib - unpadded / GiB > 1.0
+
+
+# Cause e: the V0 engine's profile run is eager PyTorch (no torch.compile). Two startups of one
+# environment in https://github.com/vllm-project/vllm/issues/10517 (comment of 2024-12-02, Llama-3.1-8B
+# on an RTX 3090, vLLM 0.6.4.post1 by its log format, V0, chunked prefill off so the profile batch is
+# --max-model-len tokens): "Memory profiling results" prints peak_torch_memory 17.06 / 17.98 GiB with
+# "Loading model weights took 14.9888 GB", i.e. an activation peak of 2.0712 / 2.9912 GiB.
+_V0_PEAKS = ((20000, 17.06 - 14.9888), (29000, 17.98 - 14.9888))
+
+
+def test_v0_forward_peak_is_the_eager_live_set_at_the_down_projection() -> None:
+    spec = lookup_model("meta-llama/Llama-3.1-8B-Instruct")
+    # residual + normed hidden + down_proj output (3 x 4096) + gate_up (2 x 14336) + act (14336)
+    assert eager_width(spec, 1) == 3 * 4096 + 3 * 14336
+    assert eager_width(spec, 2) == 3 * 4096 + 3 * 14336 / 2
+    for max_model_len, logged_gib in _V0_PEAKS:
+        args = ServingArgs(max_model_len=max_model_len, gpu_memory_utilization=0.9)
+        prediction = predict(spec, lookup_gpu("RTX-3090"), args, vllm_version="0.6.4.post1")
+        assert prediction.resolved.engine == "v0"
+        assert prediction.resolved.max_num_batched_tokens == max_model_len
+        peak = prediction.engine.memory[0].activation_peak_bytes
+        assert peak == int(max_model_len * eager_width(spec, 1) * 2)
+        assert abs(peak / (logged_gib * GiB) - 1) < 0.01
+        # the V1-fitted forward would over-predict this peak by about a quarter
+        fitted = DEFAULT_COEFFICIENTS.forward_bytes_per_token_width * max_model_len * dense_width(spec, 1) * 2
+        assert fitted / (logged_gib * GiB) > 1.2
+
+
+def test_v0_profile_samples_on_the_sort_path() -> None:
+    """0.6.4.post1 worker/model_runner.py _dummy_run samples with top_k = vocab - 1, top_p = 0.99, which
+    layers/sampler.py _apply_top_k_top_p serves by sorting and scattering the full logits (same in 0.7.3
+    and 0.8.5's V0): the sampler peak is the sort path's, also on V1-default releases run on V0."""
+    spec = lookup_model("meta-llama/Llama-3.1-8B-Instruct")
+    args = ServingArgs(max_model_len=2048, gpu_memory_utilization=0.9)
+    prediction = predict(spec, lookup_gpu("H100-80GB"), args, vllm_version="0.6.4.post1")
+    seqs = min(prediction.resolved.max_num_seqs, prediction.resolved.max_num_batched_tokens)
+    per_logit = sampler_bytes_per_logit(DEFAULT_COEFFICIENTS, "sort_scatter", seqs)
+    assert prediction.engine.memory[0].activation_peak_bytes == int(per_logit * seqs * spec.vocab_size)
+    v0_on_08 = predict(
+        spec, lookup_gpu("H100-80GB"), args.model_copy(update={"env": {"VLLM_USE_V1": "0"}}), vllm_version="0.8.5"
+    )
+    assert v0_on_08.resolved.engine == "v0"
+    assert v0_on_08.engine.memory[0].activation_peak_bytes == int(per_logit * seqs * spec.vocab_size)
