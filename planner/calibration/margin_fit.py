@@ -82,6 +82,23 @@ def measure(record: StartupRecord, lookup_model: ModelLookup, lookup_gpu: GpuLoo
     )
 
 
+def tp_across_nodes_miss(record: StartupRecord, lookup_model: ModelLookup, lookup_gpu: GpuLookup) -> int | None:
+    """How much less KV memory a record whose TP group spans nodes logged than the single-node prediction
+    (bytes; negative when it logged more). None: not such a record, or nothing to compare."""
+    if record.kv_cache_memory_gib is None:
+        return None
+    try:
+        spec, online = resolve_record_model(record, lookup_model)
+        args = serving_args(record, online_quantization=online)
+        if not args.tensor_parallel_across_nodes:
+            return None
+        prediction = predict(spec, lookup_gpu(record.gpu or ""), args, vllm_version=record.vllm_version)
+    except (KvPlannerError, LookupError):
+        return None
+    predicted = min(stage.kv_bytes for stage in prediction.engine.memory)
+    return int(predicted - record.kv_cache_memory_gib * GiB)
+
+
 def _largest(values: Sequence[float | None], sign: float, digits: int = 4) -> float | None:
     """The largest miss in one direction (0 when none went that way; None when nothing was measured)."""
     measured = [sign * v for v in values if v is not None]
@@ -122,4 +139,5 @@ def fit_margin(records: Sequence[StartupRecord], *, lookup_model: ModelLookup, l
         by_release[release] = ReleaseBounds(
             records=len(rows), short=_bounds(rows, 1.0, misses), over=_bounds(rows, -1.0, misses)
         )
-    return UNFITTED_MARGIN.model_copy(update={"by_release": by_release})
+    across = [m for m in (tp_across_nodes_miss(r, lookup_model, lookup_gpu) for r in records) if m is not None]
+    return UNFITTED_MARGIN.model_copy(update={"by_release": by_release, "tp_across_nodes_bytes": max([0, *across])})

@@ -108,6 +108,7 @@ def serving_args(record: StartupRecord, *, online_quantization: bool) -> Serving
         block_size=record.block_size,
         tensor_parallel_size=record.tensor_parallel_size or 1,
         pipeline_parallel_size=record.pipeline_parallel_size or 1,
+        nnodes=record.nodes or 1,
         dtype=record.dtype or "auto",
         quantization=record.quantization if online_quantization else None,
         enforce_eager=bool(record.enforce_eager),
@@ -233,7 +234,8 @@ def validate_record(
         # because this process group spans across nodes"; NCCL then runs over the network with buffers the
         # memory model does not have (issue 12 cause d). The blocks still follow from the logged memory.
         layout_only = (
-            f"layout only: tensor parallelism across {record.nodes} nodes (its non-torch memory is not modelled)"
+            f"layout only: tensor parallelism across {record.nodes} nodes (its non-torch memory is not modelled; "
+            "the margin keeps the largest miss measured)"
         )
     try:
         gpu = lookup_gpu(record.gpu or "")

@@ -58,6 +58,15 @@ KvCacheMemoryBytes = Annotated[
 BlockSize = Annotated[int | None, typer.Option("--block-size", rich_help_panel=_V, help="Tokens per KV block.")]
 TensorParallel = Annotated[int, typer.Option("--tensor-parallel-size", "-tp", rich_help_panel=_V, min=1)]
 PipelineParallel = Annotated[int, typer.Option("--pipeline-parallel-size", "-pp", rich_help_panel=_V, min=1)]
+Nnodes = Annotated[
+    int,
+    typer.Option(
+        "--nnodes",
+        rich_help_panel=_V,
+        min=1,
+        help="Nodes the engine spans (vLLM's --nnodes, or the pods of a multi-node LWS/Ray group).",
+    ),
+]
 DataParallel = Annotated[int, typer.Option("--data-parallel-size", "-dp", rich_help_panel=_V, min=1)]
 Dtype = Annotated[str, typer.Option("--dtype", rich_help_panel=_V, help="auto, bfloat16, float16, float32.")]
 Quantization = Annotated[
@@ -109,6 +118,7 @@ def serving_args(
     tensor_parallel_size: int = 1,
     pipeline_parallel_size: int = 1,
     data_parallel_size: int = 1,
+    nnodes: int = 1,
     dtype: str = "auto",
     quantization: str | None = None,
     enforce_eager: bool = False,
@@ -152,6 +162,7 @@ def serving_args(
             tensor_parallel_size=tensor_parallel_size,
             pipeline_parallel_size=pipeline_parallel_size,
             data_parallel_size=data_parallel_size,
+            nnodes=nnodes,
             dtype=dtype,
             quantization=quantization,
             enforce_eager=enforce_eager,

@@ -378,6 +378,7 @@ def margin_band(
         quantized=model.quantization is not None or args.quantization is not None,
         activation_kind=activation_kind(model),
         version_spread_bytes=spread,
+        tp_across_nodes=args.tensor_parallel_across_nodes,
     )
     low = [stage.available_bytes - band.down_bytes for stage in prediction.layout.stages]
     layout = kv_layout(prediction.engine, prediction.release, prediction.resolved, args, low)

@@ -12,6 +12,10 @@ is built per term, in each direction, from the largest relative miss measured on
 * activation peak (relative), non-torch memory (absolute), CUDA graphs (relative, where counted);
 * rank asymmetry: vLLM sizes every rank with the minimum free memory over ranks
   (``get_kv_cache_configs``), and the planner predicts one rank per pipeline stage;
+* tensor parallelism across nodes (issue 12 cause d): vLLM disables its custom all-reduce ("this process
+  group spans across nodes") and NCCL runs over the network with buffers the single-node model does not
+  have. The shipped evidence disagrees (one such startup has 0.86 GiB more non-KV memory, another none),
+  so it is a margin, not a term: the largest miss measured on a multi-node record;
 * an unknown vLLM release: the spread of what the checked releases compute for the same flags;
 * the 0.01 GiB the log prints, so a band is never tighter than the evidence.
 
@@ -99,6 +103,11 @@ class MarginModel(BaseModel):
         "planned (the layout of multi-rank records reproduced from rank 0's logged memory bounds it)"
     )
     print_precision_bytes: int = Field(description="vLLM prints the KV memory to 0.01 GiB")
+    tp_across_nodes_bytes: int = Field(
+        default=0,
+        description="TP group across nodes: the most KV memory a multi-node record found below the "
+        "single-node prediction",
+    )
 
     def bounds(self, release_since: str) -> tuple[ReleaseBounds, bool]:
         """(bounds, measured): the release's own where it has records of that kind, else the widest
@@ -125,6 +134,7 @@ def kv_band(
     quantized: bool,
     activation_kind: str,
     version_spread_bytes: int | None,
+    tp_across_nodes: bool = False,
     model: MarginModel | None = None,
 ) -> KvBand:
     """The band around ``memory.kv_cache_bytes``. ``version_spread_bytes`` is how much less KV memory the
@@ -192,6 +202,16 @@ def kv_band(
                 low_bytes=margin.rank_spread_bytes,
                 high_bytes=0,
                 basis="vLLM sizes every rank with the minimum over ranks",
+            )
+        )
+    if tp_across_nodes:
+        terms.append(
+            MarginTerm(
+                name="tp_across_nodes",
+                low_bytes=margin.tp_across_nodes_bytes,
+                high_bytes=0,
+                basis="tensor parallelism across nodes: no custom all-reduce, NCCL over the network "
+                "(largest miss of the multi-node records)",
             )
         )
     if version_spread_bytes is not None:

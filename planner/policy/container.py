@@ -201,6 +201,7 @@ def evaluate(
         return out
     command, serving, mutable = read
     out.findings += _gpu_count_findings(found, serving)
+    serving = _with_group_nodes(found, serving)
     unknown_gpu = _unknown_gpu(found)
     if unknown_gpu is not None:
         out.findings.append(unknown_gpu)
@@ -330,6 +331,15 @@ def _gpu_count_findings(found: ContainerFinding, serving: ServingArgs) -> list[F
             )
         ]
     return []
+
+
+def _with_group_nodes(found: ContainerFinding, serving: ServingArgs) -> ServingArgs:
+    """An engine larger than its pod spans the pods of its group (LeaderWorkerSet, multi-node Ray), one
+    node each: the plan's band then covers tensor parallelism across nodes. ``--nnodes`` wins."""
+    per_pod, group = found.gpu.count, found.gpu.group_size or 1
+    if serving.nnodes > 1 or group <= 1 or not per_pod or serving.gpus_per_engine <= per_pod:
+        return serving
+    return serving.model_copy(update={"nnodes": min(group, -(-serving.gpus_per_engine // per_pod))})
 
 
 def _unknown_gpu(found: ContainerFinding) -> Finding | None:

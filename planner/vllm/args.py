@@ -110,6 +110,12 @@ class ServingArgs(BaseModel):
     tensor_parallel_size: int = Field(default=1, ge=1)
     pipeline_parallel_size: int = Field(default=1, ge=1)
     data_parallel_size: int = Field(default=1, ge=1)
+    nnodes: int = Field(
+        default=1,
+        ge=1,
+        description="nodes one engine's ranks span: vLLM's --nnodes (multiprocessing backend), or the pods of "
+        "a LeaderWorkerSet / Ray group the engine spans",
+    )
     decode_context_parallel_size: int = Field(default=1, ge=1)
     enable_expert_parallel: bool = False
     dtype: str = "auto"
@@ -140,6 +146,12 @@ class ServingArgs(BaseModel):
     def gpus_per_engine(self) -> int:
         """GPUs one engine uses (TP x PP); DP replicas each use this many."""
         return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def tensor_parallel_across_nodes(self) -> bool:
+        """The tensor-parallel group spans nodes: vLLM fills a node's GPUs with consecutive ranks, so a
+        TP group is split when it is larger than one node's share of the engine (TP x PP / nodes)."""
+        return self.nnodes > 1 and self.tensor_parallel_size > self.gpus_per_engine // self.nnodes
 
     @property
     def gpus_total(self) -> int:

@@ -19,6 +19,7 @@ _INT = {
     "tensor_parallel_size",
     "pipeline_parallel_size",
     "data_parallel_size",
+    "nnodes",
     "decode_context_parallel_size",
     "max_cudagraph_capture_size",
     "max_loras",

@@ -223,3 +223,61 @@ def test_table_wraps_messages_instead_of_cutting_them(tmp_path: Path, monkeypatc
     words = " ".join(output.split())
     assert "fix: --tensor-parallel-size 8 (8 GPUs) and --max-model-len 60416" in words
     assert "    fix: --tensor-parallel-size 8 --max-model-len 60416" in output  # the flags, ready to paste
+
+
+def _lws(args: list[str]) -> str:
+    """A two-pod LeaderWorkerSet, 4 x A100-40GB per pod, the engine started by the leader over Ray."""
+
+    def template(name: str, container_args: list[str] | None) -> dict[str, Any]:
+        container: dict[str, Any] = {
+            "name": name,
+            "image": "vllm/vllm-openai:v0.10.1.1",
+            "resources": {"limits": {"nvidia.com/gpu": 4}},
+        }
+        if container_args is not None:
+            container["args"] = container_args
+        return {
+            "spec": {
+                "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"},
+                "containers": [container],
+            }
+        }
+
+    return yaml.safe_dump(
+        {
+            "apiVersion": "leaderworkerset.x-k8s.io/v1",
+            "kind": "LeaderWorkerSet",
+            "metadata": {"name": "multi", "namespace": "llm"},
+            "spec": {
+                "replicas": 1,
+                "leaderWorkerTemplate": {
+                    "size": 2,
+                    "leaderTemplate": template("vllm", ["--model", LLAMA, *args]),
+                    "workerTemplate": template("worker", None),
+                },
+            },
+        }
+    )
+
+
+def _band_down(manifest: Path) -> int:
+    code, data, output = _run("-f", str(manifest), "--output", "json")
+    assert code == 0, output
+    (entry,) = [w for w in data["workloads"] if w["container"] == "vllm"]
+    kv = entry["kv_cache"]
+    return int(kv["bytes"] - kv["low_bytes"])
+
+
+def test_an_engine_across_the_pods_of_its_group_keeps_the_multi_node_margin(tmp_path: Path) -> None:
+    """Cause d: TP 8 over two 4-GPU pods runs its TP group across nodes (no custom all-reduce, NCCL over
+    the network); the band keeps the largest miss measured on such startups. TP 4 x PP 2 keeps each TP
+    group inside a pod and does not get it."""
+    from planner.plan.margin import default_margin
+
+    across, inside = tmp_path / "across.yaml", tmp_path / "inside.yaml"
+    across.write_text(_lws(["--tensor-parallel-size", "8"]))
+    inside.write_text(_lws(["--tensor-parallel-size", "4", "--pipeline-parallel-size", "2"]))
+    extra = default_margin().tp_across_nodes_bytes
+    assert extra > 0
+    assert _band_down(across) >= extra + default_margin().rank_spread_bytes
+    assert _band_down(inside) < extra

@@ -8,6 +8,8 @@ pool — with no headroom, so the margin alone carries it.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from planner.calibration.dataset import dataset_records
@@ -21,6 +23,7 @@ from planner.plan import make_plan
 from planner.plan.build import predict
 from planner.plan.margin import MarginModel, ReleaseBounds, TermBounds, default_margin, kv_band
 from planner.plan.models import MemoryReport
+from planner.vllm.args import ServingArgs
 
 RECORDS = dataset_records()
 
@@ -61,10 +64,10 @@ def _replay(record: StartupRecord, longest: bool) -> tuple[int, int, bool, int, 
     return rec.max_model_len, rec.max_num_seqs, real.fits, need, real.layout.num_gpu_blocks - 1
 
 
-# Multi-node records are layout-only (their non-torch memory is not modelled): no recommendation to replay.
-REPLAYED = [
-    r for r in RECORDS if r.kv_cache_memory_gib is not None and r.kv_cache_tokens is not None and (r.nodes or 1) == 1
-]
+# Multi-node records too: their non-torch memory is not modelled, but the band keeps the largest miss
+# measured across nodes (the tp_across_nodes term), so their recommendations must hold as well.
+REPLAYED = [r for r in RECORDS if r.kv_cache_memory_gib is not None and r.kv_cache_tokens is not None]
+MULTI_NODE = [r for r in REPLAYED if (r.nodes or 1) > 1]
 
 
 @pytest.mark.parametrize("longest", [False, True], ids=["own-settings", "longest-context"])
@@ -171,3 +174,37 @@ def test_an_unknown_release_is_covered_by_what_the_checked_releases_compute() ->
     assert spread.low_bytes >= known.memory.kv_cache_bytes - old.memory.kv_cache_bytes > 0
     assert unknown.margin.low_bytes == known.margin.low_bytes - spread.low_bytes
     assert all(t.name != "unknown_release" for t in known.margin.terms)
+
+
+def test_tensor_parallelism_across_nodes_widens_the_band_by_the_measured_miss() -> None:
+    """Cause d (issue 12): a TP group across nodes runs NCCL over the network without vLLM's custom
+    all-reduce. The band's low end keeps the largest miss of the multi-node records; a TP group that
+    stays inside a node (PP across nodes) does not get it."""
+    assert MULTI_NODE, "the shipped data has multi-node startups"
+    margin = default_margin()
+    assert margin.tp_across_nodes_bytes > GiB // 2  # d102: Qwen2-7B TP=2 over two A100-40GB nodes
+    spec, gpu = lookup_model("Qwen/Qwen2-7B-Instruct"), lookup_gpu("A100-40GB")
+    one_node = ServingArgs(tensor_parallel_size=2, max_model_len=16384, gpu_memory_utilization=0.5)
+    across = one_node.model_copy(update={"nnodes": 2})
+    pp_across = ServingArgs(tensor_parallel_size=2, pipeline_parallel_size=2, nnodes=2)
+    assert across.tensor_parallel_across_nodes and not one_node.tensor_parallel_across_nodes
+    assert not pp_across.tensor_parallel_across_nodes  # TP=2 fits the 2 GPUs of each node
+    plain = make_plan(spec, gpu, one_node, vllm_version="0.10.1.1").margin
+    wide = make_plan(spec, gpu, across, vllm_version="0.10.1.1").margin
+    assert plain is not None and wide is not None
+    assert plain.low_bytes - wide.low_bytes == margin.tp_across_nodes_bytes
+    assert [t.name for t in wide.terms if t.name not in {t.name for t in plain.terms}] == ["tp_across_nodes"]
+
+
+def test_the_cli_takes_the_node_count_as_vllm_spells_it() -> None:
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    argv = ["recommend", "--gpu", "A100-40GB", "--model", "Qwen/Qwen2-7B-Instruct", "-tp", "2", "-o", "json"]
+    one = CliRunner().invoke(app, argv)
+    two = CliRunner().invoke(app, [*argv, "--nnodes", "2"])
+    assert one.exit_code == two.exit_code == 0, two.stdout
+    names = [t["name"] for t in json.loads(two.stdout)["margin"]["terms"]]
+    assert "tp_across_nodes" in names
+    assert "tp_across_nodes" not in [t["name"] for t in json.loads(one.stdout)["margin"]["terms"]]
