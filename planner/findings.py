@@ -335,6 +335,12 @@ class Code(str, Enum):
     CHUNKED_AS_FULL = ("KVP110", _INFO, "chunked local attention sized as full attention (hybrid manager off)")
     CONNECTOR_NO_HYBRID = ("KVP111", _INFO, "a KV connector turns the hybrid KV cache manager off")
     V0_ENGINE = ("KVP112", _INFO, "planned for vLLM's V0 engine")
+    ARCHITECTURE_SUPPORT_UNKNOWN = (
+        "KVP113",
+        _WARN,
+        "the model's architecture may not be served by this vLLM release (its registry was not read)",
+        "plan for (and run) a release known to serve the architecture",
+    )
     SPECULATIVE_NOT_MODELLED = (
         "KVP201",
         _INFO,

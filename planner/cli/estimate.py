@@ -39,19 +39,23 @@ class Estimate(BaseModel):
     note: str | None = None
 
 
-def sequence_bytes(model: ModelSpec, tokens: int, per_layer_token: int, state_per_layer: int) -> int:
+def sequence_bytes(
+    model: ModelSpec, tokens: int, per_layer_token: int, state_per_layer: int, full_layer_token: int | None = None
+) -> int:
     """What one sequence of ``tokens`` keeps (TP=1): full layers every token, sliding-window layers the
     last ``sliding_window`` tokens, chunked-local layers the current chunk, Mamba layers their state.
+    ``full_layer_token``: a full layer's bytes per token where it differs (Gemma-4's global layers).
     vLLM allocates whole blocks and keeps the tokens in flight on top of a window
     (``v1/kv_cache_interface.py: SlidingWindowSpec.max_memory_usage_bytes``); ``planner recommend``
     counts those, this estimate does not."""
     pattern = model.layer_pattern
-    kept = pattern.count("F") * tokens
+    full = pattern.count("F") * tokens * (per_layer_token if full_layer_token is None else full_layer_token)
+    kept = 0
     if model.sliding_window:
         kept += pattern.count("S") * min(tokens, model.sliding_window)
     if model.attention_chunk_size:
         kept += pattern.count("C") * min(tokens, model.attention_chunk_size)
-    return kept * per_layer_token + pattern.count("M") * state_per_layer
+    return full + kept * per_layer_token + pattern.count("M") * state_per_layer
 
 
 def _raw_model(layers: int, kv_heads: int, head_dim: int) -> ModelSpec:
@@ -71,17 +75,28 @@ def _raw_model(layers: int, kv_heads: int, head_dim: int) -> ModelSpec:
     )
 
 
+def kv_bytes_per_layer_token(
+    model: ModelSpec, kv_cache_dtype: str, dtype_bytes: int | None, *, full: bool = False
+) -> int:
+    """K+V bytes per token of one KV layer (TP=1); ``full``: a full-attention layer (Gemma-4's differ)."""
+    if dtype_bytes is not None:
+        if model.mla:
+            return model.mla.latent_size * dtype_bytes
+        if full:
+            return model.full_kv_heads * (model.full_head_size + model.full_head_size_v) * dtype_bytes
+        return model.num_kv_heads * (model.head_dim + model.head_size_v) * dtype_bytes
+    kv = resolve_kv_dtype(kv_cache_dtype, model, model.dtype)
+    return attention_bytes_per_token(model, kv, 1, full=full)
+
+
 def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str, dtype_bytes: int | None) -> int:
     """K+V bytes per token over the model's KV layers (TP=1). Sliding-window layers still cost this
     per token they keep; this is the figure before windows cap what a sequence keeps."""
-    if dtype_bytes is not None:
-        per_layer = (
-            model.mla.latent_size if model.mla else model.num_kv_heads * (model.head_dim + model.head_size_v)
-        ) * dtype_bytes
-    else:
-        kv = resolve_kv_dtype(kv_cache_dtype, model, model.dtype)
-        per_layer = attention_bytes_per_token(model, kv, 1)
-    return per_layer * sum(1 for letter in model.layer_pattern if letter in "FSC")
+    pattern = model.layer_pattern
+    other = sum(1 for letter in pattern if letter in "SC")
+    full = pattern.count("F")
+    total = full * kv_bytes_per_layer_token(model, kv_cache_dtype, dtype_bytes, full=True) if full else 0
+    return total + (other * kv_bytes_per_layer_token(model, kv_cache_dtype, dtype_bytes) if other else 0)
 
 
 @app.command(
@@ -119,11 +134,14 @@ def estimate(
         raise PlannerInputError(f"--tokens needs positive lengths, got {tokens!r}")
     per_token = kv_bytes_per_token(spec, kv_cache_dtype, dtype_bytes)
     kv_layers = sum(1 for letter in spec.layer_pattern if letter in "FSC")
-    per_layer_token = per_token // kv_layers if kv_layers else 0
+    per_layer_token = kv_bytes_per_layer_token(spec, kv_cache_dtype, dtype_bytes) if kv_layers else 0
+    full_layer_token = kv_bytes_per_layer_token(spec, kv_cache_dtype, dtype_bytes, full=True) if kv_layers else 0
     conv = DTYPE_BYTES.get(spec.dtype, 2)
     ssm = DTYPE_BYTES[spec.mamba.ssm_dtype] if spec.mamba is not None and spec.mamba.ssm_dtype else conv
     state = mamba_state_bytes(spec, 1, conv, ssm)
-    sequences = [SequenceCost(tokens=n, bytes=sequence_bytes(spec, n, per_layer_token, state)) for n in lengths]
+    sequences = [
+        SequenceCost(tokens=n, bytes=sequence_bytes(spec, n, per_layer_token, state, full_layer_token)) for n in lengths
+    ]
     kinds = {"F": "full", "S": "sliding_window", "C": "chunked_local", "M": "mamba"}
     by_kind = {name: spec.layer_pattern.count(letter) for letter, name in kinds.items() if letter in spec.layer_pattern}
     hybrid = set(spec.layer_pattern) - {"F"}

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from planner.errors import UnsupportedArchitectureError
 from planner.kv.dtypes import KvDtype
 from planner.models.spec import ModelSpec
 from planner.units import cdiv
@@ -62,20 +63,35 @@ class LayerCache:
         return None
 
 
-def kv_heads_per_rank(model: ModelSpec, tp: int) -> int:
-    """KV heads one TP rank stores: MLA keeps one latent head; otherwise split down to one, then replicated."""
+def kv_heads_per_rank(model: ModelSpec, tp: int, *, full: bool = False) -> int:
+    """KV heads one TP rank stores: MLA keeps one latent head; otherwise split down to one, then replicated.
+    ``full``: the full-attention layers' heads (Gemma-4's global layers have their own count)."""
     if model.mla is not None:
         return 1
-    return max(1, model.num_kv_heads // tp)
+    return max(1, (model.full_kv_heads if full else model.num_kv_heads) // tp)
 
 
-def attention_bytes_per_token(model: ModelSpec, kv: KvDtype, tp: int) -> int:
-    """Bytes one token takes in one attention layer on one rank (K and V together)."""
+def attention_bytes_per_token(model: ModelSpec, kv: KvDtype, tp: int, *, full: bool = False) -> int:
+    """Bytes one token takes in one attention layer on one rank (K and V together). ``full``: a
+    full-attention layer, whose shape differs from the sliding layers' in Gemma-4
+    (``Attention.get_kv_cache_spec`` builds each layer's spec from its own heads and head size)."""
     if model.mla is not None:
         if kv.mla_bytes_per_token is not None:
             return kv.mla_bytes_per_token
         return int(model.mla.latent_size * kv.element_bytes)
+    if full:
+        return kv_heads_per_rank(model, tp, full=True) * kv.head_vector_bytes(
+            model.full_head_size, model.full_head_size_v
+        )
     return kv_heads_per_rank(model, tp) * kv.head_vector_bytes(model.head_dim, model.head_size_v)
+
+
+def kv_bytes_per_token_all_layers(model: ModelSpec, kv: KvDtype, tp: int) -> int:
+    """K+V bytes one token takes over every attention layer with a cache of its own (one rank)."""
+    sliding = sum(1 for letter in model.layer_pattern if letter in "SC")
+    full = model.layer_pattern.count("F")
+    total = full * attention_bytes_per_token(model, kv, tp, full=True) if full else 0
+    return total + (sliding * attention_bytes_per_token(model, kv, tp) if sliding else 0)
 
 
 def mamba_state_bytes(model: ModelSpec, tp: int, conv_bytes: int, ssm_bytes: int) -> int:
@@ -144,6 +160,8 @@ def build_layer_caches(
     if state and per_token:
         block_size = hybrid_block_size(per_token, state, block_size, hybrid_alignment)
     attention_page = per_token * block_size
+    # Gemma-4: the full layers' page differs from the sliding layers'; the grouping unifies them.
+    full_page = attention_bytes_per_token(model, kv, tp, full=True) * block_size if per_token else 0
     has_full = "F" in model.layer_pattern
     layers: list[LayerCache | None] = []
     raw: list[LayerCache | None] = []
@@ -155,13 +173,21 @@ def build_layer_caches(
             page = max(state, attention_page) if per_token else state
             spec = LayerCache("mamba", page, block_size, const_blocks=mamba_blocks_per_request)
         elif letter == "F":
-            spec = LayerCache("full", attention_page, block_size)
+            spec = LayerCache("full", full_page, block_size)
         elif letter == "S":
             spec = LayerCache("sliding_window", attention_page, block_size, window=model.sliding_window)
         else:
             spec = LayerCache("chunked_local", attention_page, block_size, window=model.attention_chunk_size)
         raw.append(spec)
         if spec is not None and unify_hybrid and has_full and spec.kind in ("sliding_window", "chunked_local"):
+            if full_page != attention_page:
+                # vLLM merges the full specs of both shapes into one group (UniformTypeKVCacheSpecs) whose
+                # block holds every layer's page: not modelled, so refused rather than sized wrongly.
+                raise UnsupportedArchitectureError(
+                    f"{model.id}: with the hybrid KV cache manager off, full and sliding layers of different "
+                    "KV shapes share one group (vLLM UniformTypeKVCacheSpecs); kv-planner does not model it",
+                    field="--disable-hybrid-kv-cache-manager",
+                )
             spec = LayerCache("full", attention_page, block_size)
         layers.append(spec)
     return RankLayout(

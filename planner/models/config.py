@@ -38,6 +38,18 @@ _MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
         "tie_word_embeddings": True,
     },
     "gemma2": {"sliding_window": 4096, "tie_word_embeddings": True, "head_dim": 256},
+    # transformers 5 Gemma4TextConfig class defaults (models/gemma4/configuration_gemma4.py).
+    "gemma4_text": {
+        "vocab_size": 262_144,
+        "hidden_size": 2304,
+        "intermediate_size": 9216,
+        "num_hidden_layers": 30,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "max_position_embeddings": 131_072,
+        "tie_word_embeddings": True,
+    },
     "gemma": {"tie_word_embeddings": True},
     "falcon": {"max_position_embeddings": 2048, "vocab_size": 65_024, "tie_word_embeddings": True},
     "starcoder2": {"tie_word_embeddings": True},
@@ -221,6 +233,7 @@ def parse_config(config: Config, *, model_id: str) -> ModelSpec:
     vision = _vision(config)
     intermediate = _intermediate(reader, hidden, model_type, moe)
     notes = list(quant_notes)
+    full_head_dim, full_kv_heads = _full_attention_shape(reader, model_type, head_dim, kv_heads)
     if sliding_window is not None and "S" not in pattern:
         notes.append("sliding_window is set but no layer uses it (e.g. use_sliding_window=false)")
     return ModelSpec(
@@ -234,6 +247,9 @@ def parse_config(config: Config, *, model_id: str) -> ModelSpec:
         num_kv_heads=kv_heads,
         head_dim=head_dim,
         head_dim_v=head_dim_v if head_dim_v != head_dim else None,
+        full_attention_head_dim=full_head_dim,
+        full_attention_kv_heads=full_kv_heads,
+        kv_shared_layers=len(pattern) - len(pattern.rstrip("N")) if model_type == "gemma4_text" else 0,
         vocab_size=reader.integer("vocab_size", minimum=1),
         intermediate_size=intermediate,
         mlp_gated=model_type not in _UNGATED_MLP_TYPES,
@@ -262,6 +278,25 @@ def parse_config(config: Config, *, model_id: str) -> ModelSpec:
         rotary_dim=_rotary_dim(text, head_dim, mla),
         notes=notes,
     )
+
+
+def _full_attention_shape(
+    reader: _Reader, model_type: str, head_dim: int, kv_heads: int
+) -> tuple[int | None, int | None]:
+    """(head size, KV heads) of the full-attention layers where they differ from the sliding ones.
+
+    Gemma-4 (transformers 5 ``Gemma4TextConfig.__post_init__``, read by vLLM 0.33 through
+    ``config.per_layer_config[i]`` in ``gemma4.py: Gemma4DecoderLayer``): full layers take
+    ``global_head_dim`` (512 when absent) and, only when ``attention_k_eq_v`` is true,
+    ``num_global_key_value_heads``. K and V are both cached at that size (k_eq_v loads K into both slots).
+    """
+    if model_type != "gemma4_text":
+        return None, None
+    full_head = reader.integer("global_head_dim", 512, minimum=1)
+    full_kv = kv_heads
+    if reader.get("attention_k_eq_v", False) and reader.get("num_global_key_value_heads") is not None:
+        full_kv = reader.integer("num_global_key_value_heads", minimum=1)
+    return (full_head if full_head != head_dim else None), (full_kv if full_kv != kv_heads else None)
 
 
 def _reject_unservable(config: Config, text: Config, model_id: str, model_type: str) -> None:

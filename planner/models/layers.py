@@ -48,6 +48,8 @@ def layer_pattern(
     window = _int_or_none(text.get("sliding_window"))
     if model_type == "gemma3_text" and window is None:
         window = 4096
+    if model_type == "gemma4_text":
+        return _gemma4(text, num_layers, model_id, window)
     if model_type == "gemma2" and window is None:
         window = 4096
     if window == 0:
@@ -115,6 +117,49 @@ def _from_list(types: Sequence[Any], num_layers: int, model_id: str, window: int
             )
         letters.append(letter)
     return "".join(letters)
+
+
+def _gemma4(
+    text: Mapping[str, Any], num_layers: int, model_id: str, window: int | None
+) -> tuple[str, int | None, int | None]:
+    """Gemma-4 as transformers 5's ``Gemma4TextConfig.__post_init__`` and vLLM 0.33's ``gemma4.py`` read it.
+
+    * ``sliding_window`` defaults to 512; ``use_bidirectional_attention: "all"`` halves it (``w // 2 + 1``);
+    * no ``layer_types``: every 6th layer is full attention (the config's ``sliding_window_pattern`` is not
+      read); the last layer is forced to full attention;
+    * the last ``num_kv_shared_layers`` layers reuse the cache of the last earlier layer of their type
+      (``Gemma4Attention``: ``kv_sharing_target_layer_name``), so vLLM gives them no KV spec
+      (``GPUModelRunner.get_kv_cache_spec`` skips them): letter ``N``.
+    """
+    if window is None:
+        window = 512
+    if text.get("use_bidirectional_attention") == "all":
+        window = window // 2 + 1
+    explicit = text.get("layer_types")
+    if isinstance(explicit, Sequence) and not isinstance(explicit, str) and explicit:
+        letters = list(_from_list(explicit, num_layers, model_id, window, None))
+    else:
+        letters = ["S" if (i + 1) % 6 else "F" for i in range(num_layers)]
+    letters[-1] = "F"
+    shared = _int_or_none(text.get("num_kv_shared_layers")) or 0
+    if shared < 0 or shared > num_layers:
+        raise InvalidModelConfigError(
+            f"{model_id}: num_kv_shared_layers {shared} is not between 0 and {num_layers}",
+            field="num_kv_shared_layers",
+        )
+    first_shared = num_layers - shared
+    if shared:
+        owners = set(letters[:first_shared])
+        for letter in set(letters[first_shared:]):
+            if letter not in owners:
+                raise InvalidModelConfigError(
+                    f"{model_id}: a KV-shared layer has no earlier {'full' if letter == 'F' else 'sliding'} "
+                    "layer to read the cache of (num_kv_shared_layers too large)",
+                    field="num_kv_shared_layers",
+                )
+        letters[first_shared:] = ["N"] * shared
+    pattern = "".join(letters)
+    return pattern, window if "S" in pattern else None, None
 
 
 def _from_nemotron(pattern: str, num_layers: int, model_id: str) -> str:

@@ -146,6 +146,24 @@ class ModelSpec(_Spec):
     num_kv_heads: int = Field(ge=0, description="total KV heads (1 for MQA); 0 for attention-free models")
     head_dim: int = Field(ge=1, description="K head size (MLA: q/k head size qk_nope+qk_rope)")
     head_dim_v: int | None = Field(default=None, description="V head size where it differs from head_dim")
+    full_attention_head_dim: int | None = Field(
+        default=None,
+        ge=1,
+        description="head size of the full-attention (F) layers where it differs from head_dim "
+        "(Gemma-4 global_head_dim); sliding layers keep head_dim",
+    )
+    full_attention_kv_heads: int | None = Field(
+        default=None,
+        ge=1,
+        description="KV heads of the full-attention (F) layers where they differ from num_kv_heads "
+        "(Gemma-4 num_global_key_value_heads with attention_k_eq_v)",
+    )
+    kv_shared_layers: int = Field(
+        default=0,
+        ge=0,
+        description="trailing layers that read an earlier layer's KV cache and keep none (N in layer_pattern; "
+        "Gemma-4 num_kv_shared_layers)",
+    )
     vocab_size: int = Field(ge=1)
     intermediate_size: int = Field(ge=0, description="dense MLP size (0 if every layer is MoE)")
     mlp_gated: bool = Field(default=True, description="gate+up+down (SwiGLU) vs up+down (GELU)")
@@ -193,6 +211,8 @@ class ModelSpec(_Spec):
             raise ValueError("mamba layers (M) need a mamba section")
         if self.num_kv_heads == 0 and any(c in self.layer_pattern for c in "FSC"):
             raise ValueError("attention layers need num_kv_heads >= 1")
+        if self.kv_shared_layers and set(self.layer_pattern[self.num_layers - self.kv_shared_layers :]) != {"N"}:
+            raise ValueError("the kv_shared_layers trailing layers must be N in layer_pattern")
         return self
 
     def is_moe_layer(self, index: int) -> bool:
@@ -202,6 +222,30 @@ class ModelSpec(_Spec):
     @property
     def head_size_v(self) -> int:
         return self.head_dim_v if self.head_dim_v is not None else self.head_dim
+
+    @property
+    def full_head_size(self) -> int:
+        """K head size of the full-attention layers (Gemma-4: global_head_dim)."""
+        return self.full_attention_head_dim or self.head_dim
+
+    @property
+    def full_head_size_v(self) -> int:
+        """V head size of the full-attention layers (a separate global head size applies to K and V)."""
+        return self.full_attention_head_dim or self.head_size_v
+
+    @property
+    def full_kv_heads(self) -> int:
+        """KV heads of the full-attention layers."""
+        return self.full_attention_kv_heads or self.num_kv_heads
+
+    @property
+    def heterogeneous_attention(self) -> bool:
+        """Full-attention layers have another KV shape than the sliding ones (Gemma-4)."""
+        return (self.full_head_size, self.full_head_size_v, self.full_kv_heads) != (
+            self.head_dim,
+            self.head_size_v,
+            self.num_kv_heads,
+        )
 
     def count(self, kind: str) -> int:
         """Number of layers of one kind letter."""

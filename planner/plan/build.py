@@ -9,7 +9,7 @@ from planner.findings import Code, Finding, fix_args
 from planner.gpus.spec import GpuSpec
 from planner.kv.capacity import KvLayout, capacity, fit_error_text, no_memory_text
 from planner.kv.dtypes import is_approximate
-from planner.kv.specs import attention_bytes_per_token, mamba_state_bytes
+from planner.kv.specs import kv_bytes_per_token_all_layers, mamba_state_bytes
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.models.spec import ModelSpec
 from planner.plan.engine import EngineLayout, TermCorrections, compute_engine, kv_layout
@@ -26,6 +26,7 @@ from planner.plan.models import (
 from planner.plan.offload import OffloadReport, is_disaggregation, offload_report, transfer_role
 from planner.plan.speculative import DrafterCost
 from planner.units import GiB
+from planner.vllm.architectures import check_architecture
 from planner.vllm.args import ServingArgs
 from planner.vllm.checks import check_parallelism, check_values, derived_length, resolve_max_model_len
 from planner.vllm.defaults import ResolvedArgs, resolve_args
@@ -137,6 +138,7 @@ def _engine_stage(
     """Everything of :func:`predict` that can refuse the flags, up to the per-stage memory terms (the
     KV layout and the fit check come after and never refuse): the release spread needs only this."""
     version, release, warnings = resolve_release(vllm_version)
+    warnings += check_architecture(model.architecture, version)
     check_parallelism(model, args)
     check_values(args)
     max_len, auto = resolve_max_model_len(model, args, release, version)
@@ -243,8 +245,7 @@ def kv_report(model: ModelSpec, prediction: Prediction) -> KvCacheReport:
     max_len = prediction.max_model_len
     tokens, concurrency = capacity(layout, max_len, prediction.release.tokens_formula)
     kv = engine.kv_dtype
-    kv_layers = sum(1 for letter in model.layer_pattern if letter in "FSC")
-    per_token = attention_bytes_per_token(model, kv, 1) * kv_layers if kv_layers else 0
+    per_token = kv_bytes_per_token_all_layers(model, kv, 1)
     state = mamba_state_bytes(model, 1, *engine.mamba_bytes) * model.layer_pattern.count("M")
     groups = [
         KvGroupReport(

@@ -320,15 +320,22 @@ _R_0_19 = _row(
 _R_0_20 = _row(
     _R_0_19,
     "0.20.0",
-    "0.20.2: v1/worker/gpu_worker.py, envs.py, config/cache.py, kv_cache_utils.py",
+    "0.20.0: v1/worker/gpu_worker.py, envs.py, config/cache.py, v1/core/kv_cache_utils.py "
+    "_report_kv_cache_config (tokens still num_blocks // groups x min block size)",
     default_gpu_memory_utilization=0.92,
     cuda_graphs_counted=True,
-    tokens_formula="concurrency_x_len",
     capture_rule="v0_20",
     kv_cache_dtypes=_D5,
 )
-_R_0_21 = _row(
+_R_0_20_2 = _row(
     _R_0_20,
+    "0.20.2",
+    "0.20.2: v1/core/kv_cache_utils.py _report_kv_cache_config (tokens = max concurrency x max_model_len: "
+    "the ~10x jump of Gemma-4's logged size, vLLM #43308), _check_enough_kv_cache_memory (block override)",
+    tokens_formula="concurrency_x_len",
+)
+_R_0_21 = _row(
+    _R_0_20_2,
     "0.21.0",
     "0.21.0: v1/core/kv_cache_utils.py, v1/kv_cache_interface.py, envs.py (FlashInfer sampler on by default)",
     sampler_kernel="flashinfer",
@@ -412,6 +419,7 @@ RELEASES: tuple[Release, ...] = (
     _R_0_18,
     _R_0_19,
     _R_0_20,
+    _R_0_20_2,
     _R_0_21,
     _R_0_22,
     _R_0_23,
