@@ -18,7 +18,9 @@ def capture_sizes(
     * ``v0_8`` (0.8): ``[1, 2, 4] + range(8, 513, 8)``, at most max_num_batched_tokens;
     * ``v0_10`` (0.10-0.11): ``[1, 2, 4] + range(8, N + 1, 8)`` with ``N = min(2 x max_num_seqs, 512)``;
     * ``v0_12`` (0.12-0.19): ``[1, 2, 4] + range(8, 256, 8) + range(256, N + 1, 16)``;
-    * ``v0_20`` (0.20+): the same, plus max_num_batched_tokens when it is at most N.
+    * ``v0_20`` (0.20-0.30): the same, plus max_num_batched_tokens when it is at most N;
+    * ``v0_31`` (0.31+): also max_num_seqs (a uniform decode batch) when it is at most 512 and at most
+      max_num_batched_tokens.
     """
     tokens = max_num_batched_tokens if max_num_batched_tokens is not None else 1 << 30
     if rule == "v0_8":
@@ -29,12 +31,14 @@ def capture_sizes(
     largest = min(largest, tokens)
     sizes = [s for s in [1, 2, 4, *range(8, min(largest + 1, 256), 8), *range(256, largest + 1, 16)] if s <= largest]
     if (
-        rule == "v0_20"
+        rule in ("v0_20", "v0_31")
         and max_num_batched_tokens is not None
         and max_num_batched_tokens <= largest
         and max_num_batched_tokens not in sizes
     ):
         sizes.append(max_num_batched_tokens)
+    if rule == "v0_31" and max_num_seqs <= limit and max_num_seqs <= tokens and max_num_seqs not in sizes:
+        sizes.append(max_num_seqs)
     return sorted(sizes)
 
 

@@ -90,6 +90,8 @@ class EngineLayout:
     drafter: DrafterCost | None = None
     drafter_layers: int = 0
     """KV layers the drafter appends (on the last pipeline stage)."""
+    model_runner_v2: bool = False
+    """vLLM runs the model with Model Runner V2 by default (``uses_model_runner_v2``)."""
 
 
 def hybrid_manager_enabled(model: ModelSpec, args: ServingArgs, release: Release) -> tuple[bool, list[Finding]]:
@@ -121,12 +123,37 @@ def hybrid_manager_enabled(model: ModelSpec, args: ServingArgs, release: Release
     return True, notes
 
 
-def in_flight_tokens(release: Release, resolved: ResolvedArgs, pp: int) -> int:
+def in_flight_tokens(release: Release, resolved: ResolvedArgs, pp: int, runner_v2: bool) -> int:
     """Tokens scheduled but not yet settled, added to sliding windows (``VllmConfig.max_in_flight_tokens``)."""
     if release.sliding_in_flight == "mnbt":
         return resolved.max_num_batched_tokens
-    batches = pp if pp > 1 else (2 if resolved.async_scheduling else 1)
+    # VllmConfig.max_concurrent_batches: async scheduling overlaps one more batch, except that the V1
+    # model runner does not overlap under pipeline parallelism (pp batches); the V2 runner does (pp + 1).
+    if not resolved.async_scheduling:
+        batches = pp
+    elif pp == 1:
+        batches = 2
+    else:
+        batches = pp + 1 if runner_v2 else pp
     return batches * resolved.max_num_batched_tokens
+
+
+# Architectures on Model Runner V2 by default whatever their MoE layers (vllm 0.26.0-0.28.0 config/vllm.py
+# DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES, the ones kv-planner can plan).
+_RUNNER_V2_ARCHITECTURES = {"DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "Qwen2MoeForCausalLM"}
+
+
+def uses_model_runner_v2(model: ModelSpec, release: Release) -> bool:
+    """Whether vLLM runs the model with Model Runner V2 by default (``VllmConfig.use_v2_model_runner``)."""
+    if release.model_runner_v2_default == "all":  # 0.29+: every model the V2 runner supports
+        return True
+    if release.model_runner_v2_default == "never":
+        return False
+    # 0.26-0.28 _is_default_v2_model_runner_model: listed architectures, else dense models; a Mamba hybrid
+    # or attention-free model only when listed (none of those kv-planner plans is).
+    if "M" in model.layer_pattern:
+        return False
+    return model.architecture in _RUNNER_V2_ARCHITECTURES or model.moe is None
 
 
 # Models whose Mamba layers support "all"-mode prefix caching (vLLM SupportsMambaPrefixCaching, 0.15-0.27).
@@ -150,10 +177,15 @@ def mamba_blocks_and_alignment(
         # vllm 0.28.0 model_executor/models/config.py: MambaModelConfig.verify_and_update_config sets
         # "align" for every model; v1/kv_cache_interface.py MambaSpec keeps 2 blocks (no checkpoint yet).
         return 2, 16
-    # 0.33 "align": two state blocks; gated-delta-net prefill on Hopper/Blackwell (FlashInfer) also keeps a
-    # checkpoint block and aligns blocks to 64 tokens.
+    # 0.32+: MambaMixer2.get_kv_cache_spec (model_executor/layers/mamba/mamba_mixer2.py) adds one prefill
+    # checkpoint block (alignment 1), which MambaSpec.max_memory_usage_bytes counts in "align" mode.
+    if model.mamba is not None and model.mamba.kind == "mamba2":
+        return 3, 16
+    # 0.33 "align": gated-delta-net prefill on Hopper/Blackwell (FlashInfer) also keeps a checkpoint block
+    # and aligns blocks to 64 tokens.
     gdn_checkpoint = (
-        model.mamba is not None
+        mode == "align"
+        and model.mamba is not None
         and model.mamba.kind == "gated_delta_net"
         and gpu.architecture in ("hopper", "blackwell")
     )
@@ -433,6 +465,7 @@ def compute_engine(
         warnings=[*notes, *grouping.warnings],
         drafter=drafter,
         drafter_layers=drafter_layers,
+        model_runner_v2=uses_model_runner_v2(model, release),
     )
 
 
@@ -463,7 +496,7 @@ def kv_layout(
         grouping=engine.grouping,
         block_size=engine.rank.block_size,
         stages=stages,
-        in_flight=in_flight_tokens(release, resolved, args.pipeline_parallel_size),
+        in_flight=in_flight_tokens(release, resolved, args.pipeline_parallel_size, engine.model_runner_v2),
         fit_check=release.fit_check,
         raw_layers=engine.rank.raw_layers,
         dcp=args.decode_context_parallel_size,

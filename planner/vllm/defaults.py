@@ -147,5 +147,5 @@ def resolve_args(
         block_size=block_size,
         block_size_given=args.block_size is not None,
         enable_prefix_caching=prefix,
-        async_scheduling=asynchronous and args.pipeline_parallel_size == 1,
+        async_scheduling=asynchronous,
     )

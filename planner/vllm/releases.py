@@ -21,8 +21,9 @@ TokensFormula = Literal["blocks_x_block_size", "blocks_div_groups", "concurrency
 InFlight = Literal["mnbt", "concurrent_batches"]
 FitCheck = Literal["per_layer", "first_group_global", "first_group", "all_groups", "all_groups_null_block"]
 FitErrorStyle = Literal["e0", "e1", "e2", "e3", "e4"]
-CaptureRule = Literal["v0_8", "v0_10", "v0_12", "v0_20"]
-MambaPrefixMode = Literal["one_block", "per_block", "all_or_align", "align_2", "align"]
+CaptureRule = Literal["v0_8", "v0_10", "v0_12", "v0_20", "v0_31"]
+MambaPrefixMode = Literal["one_block", "per_block", "all_or_align", "align_2", "align_mamba2_checkpoint", "align"]
+RunnerV2Default = Literal["never", "dense", "all"]
 SamplerKernel = Literal["flashinfer_if_installed", "sort_scatter", "triton_batch8", "flashinfer"]
 
 
@@ -112,8 +113,9 @@ class Release(BaseModel):
     mamba_prefix_mode: MambaPrefixMode = Field(
         description="Mamba blocks per request with prefix caching on: one_block (<= 0.11), per_block "
         "(0.12-0.14: one per block of tokens), all_or_align (0.15-0.27: 'all' for models with "
-        "Mamba prefix caching, else 'align' = 2), align_2 (0.28: 'align' = 2 for every model), align "
-        "(0.33: 2, +1 GDN checkpoint on SM90+)"
+        "Mamba prefix caching, else 'align' = 2), align_2 (0.28-0.31: 'align' = 2 for every model), "
+        "align_mamba2_checkpoint (0.32: 2, +1 prefill checkpoint for Mamba2 layers), align (0.33: as 0.32, "
+        "+1 GDN checkpoint on SM90+)"
     )
     auto_kv_from_checkpoint: bool = Field(description="kv_cache_dtype=auto follows the checkpoint's KV scheme")
     sampler_kernel: SamplerKernel = Field(
@@ -132,6 +134,13 @@ class Release(BaseModel):
         default=False,
         description="unquantized fused MoE allocates its workspaces from the persistent WorkspaceManager "
         "(0.14+), so they are held during the sampler warm-up",
+    )
+    model_runner_v2_default: RunnerV2Default = Field(
+        default="never",
+        description="Model Runner V2 is the default runner (VllmConfig.use_v2_model_runner): never (<= 0.25), "
+        "dense (0.26-0.28: generate models that are neither MoE, unless listed, nor Mamba hybrids), all "
+        "(0.29+). With async scheduling and PP > 1 it keeps pp + 1 batches in flight, the V1 runner pp "
+        "(VllmConfig.max_concurrent_batches, 0.26+)",
     )
     swap_space_flag: bool
     kv_cache_memory_bytes_flag: bool
@@ -160,6 +169,9 @@ _D5 = (
 )
 _D6 = (*_D5, "int4_per_token_head")
 _D7 = (*_D6, "nvfp4_ds_mla", "octave_k3v4", "octave_k3v3", "octave_k3v3_compact", "ultraquant_4bit", "nvfp4_4over6")
+_D6_28 = (*_D6, "nvfp4_4over6")
+_D6_30 = (*_D6, "nvfp4_ds_mla", "nvfp4_4over6")
+_D6_32 = (*_D6, "nvfp4_ds_mla", "ultraquant_4bit", "nvfp4_4over6")
 
 _BATCH_0_8 = (
     BatchDefaults(min_memory_gib=70, max_num_batched_tokens=8192, max_num_seqs=1024),
@@ -218,7 +230,9 @@ _BASE = Release(
     max_model_len_auto=False,
     chunked_local_hybrid_default=False,
     mla_block_size_hopper=64,
-    mla_block_size_blackwell=128,
+    # platforms/cuda.py: FlashMLA (block 64) only on Hopper (attention/ops/flashmla.py); other GPUs get Triton
+    # MLA with the default block of 16 (CUTLASS MLA only through VLLM_ATTENTION_BACKEND).
+    mla_block_size_blackwell=16,
     batch_defaults=_BATCH_0_8,
     clamp_batched_tokens=False,
     capture_rule="v0_8",
@@ -236,13 +250,25 @@ def _row(previous: Release, since: str, evidence: str, **changes: object) -> Rel
     return previous.model_copy(update={"since": since, "evidence": evidence, **changes})
 
 
-_R_0_10 = _row(
+# 0.9.2 read against 0.8.5.post1 and 0.10.0: v1/core/kv_cache_utils.py is 0.10.0's (the hybrid manager's
+# groups, tokens = blocks // groups x block size, the fixed error text), engine/arg_utils.py already
+# excludes A100 from the 70 GiB tier; config.py keeps 0.8's capture sizes (cuda_graph_sizes = [512]) and
+# KV dtypes (no fp8_inc); Blackwell MLA still Triton (block 16).
+_R_0_9 = _row(
     _BASE,
-    "0.10.0",
-    "0.10.1.1: v1/core/kv_cache_utils.py, config/cache.py, engine/arg_utils.py",
+    "0.9.0",
+    "0.9.2: v1/core/kv_cache_utils.py (get_kv_cache_config, check_enough_kv_cache_memory), "
+    "v1/worker/gpu_worker.py determine_available_memory (memory_profiling), config.py (cuda_graph_sizes, "
+    "CacheDType), engine/arg_utils.py, platforms/cuda.py, v1/kv_cache_interface.py",
     tokens_formula="blocks_div_groups",
     fit_error_style="e1",
     batch_defaults=_BATCH_0_10,
+)
+_R_0_10 = _row(
+    _R_0_9,
+    "0.10.0",
+    "0.10.1.1: v1/core/kv_cache_utils.py, config/cache.py, engine/arg_utils.py",
+    mla_block_size_blackwell=128,
     capture_rule="v0_10",
     kv_cache_dtypes=_D1,
 )
@@ -365,8 +391,10 @@ _R_0_25 = _row(
 _R_0_26 = _row(
     _R_0_25,
     "0.26.0",
-    "0.26.0: config/vllm.py max_in_flight_tokens, v1/kv_cache_interface.py, v1/core/kv_cache_utils.py (error text)",
+    "0.26.0: config/vllm.py max_in_flight_tokens, max_concurrent_batches, _is_default_v2_model_runner_model, "
+    "v1/kv_cache_interface.py, v1/core/kv_cache_utils.py (error text)",
     sliding_in_flight="concurrent_batches",
+    model_runner_v2_default="dense",
 )
 _R_0_27 = _row(
     _R_0_26,
@@ -383,15 +411,51 @@ _R_0_28 = _row(
     batch_defaults=_BATCH_0_33,
     hybrid_prefix_caching_default=True,
     mamba_prefix_mode="align_2",
-    kv_cache_dtypes=(*_D6, "nvfp4_4over6"),
+    kv_cache_dtypes=_D6_28,
+)
+_R_0_29 = _row(
+    _R_0_28,
+    "0.29.0",
+    "0.29.0: v1/core/kv_cache_utils.py get_kv_cache_configs, check_enough_kv_cache_memory (null block "
+    "reserved before the fit check and auto-fit), _max_memory_usage_bytes_from_groups, _get_packed_kv_cache_groups; "
+    "config/vllm.py use_v2_model_runner (V2 for every model), _set_cudagraph_sizes, max_concurrent_batches; "
+    "v1/kv_cache_interface.py MambaSpec (num_prefill_checkpoint_blocks, unset by every Mamba layer), "
+    "SlidingWindowSpec; config/cache.py; engine/arg_utils.py; v1/worker/utils.py request_memory; "
+    "v1/sample/ops/topk_topp_sampler.py; fused_moe/oracle/mxfp4.py; platforms/cuda.py",
+    fit_check="all_groups_null_block",
+    model_runner_v2_default="all",
+)
+_R_0_30 = _row(
+    _R_0_29,
+    "0.30.0",
+    "0.30.0: config/cache.py CacheDType (nvfp4_ds_mla), v1/core/kv_cache_utils.py (fit check, capacity, "
+    "grouping as 0.29), v1/kv_cache_interface.py, config/vllm.py, v1/sample/ops/topk_topp_sampler.py "
+    "(FlashInfer still first), utils/torch_utils.py, platforms/interface.py",
+    kv_cache_dtypes=_D6_30,
+)
+_R_0_31 = _row(
+    _R_0_30,
+    "0.31.0",
+    "0.31.0: config/vllm.py _set_cudagraph_sizes (max_num_seqs captured), v1/core/kv_cache_utils.py, "
+    "v1/kv_cache_interface.py SlidingWindowSpec, v1/worker/workspace.py, fused_moe/experts/triton_moe.py, "
+    "v1/sample/ops/topk_topp_sampler.py, config/cache.py",
+    capture_rule="v0_31",
+)
+_R_0_32 = _row(
+    _R_0_31,
+    "0.32.0",
+    "0.32.0: model_executor/layers/mamba/mamba_mixer2.py get_kv_cache_spec (prefill checkpoint block), "
+    "v1/kv_cache_interface.py MambaSpec, model_executor/models/config.py (no 'all' mode), config/cache.py "
+    "CacheDType (ultraquant_4bit), v1/worker/utils.py request_memory, v1/core/kv_cache_utils.py, "
+    "v1/worker/workspace.py, platforms/interface.py _align_hybrid_block_size",
+    mamba_prefix_mode="align_mamba2_checkpoint",
+    kv_cache_dtypes=_D6_32,
 )
 _R_0_33 = _row(
-    _R_0_28,
+    _R_0_32,
     "0.33.0",
-    "0.33.0: v1/core/kv_cache_planning.py, v1/core/kv_cache_utils.py, engine/arg_utils.py, config/cache.py",
-    fit_check="all_groups_null_block",
-    batch_defaults=_BATCH_0_33,
-    hybrid_prefix_caching_default=True,
+    "0.33.0: v1/core/kv_cache_planning.py, v1/core/kv_cache_utils.py, engine/arg_utils.py, config/cache.py, "
+    "model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py, config/vllm.py _set_cudagraph_sizes (as 0.32)",
     mamba_prefix_mode="align",
     kv_cache_dtypes=_D7,
 )
@@ -407,6 +471,7 @@ RELEASES: tuple[Release, ...] = (
     _V0_ONLY,
     _R_0_7,
     _BASE,
+    _R_0_9,
     _R_0_10,
     _R_0_10_2,
     _R_0_11,
@@ -428,6 +493,10 @@ RELEASES: tuple[Release, ...] = (
     _R_0_26,
     _R_0_27,
     _R_0_28,
+    _R_0_29,
+    _R_0_30,
+    _R_0_31,
+    _R_0_32,
     _R_0_33,
 )
 

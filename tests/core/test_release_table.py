@@ -9,7 +9,7 @@ import pytest
 from planner.errors import UnknownVllmVersionError
 from planner.plan.engine import mamba_blocks_and_alignment
 from planner.vllm.release_table import BEGIN, END, render
-from planner.vllm.releases import Version, resolve_release
+from planner.vllm.releases import RELEASES, Version, resolve_release
 from tests.conftest import REPO_ROOT
 
 
@@ -45,6 +45,15 @@ def test_rows_follow_the_checked_releases() -> None:
     assert resolve_release(None)[1].since == "0.33.0"
 
 
+def test_every_minor_release_has_its_own_row() -> None:
+    # A row read in that release's own source for every minor 0.6-0.33.
+    minors = {tuple(int(part) for part in row.since.split(".")[:2]) for row in RELEASES}
+    assert {(0, minor) for minor in range(6, 34)} <= minors
+    for row in RELEASES:
+        read = row.evidence.split(":", 1)[0]
+        assert read.split(".")[:2] == row.since.split(".")[:2], (row.since, read)
+
+
 def test_newer_release_is_planned_as_the_newest_with_a_warning() -> None:
     _, row, warnings = resolve_release("0.40.1")
     assert row.since == "0.33.0" and [w.code for w in warnings] == ["KVP104"]
@@ -58,7 +67,9 @@ def test_docs_table_is_generated_from_the_code() -> None:
     assert text[start:end] == render(), "docs/vllm-releases.md is stale: python -m planner.vllm.release_table"
 
 
-@pytest.mark.parametrize("version", ["0.16.0", "0.22.1", "0.23.0", "0.24.0", "0.25.1", "0.27.1", "0.28.0"])
+@pytest.mark.parametrize(
+    "version", ["0.9.2", "0.16.0", "0.22.1", "0.23.0", "0.24.0", "0.25.1", "0.27.1", "0.28.0", "0.29.0", "0.32.0"]
+)
 def test_gap_releases_have_their_own_checked_row(version: str) -> None:
     # Each was read in its own wheel (vllm X.Y.Z), not borrowed from the older neighbour's row.
     _, row, _ = resolve_release(version)
@@ -100,7 +111,8 @@ def test_0_28_turns_hybrid_prefix_caching_on_with_align_for_every_model() -> Non
     # vllm 0.28.0 engine/arg_utils.py: prefix caching defaults to is_prefix_caching_supported (true for
     # hybrids; 0.27.1 still excluded them), and model_executor/models/config.py
     # MambaModelConfig.verify_and_update_config picks "align" for every model (0.27.1: "all" where
-    # supported). v1/kv_cache_interface.py MambaSpec: align keeps 2 blocks, no prefill checkpoint before 0.29.
+    # supported). v1/kv_cache_interface.py MambaSpec: align keeps 2 blocks (no prefill checkpoint field
+    # before 0.29, none set for Mamba2 before 0.32).
     old, new = resolve_release("0.27.1")[1], resolve_release("0.28.0")[1]
     assert (old.hybrid_prefix_caching_default, old.mamba_prefix_mode) == (False, "all_or_align")
     assert (new.hybrid_prefix_caching_default, new.mamba_prefix_mode) == (True, "align_2")
