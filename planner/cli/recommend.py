@@ -4,33 +4,32 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from planner.calibration.corrections import Corrections, load_corrections
 from planner.cli import _vllm_options as v
 from planner.cli._app import EXIT_FAILED, app
 from planner.cli._commands import COMMANDS
 from planner.cli._lookup import gpu_for, model_for
 from planner.cli._output import console, err_console, print_json, print_yaml
-from planner.cli._plan_table import render_fleet, render_plan
 from planner.errors import CapacityError, PlannerInputError, WorkloadProfileError
 from planner.findings import Code, Finding
 from planner.gpus.catalog import all_gpus
-from planner.gpus.share import GpuShare
 from planner.gpus.spec import GpuSpec
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS
-from planner.models.catalog import all_models
 from planner.plan import Plan, make_plan
-from planner.plan.fleet import fleet_rows
-from planner.plan.inverse import smallest_budget
 from planner.plan.recommend import safe_max_num_seqs
-from planner.plan.shared import make_shared_plan, parse_gpu_share, visible_gpu
 from planner.vllm.args import ServingArgs
 from planner.vllm.releases import LATEST_KNOWN
 
 UNKNOWN_RELEASE = "unknown"
+
+# A plan of one model imports only what it uses (tests/cli/test_lazy_commands.py): the corrections file,
+# the catalog table, GPU sharing, inverse sizing and the rich tables are imported where they are needed.
+if TYPE_CHECKING:
+    from planner.calibration.corrections import Corrections
+    from planner.gpus.share import GpuShare
 
 DEFAULT_HEADROOM = 0.1  # DESIGN's policy default: the same meaning as the webhook's `headroom`
 
@@ -116,7 +115,11 @@ def _warn_ignored_without_model(**given: object) -> None:
 
 
 def _corrections(path: Path | None) -> Corrections | None:
-    return load_corrections(path) if path is not None else None
+    if path is None:
+        return None
+    from planner.calibration.corrections import load_corrections
+
+    return load_corrections(path)
 
 
 @app.command(
@@ -247,6 +250,9 @@ def recommend(
         _warn_ignored_without_model(
             workload=workload, emit=emit, target_seqs=target_seqs, calibration=calibration, gpu_share=gpu_share
         )
+        from planner.models.catalog import all_models
+        from planner.plan.fleet import fleet_rows
+
         rows = fleet_rows(
             all_models(), gpu_spec, args, vllm_version=vllm_version, coefficients=coefficients, headroom=headroom
         )
@@ -260,6 +266,8 @@ def recommend(
         elif output is RecommendOutput.yaml:
             print_yaml(payload)
         else:
+            from planner.cli._plan_table import render_fleet
+
             render_fleet(console, gpu_spec, args, rows, headroom=headroom)
         return
     if emit is not None and workload is None:
@@ -274,8 +282,11 @@ def recommend(
         "corrections": corrections,
         "draft": _draft(args, vllm_version, token=token, refresh=refresh, warnings=loaded.warnings),
     }
-    share = parse_gpu_share(gpu_share, gpu_spec) if gpu_share is not None else None
-    if share is not None:
+    share: GpuShare | None = None
+    if gpu_share is not None:
+        from planner.plan.shared import make_shared_plan, parse_gpu_share
+
+        share = parse_gpu_share(gpu_share, gpu_spec)
         plan = make_shared_plan(
             loaded.spec, gpu_spec, args, share, workload=profile, bigger_gpus=_bigger_gpus(gpu_spec), **options
         )
@@ -364,6 +375,8 @@ def _inverse(
     options: dict[str, Any],
 ) -> Plan:
     """``--target-seqs``: the plan at the smallest KV budget for the target, with ``budget`` set."""
+    from planner.plan.inverse import smallest_budget
+    from planner.plan.shared import visible_gpu
     from planner.vllm.releases import resolve_release
 
     if target_risk is not None and profile is None:
@@ -423,6 +436,8 @@ def _emit(plan: Plan, args: ServingArgs, output: RecommendOutput) -> None:
     elif output is RecommendOutput.args:
         _print_args(plan)
     else:
+        from planner.cli._plan_table import render_plan
+
         render_plan(console, plan, args)
         if plan.sharing is not None:
             console.print(f"[bold]shared GPU:[/] {plan.sharing.explanation}")

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from planner.datafiles import read_yaml
 from planner.errors import CatalogDataError
 from planner.gpus.spec import GpuSpec, MigProfile
 
@@ -144,22 +144,11 @@ class Catalog:
         return self.by_key[normalize(name)]
 
 
-# libyaml's safe loader when PyYAML has it: the same documents, ~10x less CPU than the pure-Python one,
-# which dominated a cold `planner recommend` (every catalog file is parsed once per process).
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _read_yaml(path: Path) -> Any:
-    try:
-        with path.open(encoding="utf-8") as handle:
-            return yaml.load(handle, Loader=_SAFE_LOADER)
-    except (OSError, yaml.YAMLError) as error:
-        raise CatalogDataError(f"GPU catalog {path.name} cannot be read: {error}") from error
-
-
 def _validate(model: type[_GpuFile] | type[_InstanceFile], path: Path) -> Any:
+    # Through the folder's JSON snapshot (planner.datafiles): parsing the YAML dominated a cold run.
+    data = read_yaml(path, what="GPU catalog")
     try:
-        return model.model_validate(_read_yaml(path))
+        return model.model_validate(data)
     except ValidationError as error:
         raise CatalogDataError(f"GPU catalog {path.name} does not validate:\n{error}") from error
 

@@ -8,25 +8,21 @@ The resolver reports through :class:`ResolveProgress`; the CLI passes the object
 
 On a terminal this draws a transient rich progress bar on the given console (stderr), so ``--output json``
 on stdout stays clean; elsewhere (pipes, CI logs, the webhook) it draws nothing. Calls may come from
-worker threads (shard headers are read in parallel); rich's ``Progress`` is thread-safe.
+worker threads (shard headers are read in parallel); rich's ``Progress`` is thread-safe. The bar is built
+at the first report: a model found locally or in the catalog reports nothing, and its run never imports
+rich (a cold ``planner recommend`` spends ~30 ms on it).
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress, TaskID
 
 
 class ResolveProgress(Protocol):
@@ -83,24 +79,71 @@ class RichProgress:
             self._progress.advance(self._task)
 
 
+class _FirstReport:
+    """Decides and builds the display at the first report (see the module docstring); ``close`` stops it."""
+
+    def __init__(self, console: Console | None, enabled: bool | None) -> None:
+        self._console = console
+        self._enabled = enabled
+        self._lock = threading.Lock()
+        self._bar: Progress | None = None
+        self._target: ResolveProgress | None = None
+
+    def _display(self) -> ResolveProgress:
+        with self._lock:
+            if self._target is None:
+                self._target = self._open()
+            return self._target
+
+    def _open(self) -> ResolveProgress:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        console = self._console if self._console is not None else Console(stderr=True)
+        if not (console.is_terminal if self._enabled is None else self._enabled):
+            return NullProgress()
+        self._bar = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=True,
+        )
+        self._bar.start()
+        return RichProgress(self._bar)
+
+    def step(self, description: str) -> None:
+        self._display().step(description)
+
+    def files(self, description: str, total: int) -> None:
+        self._display().files(description, total)
+
+    def advance(self) -> None:
+        self._display().advance()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._bar is not None:
+                self._bar.stop()
+
+
 @contextmanager
 def hub_progress(console: Console | None = None, *, enabled: bool | None = None) -> Iterator[ResolveProgress]:
     """A progress reporter for :func:`planner.hub.resolve.resolve_model`.
 
     ``enabled=None`` draws only when ``console`` is a terminal (default console: stderr).
     """
-    console = console if console is not None else Console(stderr=True)
-    if not (console.is_terminal if enabled is None else enabled):
-        yield NullProgress()
-        return
-    bar = Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    )
-    with bar:
-        yield RichProgress(bar)
+    reporter = _FirstReport(console, enabled)
+    try:
+        yield reporter
+    finally:
+        reporter.close()

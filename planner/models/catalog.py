@@ -18,9 +18,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from planner.datafiles import read_yaml
 from planner.errors import CatalogDataError, UnknownModelError
 from planner.models.spec import ModelSpec
 
@@ -48,18 +48,11 @@ def _key(name: str) -> str:
     return text.strip("/").lower()
 
 
-# libyaml's safe loader when PyYAML has it: the same documents, ~10x less CPU than the pure-Python one,
-# which dominated a cold `planner recommend` (every catalog file is parsed once per process).
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 def _load_file(path: Path) -> list[ModelSpec]:
+    # Through the folder's JSON snapshot (planner.datafiles): parsing the YAML dominated a cold run.
+    data = read_yaml(path, what="model catalog")
     try:
-        with path.open(encoding="utf-8") as handle:
-            data = yaml.load(handle, Loader=_SAFE_LOADER)
         return list(_CatalogFile.model_validate(data).models)
-    except (OSError, yaml.YAMLError) as error:
-        raise CatalogDataError(f"model catalog {path.name} cannot be read: {error}") from error
     except ValidationError as error:
         raise CatalogDataError(f"model catalog {path.name} does not validate:\n{error}") from error
 

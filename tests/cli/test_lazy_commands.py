@@ -19,7 +19,8 @@ try:
     main()
 except SystemExit:
     pass
-loaded = sorted(m for m in sys.modules if m.startswith(("planner.", "numpy", "fastapi", "uvicorn", "matplotlib")))
+prefixes = ("planner.", "numpy", "fastapi", "uvicorn", "matplotlib", "rich", "yaml", "huggingface_hub", "httpx")
+loaded = sorted(m for m in sys.modules if m.startswith(prefixes))
 print(json.dumps(loaded), file=sys.stderr)
 """
 
@@ -51,6 +52,30 @@ def test_a_plan_imports_neither_policy_nor_the_shells() -> None:
         "matplotlib",
     )
     assert not [m for m in loaded if m.startswith(forbidden)]
+
+
+@pytest.mark.slow
+def test_a_json_plan_of_a_catalog_model_imports_only_what_it_prints() -> None:
+    """-o json prints no rich output and parses no YAML (the catalogs come from their JSON snapshots,
+    planner.datafiles); corrections, GPU sharing, inverse sizing and the catalog table are not asked for."""
+    plan = ("recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct")
+    loaded = _modules_loaded_by(*plan, "-o", "json")
+    assert "planner.plan.build" in loaded
+    unused = (
+        "rich",
+        "yaml",
+        "huggingface_hub",
+        "httpx",
+        "planner.calibration",
+        "planner.untrusted",
+        "planner.plan.shared",
+        "planner.plan.inverse",
+        "planner.plan.fleet",
+        "planner.cli._plan_table",
+    )
+    assert not [m for m in loaded if m.startswith(unused)]
+    # The table is the one output that needs rich (and the probe sees it).
+    assert {"rich.table", "planner.cli._plan_table"} <= _modules_loaded_by(*plan)
 
 
 def test_every_registered_command_is_in_the_table() -> None:

@@ -9,14 +9,13 @@ from hub_builders import config_bytes, header_only, llama_config
 from hub_fake_server import Blob, FakeHub, Repo
 from rich.console import Console
 
-from planner.hub.progress import NullProgress, RichProgress, hub_progress
+from planner.hub.progress import hub_progress
 from planner.hub.resolve import resolve_model
 
 
 def test_no_display_when_not_a_terminal() -> None:
     buffer = io.StringIO()
     with hub_progress(Console(file=buffer, force_terminal=False)) as progress:
-        assert isinstance(progress, NullProgress)
         progress.step("x")
         progress.files("y", 2)
         progress.advance()
@@ -38,9 +37,16 @@ def test_terminal_display_shows_the_header_phase(hub: FakeHub) -> None:
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=True, width=120)
     with hub_progress(console) as progress:
-        assert isinstance(progress, RichProgress)
         resolved = resolve_model("acme/progress", progress=progress)
     assert resolved.checkpoint is not None and resolved.checkpoint.total_bytes == 2 * 4096 * 4096 * 2
     drawn = buffer.getvalue()
     assert "Reading safetensors headers of acme/progress" in drawn
     assert "2/2" in drawn
+
+
+def test_nothing_is_drawn_until_the_first_report() -> None:
+    """A model found in the catalog reports nothing: no bar, not even on a terminal."""
+    buffer = io.StringIO()
+    with hub_progress(Console(file=buffer, force_terminal=True, width=120)):
+        pass
+    assert buffer.getvalue() == ""
