@@ -89,8 +89,9 @@ def build_snapshot(directory: Path) -> str:
         if not same:
             raise ValueError(f"{path}: the document does not survive JSON (dates or non-string keys?)")
         files[path.name] = {"sha256": _digest(raw), "document": document}
-    # Compact: it is read on every run and nobody edits it by hand.
-    return json.dumps({"format": FORMAT, "files": files}, separators=(",", ":"), sort_keys=True) + "\n"
+    # One value per line: two branches that edit different entries merge; on any conflict, take either
+    # side and rerun `python3 -m planner.datafiles`.
+    return json.dumps({"format": FORMAT, "files": files}, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
 
 
 def stale_snapshots(directories: tuple[Path, ...] = DATA_DIRS) -> list[Path]:

@@ -13,7 +13,7 @@ from planner.errors import CatalogDataError
 
 def test_the_committed_snapshots_match_the_yaml_files() -> None:
     """Regenerate with `python3 -m planner.datafiles` after editing a catalog YAML file."""
-    assert stale_snapshots() == []
+    assert stale_snapshots() == [], "a catalog YAML file changed: run python3 -m planner.datafiles"
     assert main(["--check"]) == 0
     for directory in DATA_DIRS:
         files = json.loads((directory / SNAPSHOT).read_text())["files"]
