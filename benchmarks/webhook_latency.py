@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -53,6 +54,26 @@ GPUS = ["NVIDIA-L4", "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3", "NVIDIA-L
 PROFILE = "{prompt_tokens: {p50: 800, p99: 12000}, output_tokens: {p50: 200, p99: 2000}}"
 
 
+@dataclass(frozen=True)
+class Target:
+    """One of issue 17's webhook targets: the load that defines it and the bounds it sets."""
+
+    summary: str
+    rate: float
+    cpu: str  # the cores the server is pinned to
+    profiles: bool
+    profile_every: int
+    server_p99_ms: float
+    max_errors: int | None = None
+
+
+TARGETS = {
+    "50-never-seen": Target("one core, 50 reviews/s, never-seen workloads", 50, "0", False, 1, 5.0),
+    "50-profiled": Target("one core, 50 reviews/s, never-seen workloads, each with a profile", 50, "0", True, 1, 25.0),
+    "200-never-seen": Target("two cores, 200 reviews/s, never-seen workloads", 200, "0,1", False, 1, 50.0, 0),
+}
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -61,7 +82,7 @@ def _free_port() -> int:
 
 
 def realistic_deployment(
-    index: int, rng: random.Random, context: int | None = None, *, profiles: bool = True
+    index: int, rng: random.Random, context: int | None = None, *, profiles: bool = True, profile_every: int = 3
 ) -> dict[str, Any]:
     """A vLLM Deployment shaped like production manifests (sizes vary with the number of env vars)."""
     model = MODELS[index % len(MODELS)]
@@ -120,7 +141,7 @@ def realistic_deployment(
             "name": f"llm-{index}",
             "namespace": "ml",
             "labels": labels,
-            "annotations": {"kv-planner.io/workload": PROFILE} if profiles and index % 3 == 0 else {},
+            "annotations": {"kv-planner.io/workload": PROFILE} if profiles and index % profile_every == 0 else {},
         },
         "spec": spec,
     }
@@ -184,17 +205,38 @@ class _Connection:
 
     httpx costs several milliseconds of client CPU per 50 KB request; with two cores that would make the
     client, not the webhook, the bottleneck. This one sends prebuilt requests and reads the status,
-    the Server-Timing header and the body.
+    the Server-Timing header and the body. Like any keep-alive client it drops a connection that sat
+    idle longer than the server keeps it (``IDLE``; the webhook's and uvicorn's keep-alive is 5 s), and
+    a reused connection the server closed meanwhile is retried once on a new one (that race is the
+    client's, not an answer of the server).
     """
+
+    IDLE: ClassVar[float] = 2.0
 
     def __init__(self, port: int, context: ssl.SSLContext) -> None:
         self.port, self.context = port, context
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.last_used = time.monotonic()
 
     errors: ClassVar[list[str]] = []  # (class-wide) answers that were not a decision: HTTP errors, KVP049/051
 
     async def post(self, request: bytes) -> float:
+        if self.writer is not None and time.monotonic() - self.last_used > self.IDLE:
+            await self.close()
+        reused = self.writer is not None
+        try:
+            return await self._post(request)
+        except (ConnectionError, asyncio.IncompleteReadError) as error:
+            await self.close()
+            if reused:
+                return await self.post(request)
+            _Connection.errors.append(f"connection: {type(error).__name__}")
+            return float("nan")
+        finally:
+            self.last_used = time.monotonic()
+
+    async def _post(self, request: bytes) -> float:
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(
                 "127.0.0.1", self.port, ssl=self.context, server_hostname="127.0.0.1"
@@ -216,6 +258,7 @@ class _Connection:
     async def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        self.reader = self.writer = None
 
 
 def http_request(body: bytes) -> bytes:
@@ -392,7 +435,10 @@ def _bodies(args: argparse.Namespace, count: int) -> list[bytes]:
     out = []
     for i in range(count):
         context = 1024 + 16 * i if args.cold else None
-        obj = realistic_deployment(i if args.cold else i % args.distinct, rng, context=context, profiles=args.profiles)
+        index = i if args.cold else i % args.distinct
+        obj = realistic_deployment(
+            index, rng, context=context, profiles=args.profiles, profile_every=args.profile_every
+        )
         namespace = f"team-{i % args.namespaces}"
         obj["metadata"]["namespace"] = namespace
         body = json.loads(review_body(obj, f"uid-{i}"))
@@ -470,14 +516,31 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=0, help="--workers of the webhook (0: its default)")
     parser.add_argument("--namespaces", type=int, default=1, help="namespaces the reviews are spread over")
     parser.add_argument("--baseline", action="store_true", help="also measure a FastAPI echo app the same way")
+    parser.add_argument(
+        "--profile-every", type=int, default=3, help="every N-th workload has a profile annotation (with profiles)"
+    )
+    parser.add_argument(
+        "--target",
+        choices=sorted(TARGETS),
+        help="one of issue 17's targets: sets --rate, --cpu, --cold, profiles and --paced-only, measures the echo "
+        "baseline too, and prints the target next to each figure",
+    )
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = parser.parse_args()
+    target = TARGETS.get(args.target or "")
+    if target is not None:
+        args.rate, args.cpu, args.cold, args.paced_only, args.baseline = target.rate, target.cpu, True, True, True
+        args.profiles, args.profile_every = target.profiles, target.profile_every
+    if args.profile_every < 1:
+        parser.error("--profile-every must be at least 1")
+    load_before = os.getloadavg()
     args.cpu = None if args.cpu == "-1" else args.cpu
     pinned = {int(c) for c in args.cpu.split(",")} if args.cpu is not None else set()
     if pinned and hasattr(os, "sched_setaffinity") and len(pinned) < (os.cpu_count() or 1):
         # Keep the clients off the server's cores, so the figures are the server's alone.
         os.sched_setaffinity(0, {c for c in range(os.cpu_count() or 1) if c not in pinned})
     rows = asyncio.run(run(args))
+    load = f"load average {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after, on {os.cpu_count()} CPUs"
     if args.markdown:
         print(
             "| load | requests | throughput (req/s) | client p50 / p99 (ms) | server p50 / p99 / max (ms) | errors "
@@ -492,8 +555,28 @@ def main() -> None:
                 f"{r['server_p50_ms']:.1f} / {r['server_p99_ms']:.1f}{ratio} / {r['server_max_ms']:.1f} | "
                 f"{r.get('errors', '')} | {r.get('cpu_ms_per_review', math.nan):.2f} |"
             )
+        print(f"\n{load}")
     else:
-        print(json.dumps(rows, indent=2))
+        print(json.dumps({"rows": rows, "load": load}, indent=2))
+    if target is not None:
+        print(verdict(target, rows[0], rows[-1]))
+
+
+def verdict(target: Target, row: dict[str, Any], echo: dict[str, Any]) -> str:
+    """The measured figures next to the target's bounds (and the echo app's, for the machine's state)."""
+    p99 = row["server_p99_ms"]
+    lines = [
+        f"target ({target.summary}): server p99 <= {target.server_p99_ms:g} ms: measured {p99:.1f} ms "
+        f"({'met' if p99 <= target.server_p99_ms else 'NOT met'}; echo app {echo['server_p99_ms']:.1f} ms)",
+        f"  throughput {row['throughput_rps']:.0f} of {target.rate:g} reviews/s, server CPU per review "
+        f"{row['cpu_ms_per_review']:.2f} ms (echo app {echo['cpu_ms_per_review']:.2f} ms)",
+    ]
+    if target.max_errors is not None:
+        met = "met" if row["errors"] <= target.max_errors else "NOT met"
+        lines.append(f"  errors <= {target.max_errors}: measured {row['errors']} ({met})")
+    else:
+        lines.append(f"  errors (KVP049/KVP051/HTTP): {row['errors']}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -151,7 +151,7 @@ def create_app(
             return Job(body, endpoint, effective, version, nodes if version != known_version else None)
 
         try:
-            reply = await pool.decide(make_job, tenant=namespace or "", budget=budget)
+            reply = await pool.decide(make_job, tenant=namespace or "", budget=budget, key=_workload_key(request))
         except Undecided as error:
             outcome = undecided(request, effective, error.reason)
             return unchecked(request, outcome, Code.REVIEW_TIMED_OUT.value, error.kind, error.reason)
@@ -228,6 +228,17 @@ def create_app(
         return PlainTextResponse("not ready", status_code=503)
 
     return app
+
+
+def _workload_key(request: AdmissionRequest) -> str:
+    """Which workload a review is about (its updates, dry-runs and reinvocations share it), for the pool to
+    send it to the worker that planned it last."""
+    name = request.name
+    if not name and isinstance(request.object, Mapping):
+        meta = request.object.get("metadata")
+        generated = meta.get("generateName") if isinstance(meta, Mapping) else None
+        name = generated if isinstance(generated, str) else ""
+    return f"{request.namespace or ''}/{request.kind.group}/{request.kind.kind}/{name}"
 
 
 def _warning_with(body: bytes, code: str) -> str:

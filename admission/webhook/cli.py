@@ -62,7 +62,15 @@ def webhook(
     tls_min_version: Annotated[
         str, typer.Option(envvar=_env("tls-min-version"), help="1.2 (AEAD suites only) or 1.3 (1.3 only).")
     ] = "1.2",
-    workers: Annotated[int, typer.Option(envvar=_env("workers"), min=1, max=64, help="Decision worker processes.")] = 3,
+    workers: Annotated[
+        int,
+        typer.Option(
+            envvar=_env("workers"),
+            min=0,
+            max=64,
+            help="Decision worker processes; 0: one per CPU of the CPU limit plus one, at least 3.",
+        ),
+    ] = 0,
     review_budget: Annotated[
         float,
         typer.Option(

@@ -19,9 +19,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import multiprocessing
 import os
 import time
+import zlib
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -47,6 +49,44 @@ _LATE_LIMIT = 30.0
 _PRELOAD = ["admission.webhook.preload"]
 
 
+def cpu_limit() -> float:
+    """The CPUs this process may use: the cgroup's quota (a container's CPU limit) when there is one, else
+    the cores it may run on."""
+    cores = float(len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else float(os.cpu_count() or 1)
+    sources = (("/sys/fs/cgroup/cpu.max", _cgroup2_quota), ("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", _cgroup1_quota))
+    for path, parse in sources:
+        try:
+            with open(path, encoding="ascii") as handle:
+                quota = parse(handle.read())
+        except (OSError, ValueError):
+            continue
+        if quota is not None and quota > 0:
+            return min(cores, quota)
+    return cores
+
+
+def _cgroup2_quota(text: str) -> float | None:
+    """``cpu.max``: ``<quota> <period>`` in microseconds, or ``max`` (no limit)."""
+    parts = text.split()
+    if not parts or parts[0] == "max":
+        return None
+    return int(parts[0]) / (int(parts[1]) if len(parts) > 1 else 100_000)
+
+
+def _cgroup1_quota(text: str) -> float | None:
+    quota = int(text.strip())
+    if quota <= 0:
+        return None
+    with open("/sys/fs/cgroup/cpu/cpu.cfs_period_us", encoding="ascii") as handle:
+        return quota / int(handle.read().strip())
+
+
+def workers_for(cpus: float) -> int:
+    """Decision workers for ``cpus`` CPUs: one per CPU plus one, so that one namespace (which holds at most
+    ``workers - 1``) can keep every CPU busy and another namespace still finds a worker; at least 3."""
+    return max(3, math.ceil(cpus) + 1)
+
+
 class Undecided(Exception):
     """The review could not be decided in time (``reason`` says why: timeout, queue full)."""
 
@@ -64,6 +104,7 @@ class WorkerFailed(Exception):
 class _Worker:
     process: Any
     conn: Connection
+    slot: int  # its place in the pool (a replacement takes it over): where reviews with the same key go
     inventory_version: int = -1
 
 
@@ -103,10 +144,10 @@ class DecisionPool:
 
     def start(self) -> None:
         """Start every worker and wait until each has warmed up (blocking; call off the event loop)."""
-        workers = list(self._threads.map(lambda _: self._spawn(), range(self.size)))
+        workers = list(self._threads.map(self._spawn, range(self.size)))
         self._idle.extend(workers)
 
-    def _spawn(self) -> _Worker:
+    def _spawn(self, slot: int) -> _Worker:
         parent, child = self._ctx.Pipe()
         process = self._ctx.Process(
             target=serve,
@@ -119,7 +160,7 @@ class DecisionPool:
         if not parent.poll(self._start_timeout) or parent.recv() != "ready":
             process.kill()
             raise RuntimeError("a decision worker did not start")
-        worker = _Worker(process=process, conn=parent)
+        worker = _Worker(process=process, conn=parent, slot=slot)
         self._all.add(worker)
         return worker
 
@@ -179,10 +220,17 @@ class DecisionPool:
         elif self._idle and self._waiting:
             self._release(self._idle.pop())  # the tenant's share freed up: a waiting review may go now
 
-    async def _acquire(self, tenant: str, timeout: float) -> _Worker:
+    def _slot_of(self, key: str) -> int:
+        return zlib.crc32(key.encode()) % self.size
+
+    async def _acquire(self, tenant: str, timeout: float, key: str) -> _Worker:
         if self._idle and tenant not in self._waiting and self._active.get(tenant, 0) < self._per_tenant:
             self._hold(tenant)
-            return self._idle.pop()
+            # The worker that had this key's reviews before, if it is free: its memo holds their plans.
+            # Only a choice among free workers, so the fair queue is the same either way.
+            slot = self._slot_of(key)
+            index = next((i for i, w in enumerate(self._idle) if w.slot == slot), len(self._idle) - 1)
+            return self._idle.pop(index)
         queue = self._waiting.setdefault(tenant, deque())
         if len(queue) >= self._max_waiting:
             if not queue:
@@ -202,10 +250,11 @@ class DecisionPool:
 
     # -- one review -----------------------------------------------------------------------------------
 
-    async def decide(self, make_job: Callable[[int], Job], tenant: str, budget: float) -> Reply:
-        """Run one review within ``budget`` seconds. Raises Undecided or WorkerFailed."""
+    async def decide(self, make_job: Callable[[int], Job], tenant: str, budget: float, key: str = "") -> Reply:
+        """Run one review within ``budget`` seconds, on the worker of ``key`` when it is free (reviews of
+        one workload: the same key). Raises Undecided or WorkerFailed."""
         deadline = time.monotonic() + budget
-        worker = await self._acquire(tenant, budget)
+        worker = await self._acquire(tenant, budget, key)
         loop = asyncio.get_running_loop()
         job = make_job(worker.inventory_version)
         cpu_before = _cpu_seconds(worker.process.pid)
@@ -263,7 +312,7 @@ class DecisionPool:
             if self._closed:
                 return None
             try:
-                return self._spawn()
+                return self._spawn(worker.slot)
             except Exception as error:
                 log.error("could not restart a decision worker: %s", error)
                 return None

@@ -24,9 +24,10 @@ from admission.webhook.caches import ClusterCache, KubernetesCache, StaticCache
 from admission.webhook.guard import GuardedH11Protocol
 from admission.webhook.handler import PolicyHolder
 from admission.webhook.metrics import WebhookMetrics
-from admission.webhook.pool import DecisionPool
+from admission.webhook.pool import DecisionPool, cpu_limit, workers_for
 from admission.webhook.tls import ReloadingTLS
-from planner.policy.planning import CoreBackend, PlanningBackend
+from admission.webhook.worker import shared_backend
+from planner.policy.planning import PlanningBackend
 
 log = logging.getLogger("kv_planner.webhook")
 
@@ -47,7 +48,7 @@ class WebhookSettings(BaseModel):
     body_limit: int = DEFAULT_BODY_LIMIT
     cluster: bool = True
     log_level: str = "info"
-    workers: int = Field(default=3, ge=1, le=64, description="decision worker processes")
+    workers: int = Field(default=0, ge=0, le=64, description="decision worker processes (0: from the CPU limit)")
     review_budget: float = Field(default=DEFAULT_REVIEW_BUDGET, gt=0, le=30, description="seconds per review")
     max_waiting: int = Field(default=32, ge=1, description="reviews of one namespace waiting for a worker")
     worker_max_rss: int = Field(default=200 * 2**20, ge=0, description="bytes; a bigger worker is replaced")
@@ -99,7 +100,7 @@ class Webhook:
         settings: WebhookSettings,
         *,
         cache: ClusterCache | None = None,
-        backend_factory: Callable[[], PlanningBackend] = CoreBackend,
+        backend_factory: Callable[[], PlanningBackend] = shared_backend,
     ) -> None:
         self.settings = settings
         self.metrics = WebhookMetrics()
@@ -116,7 +117,7 @@ class Webhook:
             cache = KubernetesCache() if settings.cluster else StaticCache()
         self.cache = cache
         self.pool = DecisionPool(
-            settings.workers,
+            settings.workers or workers_for(cpu_limit()),
             backend_factory,
             max_waiting=settings.max_waiting,
             max_rss=settings.worker_max_rss,

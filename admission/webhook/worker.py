@@ -8,9 +8,11 @@ server's event loop; a worker that overruns its budget is killed by the server a
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -19,6 +21,7 @@ from typing import Any
 from admission.webhook.handler import Endpoint, Reviewer, parse_review
 from admission.webhook.review import AdmissionRequest
 from planner.k8s.nodes import NodeInfo
+from planner.models.catalog import all_models
 from planner.policy.codes import Code
 from planner.policy.model import EffectivePolicy, Policy
 from planner.policy.planning import PlanningBackend
@@ -73,6 +76,43 @@ def warm_up(reviewer: Reviewer) -> None:
         reviewer.decide(request, Policy().for_namespace("default"), [])
     except Exception as error:  # a failed warm-up only costs the first review its imports
         log.warning("warm-up review failed: %s", error)
+
+
+# GPUs named by GPU feature discovery labels on most clusters (catalog names), for warm_popular.
+WARM_GPUS = ("L4", "A10G", "L40S", "A100-80GB", "H100-80GB", "H200-141GB")
+WARM_MODELS = 12  # the most deployed catalog models (popular_rank)
+WARM_SECONDS = 2.0
+
+
+def warm_popular(reviewer: Reviewer, *, seconds: float = WARM_SECONDS) -> int:
+    """Review the most deployed catalog models on common GPUs (the fork server does, once), so that their
+    model specs, per-model invariants and default plans are in memory before the workers are forked.
+    Stops after ``seconds`` (start-up stays bounded whatever the catalog holds); returns the reviews made."""
+    deadline = time.monotonic() + seconds
+    policy = Policy().for_namespace("default")
+    done = 0
+    for gpu in WARM_GPUS:  # (every model on the first GPU first: model specs are most of what is shared)
+        for model in all_models()[:WARM_MODELS]:
+            if time.monotonic() >= deadline:
+                return done
+            obj = copy.deepcopy(WARMUP_OBJECT)
+            spec = obj["spec"]["template"]["spec"]
+            spec["nodeSelector"] = {"nvidia.com/gpu.product": gpu}
+            spec["containers"][0]["args"] = ["--model", model.id]
+            request = AdmissionRequest(uid="warmup", operation="CREATE", object=obj, namespace="default")
+            try:
+                reviewer.decide(request, policy, [])
+            except Exception as error:  # a failed warm-up only costs that model its first review
+                log.warning("warm-up review of %s on %s failed: %s", model.id, gpu, error)
+            done += 1
+    return done
+
+
+def shared_backend() -> PlanningBackend:
+    """The fork server's warmed backend (admission.webhook.preload): the workers' default."""
+    from admission.webhook import preload  # (loaded in the fork server already: no cost in a worker)
+
+    return preload.BACKEND
 
 
 def _rss_bytes() -> int:

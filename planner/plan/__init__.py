@@ -66,11 +66,11 @@ def make_plan(
     basis: str | None = None
     notes: list[str] = []
     if workload is not None and plan.fits:
-        from planner.workload.concurrency import risk_bounded_concurrency  # numpy: only with a workload
+        from planner.workload.concurrency import risk_bounded_limit  # numpy: only with a workload
 
         # The blocks the recommendation may count on: the low end of the KV band (planner/plan/margin.py).
-        advice = risk_bounded_concurrency(
-            safe_cache(plan), workload, headroom=headroom, max_model_len=plan.kv_cache.max_model_len, with_curve=False
+        advice = risk_bounded_limit(
+            safe_cache(plan), workload, headroom=headroom, max_model_len=plan.kv_cache.max_model_len
         )
         workload_limit, basis = advice.max_num_seqs, "workload"
         notes = [

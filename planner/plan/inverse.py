@@ -54,12 +54,12 @@ def blocks_for_workload(
     target: int, kv: KvCacheReport, profile: Any, headroom: float, target_risk: float | None
 ) -> tuple[int, float]:
     """The smallest block count whose risk-bounded ``--max-num-seqs`` is at least ``target`` (and its risk)."""
-    from planner.workload import risk_bounded_concurrency
+    from planner.workload.concurrency import risk_bounded_limit
 
     def seqs(blocks: int) -> tuple[int, float]:
         sized = kv.model_copy(update={"num_gpu_blocks": blocks})
-        advice = risk_bounded_concurrency(
-            sized, profile, headroom=headroom, target_risk=target_risk, max_model_len=kv.max_model_len, with_curve=False
+        advice = risk_bounded_limit(
+            sized, profile, headroom=headroom, target_risk=target_risk, max_model_len=kv.max_model_len
         )
         return advice.max_num_seqs, advice.risk
 

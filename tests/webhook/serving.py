@@ -19,7 +19,7 @@ import trustme
 
 from admission.webhook.caches import StaticCache
 from admission.webhook.server import Webhook, WebhookSettings
-from planner.policy.planning import CoreBackend
+from admission.webhook.worker import shared_backend
 from tests.webhook.golden_cases import GOLDEN
 
 REVIEW = json.loads((GOLDEN / "deployment-image-args.in.json").read_text())["review"]
@@ -69,7 +69,7 @@ def running(tmp_path: Path) -> Iterator[Running]:
 
 
 def start(
-    tmp_path: Path, backend: Any = CoreBackend, policy_text: str = "mutation: fill\n", **overrides: Any
+    tmp_path: Path, backend: Any = shared_backend, policy_text: str = "mutation: fill\n", **overrides: Any
 ) -> Iterator[Running]:
     ca = trustme.CA()
     cert_file, key_file = issue(ca, tmp_path)

@@ -21,6 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
+from admission.webhook.handler import Reviewer, namespace_of, parse_review
+from planner.policy.model import parse_policy
 from planner.policy.planning import CoreBackend
 from tests.webhook.golden_cases import GOLDEN
 from tests.webhook.serving import Running, issue, post, running, start, wait_for
@@ -191,3 +193,19 @@ def test_policy_reload(running: Running) -> None:
         (running.tmp / "policy.yaml").write_text("mutation: [broken\n")  # a bad file keeps the old policy
         wait_for(lambda: running.webhook.policy.last_error is not None, "the failed reload")
         assert running.webhook.policy.policy.mutation == "off"
+
+
+def test_the_server_answers_exactly_what_the_reviewer_does(running: Running) -> None:
+    """The workers plan with the fork server's warmed backend (shared memos, reviews routed by workload):
+    every golden review gets, byte for byte, the answer of a fresh in-process reviewer, twice over."""
+    reviewer = Reviewer(backend=CoreBackend())
+    policy = parse_policy({"mutation": "fill"})
+    with running.client() as client:
+        for path in sorted(GOLDEN.glob("*.in.json")):
+            review = json.loads(path.read_text())["review"]
+            request = parse_review(json.dumps(review).encode()).request
+            namespace = request.namespace or namespace_of(request.object or {})
+            decision = reviewer.decide(request, policy.for_namespace(namespace), [])
+            expected = reviewer.respond(request, "mutate", decision).body
+            for _ in range(2):
+                assert post(client, review, "/mutate?timeout=10s").content == expected, path.name

@@ -11,7 +11,10 @@ import pytest
 from planner.errors import WorkloadProfileError
 from planner.plan.models import KvCacheReport, KvGroupReport
 from planner.workload import ConcurrencyAdvice, capacity_for_blocks, parse_workload, risk_bounded_concurrency
+from planner.workload.concurrency import MAX_SEQS, risk_bounded_limit
+from planner.workload.convolution import TruncatedSums, _Truncated
 from planner.workload.occupancy import block_lookup
+from planner.workload.profile import WorkloadProfile
 
 CHAT = parse_workload(
     {"prompt_tokens": {"p50": 800, "p90": 3000, "p99": 12000}, "output_tokens": {"p50": 200, "p90": 800, "p99": 2000}}
@@ -141,3 +144,59 @@ def test_typical_plan_is_fast_enough_for_admission() -> None:
     advice = risk_bounded_concurrency(KV, CHAT)
     assert advice._engine is not None
     assert len(advice._engine._powers) <= 17 and len(advice.risk_curve) <= 20
+
+
+def _largest_within_every_digit(engine: TruncatedSums, target: float, n_max: int) -> tuple[int, float]:
+    """The search before it skipped digits: a product for every binary digit of ``n_max``."""
+    n, acc = 0, _Truncated(0, np.ones(1))
+    for k in range(max(n_max, 1).bit_length() - 1, -1, -1):
+        if n + (1 << k) > n_max:
+            continue
+        candidate = engine._mul(acc, engine._power(k))
+        if 1.0 - candidate.mass <= target:
+            acc, n = candidate, n + (1 << k)
+    return n, min(1.0, max(0.0, 1.0 - acc.mass))
+
+
+LONG = parse_workload({"prompt_tokens": {"p50": 6000, "p99": 30000}, "output_tokens": 500, "target_risk": 1e-6})
+SHORT = parse_workload({"prompt_tokens": 100, "output_tokens": {"p50": 20, "p99": 80}, "target_risk": 0.05})
+
+
+@pytest.mark.parametrize(
+    ("blocks", "max_len", "profile", "headroom"),
+    [
+        (30_000, 32_768, CHAT, 0.1),
+        (65_467, 1_120, CHAT, 0.1),
+        (5_230, 1_024, CHAT, 0.0),
+        (200_000, 8_192, CHAT, 0.2),  # counted in units of several blocks
+        (1_543, 32_768, LONG, 0.1),
+        (90_000, 131_072, LONG, 0.05),
+        (12_000, 2_048, SHORT, 0.1),
+        (3, 4_096, CHAT, 0.1),  # nothing fits
+    ],
+)
+def test_the_plan_figures_are_those_of_the_full_advice(
+    blocks: int, max_len: int, profile: WorkloadProfile, headroom: float
+) -> None:
+    """risk_bounded_limit (what plans record) skips the report-only figures and digits whose power of two
+    already overflows; every figure it gives is bit-identical to the advice plans used before (without
+    the curve: with it, the curve's sums fill the risk cache first, in another order of products) and to
+    the search that tried every digit."""
+    kv = capacity_for_blocks(num_gpu_blocks=blocks, block_size=16, max_model_len=max_len)
+    full = risk_bounded_concurrency(kv, profile, headroom=headroom, with_curve=False)
+    lean = risk_bounded_limit(kv, profile, headroom=headroom)
+    assert (lean.max_num_seqs, lean.risk, lean.target_risk) == (full.max_num_seqs, full.risk, full.target_risk)
+    assert (lean.worst_case_max_num_seqs, lean.average_max_num_seqs, lean.average_risk) == (
+        full.worst_case_max_num_seqs,
+        full.average_max_num_seqs,
+        full.average_risk,
+    )
+    assert lean.average_request_tokens == full.average_request_tokens
+    engine = full._engine
+    assert engine is not None and full._unit_pmf is not None
+    fresh = TruncatedSums(full._unit_pmf, full.capacity_blocks // full.block_unit)
+    smallest = int(np.flatnonzero(full._unit_pmf > 0)[0])
+    n_max = min(MAX_SEQS, (full.capacity_blocks // full.block_unit) // max(1, smallest))
+    reference = TruncatedSums(full._unit_pmf, full.capacity_blocks // full.block_unit)
+    for target in (1e-9, 1e-4, full.target_risk, 0.3):
+        assert fresh.largest_within(target, n_max) == _largest_within_every_digit(reference, target, n_max)

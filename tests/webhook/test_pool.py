@@ -1,0 +1,82 @@
+"""The decision pool's sizing and routing, without processes (pool.py): workers from the CPU limit, reviews of
+one workload to one worker when it is free, within the same per-namespace share; the fork server's warm-up."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from admission.webhook.pool import DecisionPool, Undecided, _cgroup2_quota, _Worker, cpu_limit, workers_for
+from admission.webhook.worker import WARM_GPUS, WARM_MODELS, warm_popular
+from planner.policy.planning import CoreBackend
+
+
+def test_workers_follow_the_cpu_limit() -> None:
+    assert [workers_for(c) for c in (0.5, 1, 2, 2.5, 8)] == [3, 3, 3, 4, 9]
+    assert _cgroup2_quota("max 100000\n") is None
+    assert _cgroup2_quota("150000 100000\n") == 1.5
+    assert 0 < cpu_limit() <= 1024
+
+
+def _pool_of_three() -> DecisionPool:
+    pool = DecisionPool(3, CoreBackend)
+    pool._idle = [_Worker(process=None, conn=None, slot=slot) for slot in range(3)]  # type: ignore[arg-type]
+    return pool
+
+
+def test_a_workload_goes_to_its_worker_when_that_one_is_free() -> None:
+    async def run() -> None:
+        pool = _pool_of_three()
+        try:
+            keys = [f"ml/apps/Deployment/llm-{i}" for i in range(12)]
+            for key in keys:
+                worker = await pool._acquire("ml", 1.0, key)
+                assert worker.slot == pool._slot_of(key)
+                pool._give_back("ml", worker)
+            # Its worker busy (held by another namespace): any free worker takes the review.
+            key = keys[0]
+            busy = await pool._acquire("other", 1.0, key)
+            worker = await pool._acquire("ml", 1.0, key)
+            assert worker is not busy and worker.slot != pool._slot_of(key)
+        finally:
+            pool.close()
+
+    asyncio.run(run())
+
+
+def test_routing_keeps_the_per_namespace_share() -> None:
+    async def run() -> None:
+        pool = _pool_of_three()
+        try:
+            held = [await pool._acquire("ml", 1.0, f"k{i}") for i in range(2)]
+            # The third worker is free and may be this key's, but one namespace holds at most two of three.
+            free = next(w for w in pool._idle)
+            key = next(f"k{i}" for i in range(100) if pool._slot_of(f"k{i}") == free.slot)
+            with pytest.raises(Undecided):
+                await pool._acquire("ml", 0.05, key)
+            assert await pool._acquire("other", 1.0, key) is free
+            assert len(held) == 2
+        finally:
+            pool.close()
+
+    asyncio.run(run())
+
+
+class _Counting:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def decide(self, request: Any, policy: Any, inventory: Any) -> None:
+        spec = request.object["spec"]["template"]["spec"]
+        self.seen.append((spec["containers"][0]["args"][1], spec["nodeSelector"]["nvidia.com/gpu.product"]))
+
+
+def test_the_fork_server_warms_popular_models_within_its_time() -> None:
+    reviewer = _Counting()
+    assert warm_popular(reviewer, seconds=60) == WARM_MODELS * len(WARM_GPUS)  # type: ignore[arg-type]
+    models = {model for model, _ in reviewer.seen}
+    assert len(models) == WARM_MODELS and "meta-llama/Llama-3.1-8B-Instruct" in models
+    assert {gpu for _, gpu in reviewer.seen} == set(WARM_GPUS)
+    assert warm_popular(_Counting(), seconds=0) == 0  # type: ignore[arg-type]
