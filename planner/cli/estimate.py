@@ -81,7 +81,7 @@ def kv_bytes_per_layer_token(
     """K+V bytes per token of one KV layer (TP=1); ``full``: a full-attention layer (Gemma-4's differ)."""
     if dtype_bytes is not None:
         if model.mla:
-            return model.mla.latent_size * dtype_bytes
+            return model.mla.latent_size * dtype_bytes + model.mla.indexer_bytes_per_token
         if full:
             return model.full_kv_heads * (model.full_head_size + model.full_head_size_v) * dtype_bytes
         return model.num_kv_heads * (model.head_dim + model.head_size_v) * dtype_bytes

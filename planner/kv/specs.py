@@ -76,9 +76,14 @@ def attention_bytes_per_token(model: ModelSpec, kv: KvDtype, tp: int, *, full: b
     full-attention layer, whose shape differs from the sliding layers' in Gemma-4
     (``Attention.get_kv_cache_spec`` builds each layer's spec from its own heads and head size)."""
     if model.mla is not None:
-        if kv.mla_bytes_per_token is not None:
-            return kv.mla_bytes_per_token
-        return int(model.mla.latent_size * kv.element_bytes)
+        # DeepSeek-V3.2: each layer's indexer K cache is its own MLAAttentionSpec (uint8, one head) in the same
+        # full-attention group (UniformTypeKVCacheSpecs): a block holds both pages, so they add per token.
+        latent = (
+            kv.mla_bytes_per_token
+            if kv.mla_bytes_per_token is not None
+            else int(model.mla.latent_size * kv.element_bytes)
+        )
+        return latent + model.mla.indexer_bytes_per_token
     if full:
         return kv_heads_per_rank(model, tp, full=True) * kv.head_vector_bytes(
             model.full_head_size, model.full_head_size_v

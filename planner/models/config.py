@@ -419,7 +419,23 @@ def _mla(reader: _Reader) -> MlaSpec | None:
         qk_nope_head_dim=reader.integer("qk_nope_head_dim", 0),
         v_head_dim=reader.integer("v_head_dim", minimum=1),
         q_lora_rank=reader.opt_int("q_lora_rank"),
+        indexer_head_dim=_indexer_head_dim(reader),
     )
+
+
+def _indexer_head_dim(reader: _Reader) -> int | None:
+    """DeepSeek-V3.2's sparse-attention indexer: vLLM builds one whenever the config has ``index_topk``
+    (``deepseek_v2.py``: ``is_v32 = hasattr(config, "index_topk")``), on every layer unless
+    ``index_topk_freq`` / ``index_topk_pattern`` skip some (``models/deepseek_v32/attention.py``)."""
+    if reader.get("index_topk") is None:
+        return None
+    if (reader.get("index_topk_freq") or 1) != 1 or reader.get("index_topk_pattern") is not None:
+        raise UnsupportedArchitectureError(
+            f"{reader.model_id}: an indexer on only some layers (index_topk_freq / index_topk_pattern) is not "
+            "modelled by kv-planner",
+            field="index_topk_freq",
+        )
+    return reader.integer("index_head_dim", 128, minimum=1)
 
 
 def _mamba(reader: _Reader, hidden: int, model_type: str) -> MambaSpec | None:

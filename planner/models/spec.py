@@ -51,6 +51,21 @@ class MlaSpec(_Spec):
     qk_nope_head_dim: int = Field(ge=0)
     v_head_dim: int = Field(ge=1)
     q_lora_rank: int | None = None
+    indexer_head_dim: int | None = Field(
+        default=None,
+        ge=1,
+        description="DeepSeek-V3.2 sparse-attention indexer key size (index_head_dim); every layer then keeps an "
+        "indexer K cache of its own beside the latent cache",
+    )
+
+    @property
+    def indexer_bytes_per_token(self) -> int:
+        """The indexer K cache of one layer, bytes per token: fp8 values plus one float32 scale per 128
+        (``model_executor/models/deepseek_v2.py: Indexer``, ``DeepseekV32IndexerCache``: uint8,
+        ``head_dim + head_dim // 128 * 4``), whatever ``--kv-cache-dtype`` is."""
+        if self.indexer_head_dim is None:
+            return 0
+        return self.indexer_head_dim + self.indexer_head_dim // 128 * 4
 
     @property
     def latent_size(self) -> int:

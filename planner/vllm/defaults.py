@@ -66,6 +66,11 @@ def default_block_size(model: ModelSpec, gpu: GpuSpec, release: Release) -> int:
     """The attention backend's preferred block size on CUDA (16; MLA backends differ by GPU)."""
     if model.mla is None:
         return 16
+    if model.mla.indexer_head_dim is not None:
+        # DeepSeek-V3.2: the indexer backend takes only 64-token blocks on CUDA
+        # (v1/attention/backends/mla/indexer.py: DeepseekV32IndexerBackend.get_supported_kernel_block_sizes), and
+        # platforms/interface.py: _preferred_block_size_for_backends picks the size every backend accepts.
+        return 64
     if gpu.architecture == "blackwell":
         return release.mla_block_size_blackwell
     if gpu.architecture == "hopper":
