@@ -27,7 +27,7 @@ from planner.models.quantization import scheme_quantization
 from planner.models.spec import ModelSpec
 from planner.models.weights import WeightEstimate, estimate_weights, pp_partition
 from planner.plan.drafter import engine_drafter, with_drafter_layers
-from planner.plan.speculative import DrafterCost
+from planner.plan.speculative import DrafterCost, async_refused, drafter_turns_async_off, runner_v2_takes
 from planner.units import DTYPE_BYTES, GiB
 from planner.vllm.args import ServingArgs
 from planner.vllm.defaults import ResolvedArgs
@@ -91,7 +91,9 @@ class EngineLayout:
     drafter_layers: int = 0
     """KV layers the drafter appends (on the last pipeline stage)."""
     model_runner_v2: bool = False
-    """vLLM runs the model with Model Runner V2 by default (``uses_model_runner_v2``)."""
+    """vLLM runs the model with Model Runner V2 (``uses_model_runner_v2``, and the drafter allows it)."""
+    async_scheduling: bool = False
+    """Async scheduling is on (the resolved default, unless the drafter turns it off)."""
 
 
 def hybrid_manager_enabled(model: ModelSpec, args: ServingArgs, release: Release) -> tuple[bool, list[Finding]]:
@@ -123,13 +125,13 @@ def hybrid_manager_enabled(model: ModelSpec, args: ServingArgs, release: Release
     return True, notes
 
 
-def in_flight_tokens(release: Release, resolved: ResolvedArgs, pp: int, runner_v2: bool) -> int:
+def in_flight_tokens(release: Release, resolved: ResolvedArgs, pp: int, runner_v2: bool, asynchronous: bool) -> int:
     """Tokens scheduled but not yet settled, added to sliding windows (``VllmConfig.max_in_flight_tokens``)."""
     if release.sliding_in_flight == "mnbt":
         return resolved.max_num_batched_tokens
     # VllmConfig.max_concurrent_batches: async scheduling overlaps one more batch, except that the V1
     # model runner does not overlap under pipeline parallelism (pp batches); the V2 runner does (pp + 1).
-    if not resolved.async_scheduling:
+    if not asynchronous:
         batches = pp
     elif pp == 1:
         batches = 2
@@ -398,6 +400,18 @@ def compute_engine(
     rank, grouping = build_rank_layout(model, gpu, args, release, resolved, kv_dtype, hybrid)
     drafter = engine_drafter(model, args, version, kv=kv_dtype, dtype=resolved.dtype, draft=draft)
     rank, grouping, drafter_layers, drafter_notes = with_drafter_layers(rank, grouping, drafter, release)
+    runner_v2 = uses_model_runner_v2(model, release)
+    asynchronous = resolved.async_scheduling
+    if drafter is not None and version is not None:
+        runner_v2 = runner_v2 and runner_v2_takes(drafter.method, version, pp)
+        if args.async_scheduling is None and drafter_turns_async_off(drafter.method, version, runner_v2):
+            asynchronous = False
+        if args.async_scheduling and async_refused(drafter.method, version, runner_v2):
+            raise InvalidArgumentError(
+                f"argument --async-scheduling: vLLM {version} does not run async scheduling with "
+                f"{drafter.method} speculative decoding (drop --async-scheduling or pick an EAGLE/MTP drafter)",
+                flag="--async-scheduling",
+            )
     notes += drafter_notes
     partition = pp_partition(model.num_layers, pp, args.env.get("VLLM_PP_LAYER_PARTITION"))
     expert_shards = tp * args.data_parallel_size if args.enable_expert_parallel else tp
@@ -465,7 +479,8 @@ def compute_engine(
         warnings=[*notes, *grouping.warnings],
         drafter=drafter,
         drafter_layers=drafter_layers,
-        model_runner_v2=uses_model_runner_v2(model, release),
+        model_runner_v2=runner_v2,
+        async_scheduling=asynchronous,
     )
 
 
@@ -496,7 +511,9 @@ def kv_layout(
         grouping=engine.grouping,
         block_size=engine.rank.block_size,
         stages=stages,
-        in_flight=in_flight_tokens(release, resolved, args.pipeline_parallel_size, engine.model_runner_v2),
+        in_flight=in_flight_tokens(
+            release, resolved, args.pipeline_parallel_size, engine.model_runner_v2, engine.async_scheduling
+        ),
         fit_check=release.fit_check,
         raw_layers=engine.rank.raw_layers,
         dcp=args.decode_context_parallel_size,

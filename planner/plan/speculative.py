@@ -162,6 +162,54 @@ def eagle_family(method: str, version: Version) -> bool:
     return method in ("eagle", "eagle3", "mtp", "dflash", "dspark")
 
 
+# Model Runner V2 with a drafter (config/vllm.py: _get_v2_model_runner_unsupported_features), per release:
+# 0.26.0-0.29.0 only eagle, eagle3, mtp, dflash, dspark (and extract_hidden_states from 0.29.0), and not EAGLE3
+# under pipeline parallelism; 0.30.0 all but ngram, ngram_gpu, draft_model, suffix, medusa, mlp_speculator;
+# 0.31.0 also draft_model; 0.32.0 also ngram and ngram_gpu; 0.33.0 all but suffix (and custom_class).
+_V2_ONLY_WITH = ("eagle", "eagle3", "mtp", "dflash", "dspark")
+_V2_LACKS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("0.30.0", frozenset({"ngram", "ngram_gpu", "draft_model", "suffix", "medusa", "mlp_speculator"})),
+    ("0.31.0", frozenset({"ngram", "ngram_gpu", "suffix", "medusa", "mlp_speculator"})),
+    ("0.32.0", frozenset({"suffix", "medusa", "mlp_speculator"})),
+    ("0.33.0", frozenset({"suffix"})),
+)
+# Async scheduling is off by default with these drafters (config/vllm.py, the async_scheduling default:
+# not an EAGLE-type, ngram_gpu or dspark method, nor draft_model from 0.28.0) — whatever the runner up to
+# 0.32.0, only on the V1 runner from 0.33.0 (v1_async_sched_incompat).
+_NO_ASYNC = frozenset({"ngram", "suffix", "medusa", "mlp_speculator"})
+
+
+def runner_v2_takes(method: str, version: Version, pp: int) -> bool:
+    """Whether Model Runner V2 (when it is the default) runs this drafter, or vLLM falls back to V1."""
+    key = version.key()
+    if key < _v("0.30.0"):
+        supported = (*_V2_ONLY_WITH, "extract_hidden_states") if key >= _v("0.29.0") else _V2_ONLY_WITH
+        return method in supported and not (method == "eagle3" and pp > 1)
+    lacks = frozenset[str]()
+    for since, methods in _V2_LACKS:
+        if key >= _v(since):
+            lacks = methods
+    return method not in lacks
+
+
+def async_refused(method: str, version: Version, runner_v2: bool) -> bool:
+    """Whether ``--async-scheduling`` with this drafter is an error (config/vllm.py, read in 0.26.0-0.33.0:
+    "Currently, async scheduling is only supported with EAGLE/MTP/..." up to 0.32.0, "not supported by the
+    V1 model runner" in 0.33.0)."""
+    key = version.key()
+    return method in _NO_ASYNC and _v("0.26.0") <= key and (key < _v("0.33.0") or not runner_v2)
+
+
+def drafter_turns_async_off(method: str, version: Version, runner_v2: bool) -> bool:
+    """Whether this drafter turns the async-scheduling default off."""
+    key = version.key()
+    if method == "draft_model":
+        return key < _v("0.28.0")
+    if method not in _NO_ASYNC:
+        return False
+    return key < _v("0.33.0") or not runner_v2
+
+
 def lookahead_tokens(settings: SpeculativeSettings, version: Version) -> int:
     """KV slots the scheduler reserves per running sequence past its scheduled tokens."""
     k, method, key = settings.num_speculative_tokens, settings.method, version.key()

@@ -6,6 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from planner.errors import InvalidArgumentError
 from planner.memory.cudagraph import capture_sizes
 from planner.plan.build import predict
 from planner.plan.engine import mamba_blocks_and_alignment
@@ -169,3 +170,47 @@ def test_kv_cache_dtypes_appear_in_their_release() -> None:
     assert "ultraquant_4bit" not in dtypes("0.31.0") and "ultraquant_4bit" in dtypes("0.32.0")
     assert set(dtypes("0.28.0")) == set(dtypes("0.29.0"))
     assert set(dtypes("0.32.0")) < set(dtypes("0.33.0"))
+
+
+_NGRAM = '{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}'
+_EAGLE3 = '{"method": "eagle3", "model": "someone/gemma-2-9b-eagle3", "num_speculative_tokens": 3}'
+
+
+@pytest.mark.parametrize(
+    ("speculative", "pp", "version", "batches"),
+    [
+        # ngram: async scheduling off by default through 0.32.0 (config/vllm.py), so pp batches (1 without
+        # PP); 0.33.0 runs it on Model Runner V2 with async scheduling (pp + 1).
+        (_NGRAM, 2, "0.31.0", 2),
+        (_NGRAM, 2, "0.32.0", 2),
+        (_NGRAM, 2, "0.33.0", 3),
+        (_NGRAM, 1, "0.32.0", 1),
+        (_NGRAM, 1, "0.33.0", 2),
+        # EAGLE3 under PP is not on Model Runner V2 up to 0.29.0 (_get_v2_model_runner_unsupported_features).
+        (_EAGLE3, 2, "0.28.0", 2),
+        (_EAGLE3, 2, "0.29.0", 2),
+        (_EAGLE3, 2, "0.30.0", 3),
+    ],
+)
+def test_the_drafter_decides_runner_and_async_scheduling(  # type: ignore[no-untyped-def]
+    shared_model, h100, speculative, pp, version, batches
+) -> None:
+    prediction = _predict(
+        shared_model("google--gemma-2-9b-it"),
+        h100,
+        version,
+        20,
+        pipeline_parallel_size=pp,
+        max_model_len=8192,
+        speculative_config=speculative,
+    )
+    assert prediction.layout.in_flight == batches * prediction.resolved.max_num_batched_tokens
+
+
+def test_async_scheduling_with_ngram_is_refused_where_vllm_refuses_it(shared_model, h100) -> None:  # type: ignore[no-untyped-def]
+    spec = shared_model("google--gemma-2-9b-it")
+    args = {"max_model_len": 8192, "speculative_config": _NGRAM, "async_scheduling": True}
+    with pytest.raises(InvalidArgumentError, match="--async-scheduling"):
+        _predict(spec, h100, "0.32.0", 20, **args)
+    on_v2 = _predict(spec, h100, "0.33.0", 20, **args)  # 0.33.0 runs ngram on Model Runner V2, async
+    assert on_v2.layout.in_flight == 2 * on_v2.resolved.max_num_batched_tokens
