@@ -1,11 +1,17 @@
 """Benchmark: the `planner` command from a cold process, against the interpreter's own start-up.
 
-Run: python benchmarks/cli_startup.py [--repeats 10]
+Run: python benchmarks/cli_startup.py [--repeats 10] [--compare DIR]
 Each command runs ``--repeats`` times in a fresh interpreter (this one's, with this checkout on
 PYTHONPATH). Prints the median CPU time (user + sys of the child, from getrusage: the machines are
 shared, so wall time mostly measures the other jobs) and the median wall time, each as a ratio to
-``python -c pass`` and to ``python -c "import typer, rich, pydantic"`` measured in the same run.
-Figures go in docs/benchmarks.md. Not part of the test suite.
+``python -c pass`` measured in the same run, and the load average before and after.
+
+Children cache their bytecode (in a temporary PYTHONPYCACHEPREFIX, written by one warm-up run per
+command) even when this shell sets PYTHONDONTWRITEBYTECODE: an installed kv-planner runs from compiled
+modules, and recompiling the planner's sources on every run cost ~0.2 s of CPU that no user pays.
+``--compare DIR`` also times the planner commands of another checkout (e.g. ``git archive main`` of an
+older commit), interleaved with this one's, for before/after figures from one run. Figures go in
+docs/benchmarks.md. Not part of the test suite.
 """
 
 from __future__ import annotations
@@ -16,29 +22,33 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PLANNER = [sys.executable, "-c", "from planner.cli import main; main()"]
-COMMANDS: list[tuple[str, list[str]]] = [
+PLAN = ["recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct", "-o", "json"]
+FLOOR = "import typer, pydantic\nclass A(pydantic.BaseModel):\n    x: int"
+BASELINES: list[tuple[str, list[str]]] = [
     ("python -c pass", [sys.executable, "-c", "pass"]),
     ("python -c 'import typer, rich, pydantic'", [sys.executable, "-c", "import typer, rich, pydantic"]),
+    ("python -c 'import typer, pydantic' + one BaseModel class", [sys.executable, "-c", FLOOR]),
+]
+PLANNER_COMMANDS: list[tuple[str, list[str]]] = [
     ("planner --help", [*PLANNER, "--help"]),
-    (
-        "planner recommend --gpu H100-80GB --model meta-llama/Llama-3.1-8B-Instruct -o json",
-        [*PLANNER, "recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct", "-o", "json"],
-    ),
+    (f"planner {' '.join(PLAN)}", [*PLANNER, *PLAN]),
     ("planner recommend --gpu H100-80GB (every catalog model)", [*PLANNER, "recommend", "--gpu", "H100-80GB"]),
 ]
 
 
-def run_once(argv: list[str]) -> tuple[float, float]:
-    """(CPU seconds, wall seconds) of one cold run."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def run_once(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(CPU seconds, wall seconds) of one cold run, in the folder of the checkout it times: ``python -c``
+    puts the working directory first on sys.path, ahead of PYTHONPATH."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    cwd = env["PYTHONPATH"]
+    subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -48,22 +58,35 @@ def run_once(argv: list[str]) -> tuple[float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--compare", type=Path, help="another checkout whose planner commands to time too")
     options = parser.parse_args()
-    results: dict[str, tuple[float, float]] = {}
-    for _, argv in COMMANDS:
-        run_once(argv)  # warm the file cache and .pyc files
-    for label, argv in COMMANDS:
-        runs = [run_once(argv) for _ in range(options.repeats)]
-        results[label] = (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
-    bare_cpu, bare_wall = results[COMMANDS[0][0]]
-    libs_cpu, _ = results[COMMANDS[1][0]]
-    print(f"medians of {options.repeats} cold runs each")
+    cache = tempfile.mkdtemp(prefix="cli-startup-pycache-")
+    base_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    base_env["PYTHONPYCACHEPREFIX"] = cache
+    trees = {"": ROOT, **({" [compare]": options.compare.resolve()} if options.compare else {})}
+    jobs: list[tuple[str, list[str], dict[str, str]]] = [
+        (label, argv, {**base_env, "PYTHONPATH": str(ROOT)}) for label, argv in BASELINES
+    ]
+    for suffix, tree in trees.items():
+        jobs += [(label + suffix, argv, {**base_env, "PYTHONPATH": str(tree)}) for label, argv in PLANNER_COMMANDS]
+    for _, argv, env in jobs:
+        run_once(argv, env)  # warm the file cache and write the bytecode
+    load_before = os.getloadavg()
+    runs: dict[str, list[tuple[float, float]]] = {label: [] for label, _, _ in jobs}
+    for _ in range(options.repeats):  # interleaved: a burst of load hits every command alike
+        for label, argv, env in jobs:
+            runs[label].append(run_once(argv, env))
+    load_after = os.getloadavg()
+    results = {
+        label: (statistics.median(r[0] for r in samples), statistics.median(r[1] for r in samples))
+        for label, samples in runs.items()
+    }
+    bare_cpu, bare_wall = results[BASELINES[0][0]]
+    loads = f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after"
+    print(f"medians of {options.repeats} cold runs each; {loads}")
     for label, (cpu, wall) in results.items():
-        print(
-            f"{label}: CPU {cpu:.3f} s ({cpu / bare_cpu:.1f}x python -c pass, {cpu / libs_cpu:.2f}x "
-            f"the typer+rich+pydantic import); wall {wall:.3f} s ({wall / bare_wall:.1f}x)"
-        )
-
+        ratios = f"{cpu / bare_cpu:.1f}x python -c pass); wall {wall:.3f} s ({wall / bare_wall:.1f}x)"
+        print(f"{label}: CPU {cpu:.3f} s ({ratios}")
 
 if __name__ == "__main__":
     main()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -76,6 +77,39 @@ def test_a_json_plan_of_a_catalog_model_imports_only_what_it_prints() -> None:
     assert not [m for m in loaded if m.startswith(unused)]
     # The table is the one output that needs rich (and the probe sees it).
     assert {"rich.table", "planner.cli._plan_table"} <= _modules_loaded_by(*plan)
+
+
+_ENTRY_POINT_PROBE = """
+import importlib.metadata, sys
+scans = []
+real = importlib.metadata.entry_points
+importlib.metadata.entry_points = lambda **kw: scans.append(kw) or real(**kw)
+from planner.cli import main
+sys.argv = ["planner", "recommend", "--gpu", "H100-80GB", "--model", "llama-3.1-8b", "-o", "json"]
+try:
+    main()
+except SystemExit:
+    pass
+print(scans, file=sys.stderr)
+"""
+
+
+@pytest.mark.slow
+def test_the_command_does_not_scan_for_pydantic_plugins() -> None:
+    """pydantic scans every installed distribution for plugins at the first model class unless
+    PYDANTIC_DISABLE_PLUGINS says not to; `planner` sets it unless the caller did."""
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    run = subprocess.run(
+        [sys.executable, "-c", _ENTRY_POINT_PROBE], capture_output=True, text=True, env=env, check=False
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.strip().splitlines()[-1] == "[]"
+    # The caller's choice wins: with plugins enabled, pydantic looks for them.
+    env["PYDANTIC_DISABLE_PLUGINS"] = ""
+    run = subprocess.run(
+        [sys.executable, "-c", _ENTRY_POINT_PROBE], capture_output=True, text=True, env=env, check=False
+    )
+    assert "'group': 'pydantic'" in run.stderr.strip().splitlines()[-1]
 
 
 def test_every_registered_command_is_in_the_table() -> None:
