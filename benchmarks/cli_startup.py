@@ -88,5 +88,6 @@ def main() -> None:
         ratios = f"{cpu / bare_cpu:.1f}x python -c pass); wall {wall:.3f} s ({wall / bare_wall:.1f}x)"
         print(f"{label}: CPU {cpu:.3f} s ({ratios}")
 
+
 if __name__ == "__main__":
     main()
