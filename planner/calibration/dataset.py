@@ -54,6 +54,11 @@ class Deployment(_Strict):
     max_batched_tokens: int | None = None
     block_size: int | None = None
     eager: bool | None = None
+    flashinfer_sampler: bool | None = Field(
+        default=None,
+        description="false: FlashInfer's top-k/top-p sampler was not used (the log warns 'FlashInfer is not "
+        "available', or VLLM_USE_FLASHINFER_SAMPLER=0); null: the release's default",
+    )
     speculative_config: str | None = Field(
         default=None, description="--speculative-config as given (JSON); its drafter is part of the weights"
     )
@@ -103,6 +108,7 @@ class Startup(_Strict):
             max_num_batched_tokens=d.max_batched_tokens,
             block_size=d.block_size,
             enforce_eager=d.eager,
+            flashinfer_sampler=d.flashinfer_sampler,
             total_gpu_memory_gib=m.total_gib,
             weights_gib=m.weights_gib,
             non_torch_gib=m.non_torch_gib,

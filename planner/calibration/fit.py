@@ -28,7 +28,13 @@ from planner.calibration.records import StartupRecord
 from planner.calibration.validate import serving_args, validate_records
 from planner.errors import KvPlannerError
 from planner.gpus.spec import GpuSpec
-from planner.memory.activation import dense_width, moe_width, moe_workspace_bytes, sampler_bytes_per_logit
+from planner.memory.activation import (
+    dense_width,
+    moe_width,
+    moe_workspace_bytes,
+    sampler_bytes_per_logit,
+    sampler_kernel_in_force,
+)
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.memory.cudagraph import capture_sizes
 from planner.models.spec import ModelSpec
@@ -93,7 +99,8 @@ def observe(record: StartupRecord, spec: ModelSpec, gpu: GpuSpec) -> Observation
     num_reqs = min(resolved.max_num_seqs, tokens)
     # The logged terms are the first stage's: it runs the sampler only without PP.
     sampler_feature = float(num_reqs * model.vocab_size) if pp == 1 else 0.0
-    extra = sampler_bytes_per_logit(DEFAULT_COEFFICIENTS, release.sampler_kernel, num_reqs)
+    kernel = sampler_kernel_in_force(release.sampler_kernel, args.env)
+    extra = sampler_bytes_per_logit(DEFAULT_COEFFICIENTS, kernel, num_reqs)
     sampler_fixed = (extra - DEFAULT_COEFFICIENTS.sampler_bytes_per_logit) * sampler_feature
     if pp == 1 and release.moe_workspace_held and model.quantization is None:
         sampler_fixed += moe_workspace_bytes(model, tokens, tp, dtype_bytes)

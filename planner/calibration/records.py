@@ -40,6 +40,9 @@ class StartupRecord(BaseModel):
     max_num_batched_tokens: int | None = None
     block_size: int | None = None
     enforce_eager: bool | None = None
+    # False: the startup ran without FlashInfer's sampler (not installed: the log warns "FlashInfer is not
+    # available", or VLLM_USE_FLASHINFER_SAMPLER=0); None: the release's default.
+    flashinfer_sampler: bool | None = None
     total_gpu_memory_gib: float | None = None
     weights_gib: float | None = None
     non_torch_gib: float | None = None

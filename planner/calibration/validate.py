@@ -112,9 +112,17 @@ def serving_args(record: StartupRecord, *, online_quantization: bool) -> Serving
         dtype=record.dtype or "auto",
         quantization=record.quantization if online_quantization else None,
         enforce_eager=bool(record.enforce_eager),
-        # Long contexts in these reports were accepted by the vLLM that ran them.
-        env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"},
+        env=record_env(record),
     )
+
+
+def record_env(record: StartupRecord) -> dict[str, str]:
+    # Long contexts in these reports were accepted by the vLLM that ran them.
+    env = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}
+    if record.flashinfer_sampler is False:
+        # Without FlashInfer vLLM takes the same PyTorch path as with the sampler switched off.
+        env["VLLM_USE_FLASHINFER_SAMPLER"] = "0"
+    return env
 
 
 def resolve_record_model(record: StartupRecord, lookup: ModelLookup) -> tuple[ModelSpec, bool]:

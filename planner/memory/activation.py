@@ -30,6 +30,7 @@ asks for ``top_k = vocab - 1, top_p = 0.99``, which takes V0's sort path (``laye
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from planner.memory.coefficients import MemoryCoefficients
@@ -77,6 +78,17 @@ def moe_width(model: ModelSpec, tp: int) -> float:
     if moe is None:
         return 0.0
     return moe.experts_per_token * (2 * moe.moe_intermediate_size / tp + model.hidden_size)
+
+
+def sampler_kernel_in_force(kernel: str, env: Mapping[str, str]) -> str:
+    """The release's top-k/top-p kernel as the environment leaves it. Up to 0.11
+    (``flashinfer_if_installed``) ``TopKTopPSampler`` takes FlashInfer only when it is installed and
+    ``VLLM_USE_FLASHINFER_SAMPLER`` is not false; otherwise ``forward_native`` -> ``apply_top_k_top_p``,
+    the PyTorch sort + scatter path (``v1/sample/ops/topk_topp_sampler.py``, which logs "Falling back to
+    the PyTorch-native implementation of top-p & top-k sampling"). ``VLLM_USE_FLASHINFER_SAMPLER=0``
+    plans that path; an install without FlashInfer takes it too."""
+    disabled = env.get("VLLM_USE_FLASHINFER_SAMPLER", "").strip().lower() in ("0", "false")
+    return "sort_scatter" if kernel == "flashinfer_if_installed" and disabled else kernel
 
 
 def sampler_bytes_per_logit(coefficients: MemoryCoefficients, kernel: str, num_reqs: int) -> float:

@@ -17,7 +17,7 @@ from planner.kv.capacity import KvLayout, StageKv
 from planner.kv.dtypes import KvDtype, resolve_kv_dtype
 from planner.kv.grouping import Grouping, group_layers, stage_group_size
 from planner.kv.specs import RankLayout, build_layer_caches
-from planner.memory.activation import activation_peak
+from planner.memory.activation import activation_peak, sampler_kernel_in_force
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.memory.cudagraph import cuda_graph_bytes
 from planner.memory.mxfp4 import padding_bytes_per_moe_layer
@@ -302,7 +302,7 @@ def stage_memory(
             dtype_bytes=dtype_bytes,
             last_stage=last,
             receives_from_previous_stage=stage > 0,
-            sampler_kernel=release.sampler_kernel,
+            sampler_kernel=sampler_kernel_in_force(release.sampler_kernel, args.env),
             moe_workspace_held=release.moe_workspace_held,
             eager_engine=resolved.engine == "v0",
         )
