@@ -19,11 +19,14 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from concurrent.futures import Future
-from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from planner.errors import GatedModelError, HubUnavailableError, ModelNotFoundError, ResolutionTimeoutError
+
+# concurrent.futures (and the logging it imports) only when a lookup runs with a deadline: a catalog
+# model on the command line never needs it.
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 T = TypeVar("T")
 
@@ -102,6 +105,8 @@ class SingleFlight(Generic[T]):
                     f"{len(self._flights)} model lookups are already waiting on the Hub; not starting another.",
                     hint="The Hub or its mirror is slow or unreachable.",
                 )
+            from concurrent.futures import Future
+
             future: Future[T] = Future()
             self._flights[key] = future
 
@@ -137,6 +142,8 @@ def run_with_deadline(
     limit: int | None = None,
 ) -> T:
     """The job's result if it finishes within ``timeout`` seconds, else :class:`ResolutionTimeoutError`."""
+    from concurrent.futures import TimeoutError as FutureTimeout
+
     future = flights.submit(key, job, limit)
     try:
         return future.result(timeout=max(timeout, 0.0))
