@@ -274,7 +274,7 @@ def parse_config(config: Config, *, model_id: str) -> ModelSpec:
         quantization=quant,
         vision=vision,
         mtp_layers=reader.integer("num_nextn_predict_layers", 0) or reader.integer("mtp_num_hidden_layers", 0),
-        single_block_layers=isinstance(text.get("hybrid_override_pattern"), str),
+        single_block_layers=layer_kinds.nemotron_pattern(text, model_type) is not None,
         rotary_dim=_rotary_dim(text, head_dim, mla),
         notes=notes,
     )
@@ -496,7 +496,9 @@ def _moe(reader: _Reader, model_type: str, num_layers: int) -> MoeSpec | None:
     ):
         moe_inter = reader.get("intermediate_size")
     shared = reader.integer("num_shared_experts", 0)
-    shared_inter = reader.opt_int("shared_expert_intermediate_size")
+    shared_inter = reader.opt_int("shared_expert_intermediate_size") or reader.opt_int(
+        "moe_shared_expert_intermediate_size"
+    )
     if shared_inter and not shared:
         shared = 1
     if model_type in ("llama4_text", "llama4") and not shared:
@@ -529,7 +531,7 @@ def _moe(reader: _Reader, model_type: str, num_layers: int) -> MoeSpec | None:
 
 def _moe_mask(freq: Any, num_layers: int, reader: _Reader) -> str | None:
     """A per-layer MoE mask from a list-valued ``moe_layer_freq`` or NemotronH's ``hybrid_override_pattern``."""
-    pattern = reader.get("hybrid_override_pattern")
+    pattern = layer_kinds.nemotron_pattern(reader.text, str(reader.text.get("model_type") or ""))
     if isinstance(pattern, str) and len(pattern) == num_layers:
         return "".join("1" if c == "E" else "0" for c in pattern)
     if isinstance(freq, list):

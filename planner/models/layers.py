@@ -58,12 +58,12 @@ def layer_pattern(
         window = None  # transformers drops the window when use_sliding_window is false (Qwen2/Qwen3)
     chunk = _int_or_none(text.get("attention_chunk_size"))
 
+    hybrid = nemotron_pattern(text, model_type)
+    if hybrid:
+        return _from_nemotron(hybrid, num_layers, model_id), window, chunk
     explicit = text.get("layer_types") or text.get("layers_block_type") or text.get("attn_type_list")
     if isinstance(explicit, Sequence) and not isinstance(explicit, str) and explicit:
         return _from_list(explicit, num_layers, model_id, window, chunk), window, chunk
-    hybrid = text.get("hybrid_override_pattern")
-    if isinstance(hybrid, str) and hybrid:
-        return _from_nemotron(hybrid, num_layers, model_id), window, chunk
 
     if model_type in ("llama4", "llama4_text") and chunk:
         return _llama4(text, num_layers), window, chunk
@@ -160,6 +160,38 @@ def _gemma4(
         letters[first_shared:] = ["N"] * shared
     pattern = "".join(letters)
     return pattern, window if "S" in pattern else None, None
+
+
+# transformers 5 NemotronHConfig: layers_block_type (alias layer_types) entries, legacy names included, and
+# the hybrid_override_pattern letter each stands for (_pattern_to_list / _list_to_pattern).
+_NEMOTRON_BLOCKS = {
+    "linear_attention": "M",
+    "mamba": "M",
+    "full_attention": "*",
+    "attention": "*",
+    "moe": "E",
+    "mlp": "-",
+}
+
+
+def nemotron_pattern(text: Mapping[str, Any], model_type: str) -> str | None:
+    """NemotronH's one-block-per-layer pattern (``M`` Mamba, ``*`` attention, ``-`` MLP, ``E`` MoE), from
+    ``hybrid_override_pattern`` or, in the transformers 5 spelling, the ``layers_block_type`` list that vLLM
+    0.33 reads back through the config's ``hybrid_override_pattern`` property (``nemotron_h.py``)."""
+    hybrid = text.get("hybrid_override_pattern")
+    if isinstance(hybrid, str) and hybrid:
+        return hybrid
+    if model_type != "nemotron_h":
+        return None
+    blocks = text.get("layers_block_type") or text.get("layer_types")
+    if not isinstance(blocks, Sequence) or isinstance(blocks, str) or not blocks:
+        return None
+    letters = [_NEMOTRON_BLOCKS.get(str(block).lower()) for block in blocks]
+    if any(letter is None for letter in letters):
+        raise InvalidModelConfigError(
+            f"NemotronH layers_block_type must use {', '.join(sorted(_NEMOTRON_BLOCKS))}", field="layers_block_type"
+        )
+    return "".join(letter for letter in letters if letter is not None)
 
 
 def _from_nemotron(pattern: str, num_layers: int, model_id: str) -> str:

@@ -236,7 +236,7 @@ def build_rank_layout(
             "type. (Mamba/linear-attention hybrids need the hybrid KV cache manager.)",
             flag="--disable-hybrid-kv-cache-manager",
         )
-    conv, ssm = mamba_state_dtype_bytes(model, args, resolved.dtype)
+    conv, ssm = mamba_state_dtype_bytes(model, args, resolved.dtype, release)
     mamba_blocks, alignment = mamba_blocks_and_alignment(model, gpu, release, resolved)
     tp, block_size = args.tensor_parallel_size, resolved.block_size
     threshold, strided = release.group_size_threshold, release.strided_groups
@@ -259,12 +259,18 @@ def build_rank_layout(
     return _RANK_LAYOUTS.get(model, key, build)
 
 
-def mamba_state_dtype_bytes(model: ModelSpec, args: ServingArgs, dtype: str) -> tuple[int, int]:
+def mamba_state_dtype_bytes(
+    model: ModelSpec, args: ServingArgs, dtype: str, release: Release | None = None
+) -> tuple[int, int]:
     """(conv, SSM) state bytes per element: ``--mamba-cache-dtype`` or the model dtype for the conv state;
     ``--mamba-ssm-cache-dtype``, else the dtype the model asks for (Qwen3.5 and NemotronH keep float32),
-    else the conv dtype for the SSM state."""
+    else NemotronH's release default (``model_executor/models/config.py: NemotronHForCausalLMConfig``:
+    float16 in 0.19, float32 from 0.20), else the conv dtype for the SSM state."""
     conv = DTYPE_BYTES.get(args.mamba_cache_dtype, DTYPE_BYTES[dtype])
     asked = model.mamba.ssm_dtype if model.mamba is not None else None
+    if asked is None and release is not None and model.model_type == "nemotron_h":
+        default = release.nemotron_h_ssm_default
+        asked = None if default == "model" else default
     ssm = DTYPE_BYTES.get(args.mamba_ssm_cache_dtype, DTYPE_BYTES[asked] if asked else conv)
     return conv, ssm
 
@@ -472,7 +478,7 @@ def compute_engine(
         grouping=grouping,
         partition=partition,
         hybrid_manager=hybrid,
-        mamba_bytes=mamba_state_dtype_bytes(model, args, resolved.dtype),
+        mamba_bytes=mamba_state_dtype_bytes(model, args, resolved.dtype, release),
         parameters=weights.parameters,
         weights_estimated=estimated,
         memory=memory,

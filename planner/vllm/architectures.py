@@ -28,10 +28,11 @@ class ArchitectureSupport:
 
 
 SUPPORT: tuple[ArchitectureSupport, ...] = (
-    # registry.py of 0.10.0 (absent) and 0.19.0 (present); 0.11-0.18 not read.
-    ArchitectureSupport("Gemma-4", ("Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"), "0.19.0", "0.10.0"),
-    ArchitectureSupport("DeepSeek-V3.2", ("DeepseekV32ForCausalLM",), "0.19.0", "0.10.0"),
-    ArchitectureSupport("Kimi-Linear", ("KimiLinearForCausalLM",), "0.19.0", "0.10.0"),
+    # registry.py of 0.18.0 (absent) and 0.19.0 (present): the first release is known exactly.
+    ArchitectureSupport("Gemma-4", ("Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"), "0.19.0", "0.18.0"),
+    # registry.py of 0.10.0 (absent) and 0.18.0 (present); releases in between not read.
+    ArchitectureSupport("DeepSeek-V3.2", ("DeepseekV32ForCausalLM",), "0.18.0", "0.10.0"),
+    ArchitectureSupport("Kimi-Linear", ("KimiLinearForCausalLM",), "0.18.0", "0.10.0"),
     ArchitectureSupport(
         "Qwen3.5",
         (
@@ -40,7 +41,7 @@ SUPPORT: tuple[ArchitectureSupport, ...] = (
             "Qwen3_5ForConditionalGeneration",
             "Qwen3_5MoeForConditionalGeneration",
         ),
-        "0.19.0",
+        "0.18.0",
         "0.10.0",
     ),
     # registry.py of 0.19.0 (absent) and 0.20.0 (present): the first release is known exactly.

@@ -118,6 +118,12 @@ class Release(BaseModel):
         "+1 GDN checkpoint on SM90+)"
     )
     auto_kv_from_checkpoint: bool = Field(description="kv_cache_dtype=auto follows the checkpoint's KV scheme")
+    nemotron_h_ssm_default: Literal["model", "float16", "float32"] = Field(
+        default="model",
+        description="NemotronH SSM state dtype when neither --mamba-ssm-cache-dtype nor the config's "
+        "mamba_ssm_cache_dtype says (model_executor/models/config.py NemotronHForCausalLMConfig): the model "
+        "dtype (no such class), float16 (0.19), float32 (0.20+)",
+    )
     sampler_kernel: SamplerKernel = Field(
         default="flashinfer_if_installed",
         description="top-k/top-p kernel of the sampler warm-up (v1/sample/ops/topk_topp_sampler.py): "
@@ -333,22 +339,30 @@ _R_0_17 = _row(
 _R_0_18 = _row(
     _R_0_17,
     "0.18.0",
-    "0.18.0: v1/core/kv_cache_utils.py (1.5 rule), platforms/interface.py, config/cache.py (no swap_space)",
+    "0.18.0: v1/core/kv_cache_utils.py (1.5 rule), platforms/interface.py, config/cache.py (no swap_space), "
+    "model_executor/models/config.py NemotronHForCausalLMConfig (SSM state float16 by default)",
     group_size_threshold=1.5,
+    nemotron_h_ssm_default="float16",
     mla_block_size_hopper=16,
     mla_block_size_blackwell=32,
     swap_space_flag=False,
     kv_cache_dtypes=_D4,
 )
 _R_0_19 = _row(
-    _R_0_18, "0.19.0", "0.19.0: v1/core/kv_cache_utils.py get_kv_cache_configs (all groups)", fit_check="all_groups"
+    _R_0_18,
+    "0.19.0",
+    "0.19.0: v1/core/kv_cache_utils.py get_kv_cache_configs (all groups), model_executor/models/config.py "
+    "NemotronHForCausalLMConfig (SSM state float16 by default)",
+    fit_check="all_groups",
 )
 _R_0_20 = _row(
     _R_0_19,
     "0.20.0",
     "0.20.0: v1/worker/gpu_worker.py, envs.py, config/cache.py, v1/core/kv_cache_utils.py "
-    "_report_kv_cache_config (tokens still num_blocks // groups x min block size)",
+    "_report_kv_cache_config (tokens still num_blocks // groups x min block size), model_executor/models/config.py "
+    "NemotronHForCausalLMConfig (SSM state float32 by default)",
     default_gpu_memory_utilization=0.92,
+    nemotron_h_ssm_default="float32",
     cuda_graphs_counted=True,
     capture_rule="v0_20",
     kv_cache_dtypes=_D5,

@@ -129,3 +129,15 @@ def test_bf16_ssm_state_when_asked(a100) -> None:  # type: ignore[no-untyped-def
     # block 16 x cdiv(1,097,728, 32,768) = 16 x 34 = 544.
     kv = _kv(a100, mamba_ssm_cache_dtype="bfloat16")
     assert kv.block_size == 544
+
+
+def test_registry_unknown_between_read_releases(a100) -> None:  # type: ignore[no-untyped-def]
+    # Qwen3_5MoeForConditionalGeneration: not in 0.10.0's registry, in 0.18.0's; 0.11-0.17 were not read.
+    from planner.errors import UnsupportedArchitectureError
+    from planner.findings import Code
+
+    spec = parse_config(QWEN35_35B_A3B, model_id="Qwen/Qwen3.5-35B-A3B")
+    with pytest.raises(UnsupportedArchitectureError):
+        predict(spec, a100, ServingArgs(), vllm_version="0.10.0", available_override=[40 * GiB])
+    prediction = predict(spec, a100, ServingArgs(), vllm_version="0.15.0", available_override=[40 * GiB])
+    assert Code.ARCHITECTURE_SUPPORT_UNKNOWN in [w.code for w in prediction.warnings]
