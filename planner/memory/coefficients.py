@@ -36,6 +36,14 @@ class MemoryCoefficients(BaseModel):
     single_process_non_torch_bytes: int = Field(
         description="extra non-torch memory when the model runs inside the engine process (TP = PP = 1)"
     )
+    cuda_context_bytes: int = Field(
+        default=int(0.48 * GiB),
+        description="memory the engine process holds outside PyTorch before vLLM's baseline snapshot (CUDA "
+        "context, kernel images, library handles), counted only by releases that subtract everything on the "
+        "device (non_torch_scope 'device': V0 0.6.4, V1 0.7-0.9.0). Not fitted: the largest such memory beyond "
+        "the baseline-scope terms among the public 0.6.4 logs found (H200: 0.73 GiB non-torch at TP=1; RTX 3090 "
+        "0.35, an 8 GB consumer card 0.43-0.47), so GPUs with a smaller context are under-predicted, never over",
+    )
     nccl_bytes_nvls: int = Field(description="NCCL buffers for TP > 1 on NVSwitch systems with NVLS (H100/H200/B200)")
     nccl_bytes_per_extra_rank: int = Field(description="NCCL buffer growth per TP rank beyond 2")
     nccl_bytes_plain: int = Field(description="NCCL buffers for TP > 1 without NVLS (PCIe, A100, L40S)")

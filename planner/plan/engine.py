@@ -295,6 +295,8 @@ def stage_memory(
     product = gpu.memory_bytes * resolved.gpu_memory_utilization
     budget = math.ceil(product) if release.budget_ceil else math.floor(product)
     dtype_bytes = DTYPE_BYTES[resolved.dtype]
+    scope = release.v0_non_torch_scope if resolved.engine == "v0" else release.v1_non_torch_scope
+    device_scope = scope == "device"
     stages = []
     start = 0
     for stage, count in enumerate(partition):
@@ -335,7 +337,9 @@ def stage_memory(
                 budget_bytes=budget,
                 weights_bytes=max(0, weights + d.weights_bytes),
                 non_torch_bytes=max(
-                    0, non_torch_bytes(gpu, tp=tp, pp=pp, coefficients=coefficients) + d.non_torch_bytes
+                    0,
+                    non_torch_bytes(gpu, tp=tp, pp=pp, coefficients=coefficients, device_scope=device_scope)
+                    + d.non_torch_bytes,
                 ),
                 activation_peak_bytes=max(0, peak.peak_bytes + d.activation_peak_bytes),
                 cuda_graph_bytes=max(0, graphs + d.cuda_graph_bytes),

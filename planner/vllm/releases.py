@@ -25,6 +25,7 @@ CaptureRule = Literal["v0_8", "v0_10", "v0_12", "v0_20", "v0_31"]
 MambaPrefixMode = Literal["one_block", "per_block", "all_or_align", "align_2", "align_mamba2_checkpoint", "align"]
 RunnerV2Default = Literal["never", "dense", "all"]
 SamplerKernel = Literal["flashinfer_if_installed", "sort_scatter", "triton_batch8", "flashinfer"]
+NonTorchScope = Literal["init_free", "device", "baseline"]
 
 
 @total_ordering
@@ -148,6 +149,19 @@ class Release(BaseModel):
         "(0.29+). With async scheduling and PP > 1 it keeps pp + 1 batches in flight, the V1 runner pp "
         "(VllmConfig.max_concurrent_batches, 0.26+)",
     )
+    v0_non_torch_scope: NonTorchScope = Field(
+        default="baseline",
+        description="what the V0 worker counts as non-KV memory outside PyTorch (worker/worker.py "
+        "determine_num_available_blocks): init_free (0.6.0-0.6.3: the drop in free memory since init_device, "
+        "after the CUDA context exists; the torch cache is not emptied), device (0.6.4: everything on the "
+        "device torch did not allocate, CUDA context and other processes included), baseline (0.6.5+: the "
+        "growth since the init_device snapshot, context and other processes excluded)",
+    )
+    v1_non_torch_scope: NonTorchScope = Field(
+        default="baseline",
+        description="the same for the V1 worker (v1/worker/gpu_worker.py determine_available_memory): device "
+        "(0.7-0.8, as V0 0.6.4), baseline (0.9+: memory_profiling from the init_device snapshot)",
+    )
     swap_space_flag: bool
     kv_cache_memory_bytes_flag: bool
     kv_cache_dtypes: tuple[str, ...]
@@ -216,8 +230,11 @@ _V0_ONLY = Release(
     swap_space_flag=True,
     kv_cache_memory_bytes_flag=False,
     kv_cache_dtypes=_D0,
-    evidence="0.6.6.post1: worker/worker.py determine_num_available_blocks, config.py SchedulerConfig, "
-    "engine/arg_utils.py",
+    v0_non_torch_scope="init_free",
+    v1_non_torch_scope="device",
+    evidence="0.6.3.post1 and 0.6.0: worker/worker.py init_device (init_gpu_memory), "
+    "determine_num_available_blocks (peak = init_gpu_memory - free after profile_run); the other fields "
+    "read in 0.6.6.post1: config.py SchedulerConfig, engine/arg_utils.py",
 )
 
 _BASE = Release(
@@ -248,6 +265,7 @@ _BASE = Release(
     swap_space_flag=True,
     kv_cache_memory_bytes_flag=False,
     kv_cache_dtypes=_D0,
+    v1_non_torch_scope="device",
     evidence="0.8.5.post1: v1/core/kv_cache_utils.py, v1/worker/gpu_worker.py, config.py, engine/arg_utils.py",
 )
 
@@ -264,14 +282,23 @@ _R_0_9 = _row(
     _BASE,
     "0.9.0",
     "0.9.2: v1/core/kv_cache_utils.py (get_kv_cache_config, check_enough_kv_cache_memory), "
-    "v1/worker/gpu_worker.py determine_available_memory (memory_profiling), config.py (cuda_graph_sizes, "
-    "CacheDType), engine/arg_utils.py, platforms/cuda.py, v1/kv_cache_interface.py",
+    "config.py (cuda_graph_sizes, CacheDType), engine/arg_utils.py, platforms/cuda.py, v1/kv_cache_interface.py; "
+    "0.9.0: v1/worker/gpu_worker.py determine_available_memory (device scope)",
     tokens_formula="blocks_div_groups",
     fit_error_style="e1",
     batch_defaults=_BATCH_0_10,
 )
-_R_0_10 = _row(
+# 0.9.0's V1 worker still subtracts everything on the device outside torch (as 0.8); 0.9.1 moved it to
+# memory_profiling from the init_device snapshot (with requested_memory = total x util).
+_R_0_9_1 = _row(
     _R_0_9,
+    "0.9.1",
+    "0.9.1 and 0.9.2: v1/worker/gpu_worker.py init_device (init_snapshot, requested_memory), "
+    "determine_available_memory (memory_profiling); 0.9.0 read too (device scope, as 0.8.5.post1)",
+    v1_non_torch_scope="baseline",
+)
+_R_0_10 = _row(
+    _R_0_9_1,
     "0.10.0",
     "0.10.1.1: v1/core/kv_cache_utils.py, config/cache.py, engine/arg_utils.py",
     mla_block_size_blackwell=128,
@@ -474,8 +501,23 @@ _R_0_33 = _row(
     kv_cache_dtypes=_D7,
 )
 
-_R_0_7 = _row(
+# The V0 worker's accounting changed in two patch releases (vLLM #9352 in 0.6.4, #10511 in 0.6.5).
+_R_0_6_4 = _row(
     _V0_ONLY,
+    "0.6.4",
+    "0.6.4 and 0.6.4.post1: worker/worker.py determine_num_available_blocks (allocated_bytes.all.peak + "
+    "mem_get_info used - torch allocated after empty_cache)",
+    v0_non_torch_scope="device",
+)
+_R_0_6_5 = _row(
+    _R_0_6_4,
+    "0.6.5",
+    "0.6.5 and 0.6.6.post1: worker/worker.py determine_num_available_blocks, utils.py memory_profiling "
+    "(baseline = total - init_gpu_memory)",
+    v0_non_torch_scope="baseline",
+)
+_R_0_7 = _row(
+    _R_0_6_5,
     "0.7.0",
     "0.7.3: envs.py (VLLM_USE_V1 default 0), attention/backends/flashmla.py",
     mla_block_size_hopper=64,
@@ -483,9 +525,12 @@ _R_0_7 = _row(
 
 RELEASES: tuple[Release, ...] = (
     _V0_ONLY,
+    _R_0_6_4,
+    _R_0_6_5,
     _R_0_7,
     _BASE,
     _R_0_9,
+    _R_0_9_1,
     _R_0_10,
     _R_0_10_2,
     _R_0_11,
