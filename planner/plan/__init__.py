@@ -17,7 +17,13 @@ from planner.models.spec import ModelSpec
 from planner.plan.build import plan_without_recommendation
 from planner.plan.engine import TermCorrections
 from planner.plan.models import Plan
-from planner.plan.recommend import alternatives, recommendation, recommendation_from_alternative, safe_cache
+from planner.plan.recommend import (
+    alternatives,
+    recommendation,
+    recommendation_from_alternative,
+    safe_cache,
+    verified_context,
+)
 from planner.vllm.args import ServingArgs
 
 if TYPE_CHECKING:
@@ -81,28 +87,41 @@ def make_plan(
             f"average request ({advice.average_request_tokens:,} tokens): {advice.average_max_num_seqs} sequences, "
             f"P(overflow) = {advice.average_risk:.1%}",
         ]
+    spread = (
+        next((t.low_bytes for t in plan.margin.terms if t.name == "unknown_release"), None) if plan.margin else None
+    )
+
+    def replan(m: ModelSpec, g: GpuSpec, a: ServingArgs) -> Plan:
+        return plan_without_recommendation(
+            m,
+            g,
+            a,
+            vllm_version=vllm_version,
+            coefficients=coefficients,
+            corrections=corrections,
+            draft=draft,
+            spread_hint=spread,
+        )[0]
+
     plan.recommendation = recommendation(
         plan, prediction, args, headroom=headroom, workload_limit=workload_limit, workload_basis=basis
     )
+    rec = plan.recommendation
+    if rec is not None and plan.fits and rec.max_model_len != plan.kv_cache.max_model_len:
+        # A shorter context than planned is checked by planning it (V0's profile batch grows when the
+        # context drops to 32K or below): the limits come from the plan of the context recommended.
+        verified, checked = verified_context(plan, rec.max_model_len, args, model, gpu, replan)
+        if verified != rec.max_model_len:
+            plan.recommendation = (
+                None
+                if verified is None
+                else recommendation(
+                    checked, prediction, args, headroom=headroom, workload_limit=workload_limit, workload_basis=basis
+                )
+            )
     if plan.recommendation is not None and workload_limit is not None:
         plan.recommendation.notes = notes
     if with_alternatives:
-        spread = (
-            next((t.low_bytes for t in plan.margin.terms if t.name == "unknown_release"), None) if plan.margin else None
-        )
-
-        def replan(m: ModelSpec, g: GpuSpec, a: ServingArgs) -> Plan:
-            return plan_without_recommendation(
-                m,
-                g,
-                a,
-                vllm_version=vllm_version,
-                coefficients=coefficients,
-                corrections=corrections,
-                draft=draft,
-                spread_hint=spread,
-            )[0]
-
         options = alternatives(plan, model, gpu, args, replan=replan, bigger_gpus=bigger_gpus)
         plan.alternatives = [alt for alt, _ in options]
         if plan.recommendation is None or not plan.fits:

@@ -155,6 +155,35 @@ def recommendation(
     )
 
 
+def verified_context(
+    plan: Plan, max_len: int, args: ServingArgs, model: ModelSpec, gpu: GpuSpec, replan: PlanFn
+) -> tuple[int | None, Plan]:
+    """``max_len`` checked by planning it, stepping down until a context fits at the low end of its own band.
+
+    A shorter context can leave less KV memory: V0 turns chunked prefill off at or below 32K tokens, so its
+    profile batch becomes the context itself (vLLM #10517 on an RTX 3090: 20K and 35K start, 29K does not).
+    Returns the context (None when none fits) and the plan made with it."""
+    current = plan
+    for _ in range(_VERIFY_STEPS):
+        if max_len == current.kv_cache.max_model_len and current.fits:
+            return max_len, current
+        try:
+            current = replan(model, gpu, args.model_copy(update={"max_model_len": max_len}))
+        except KvPlannerError:
+            return None, current
+        found = safe_max_model_len(current)
+        if found == max_len and current.fits:
+            return max_len, current
+        if found is None or found >= max_len:
+            return None, current
+        max_len = found
+    return None, current
+
+
+# Each step plans a shorter context; two suffice in V0 (past the 32K switch, then inside it).
+_VERIFY_STEPS = 6
+
+
 def _try(
     change: str, flags: list[str], args: ServingArgs, model: ModelSpec, gpu: GpuSpec, replan: PlanFn
 ) -> tuple[Alternative, Plan] | None:
@@ -164,6 +193,18 @@ def _try(
         return None
     kv = plan.kv_cache
     max_len = safe_max_model_len(plan) or kv.max_model_len
+    if "--max-model-len" in flags and plan.fits and max_len != kv.max_model_len:
+        verified, checked = verified_context(plan, max_len, args, model, gpu, replan)
+        if verified is None:
+            return _alternative(change, flags, args, plan, max_len, fits=False), plan
+        max_len, plan = verified, checked
+    return _alternative(change, flags, args, plan, max_len, fits=plan.fits), plan
+
+
+def _alternative(
+    change: str, flags: list[str], args: ServingArgs, plan: Plan, max_len: int, *, fits: bool
+) -> Alternative:
+    kv = plan.kv_cache
     seqs = max(1, safe_max_num_seqs(plan, max_len, 0.0))
     if "--max-model-len" in flags:
         # The option says the context its arguments carry: the low end of its KV band, which can be
@@ -177,10 +218,10 @@ def _try(
         change=change,
         args=flags,
         vllm_args=vllm_args_for(args, max_len, seqs, plan.memory.gpu_memory_utilization, args.kv_cache_dtype),
-        fits=plan.fits,
+        fits=fits,
         max_model_len=kv.max_model_len,
         max_concurrency=kv.max_concurrency,
-    ), plan
+    )
 
 
 def alternatives(
