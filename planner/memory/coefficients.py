@@ -42,7 +42,8 @@ class MemoryCoefficients(BaseModel):
         "context, kernel images, library handles), counted only by releases that subtract everything on the "
         "device (non_torch_scope 'device': V0 0.6.4, V1 0.7-0.9.0). Not fitted: the largest such memory beyond "
         "the baseline-scope terms among the public 0.6.4 logs found (H200: 0.73 GiB non-torch at TP=1; RTX 3090 "
-        "0.35, an 8 GB consumer card 0.43-0.47), so GPUs with a smaller context are under-predicted, never over",
+        "0.35; a GTX 1080 driving a desktop 0.15-0.47, docs/accuracy.md), so a smaller context is under-predicted, "
+        "never over",
     )
     nccl_bytes_nvls: int = Field(description="NCCL buffers for TP > 1 on NVSwitch systems with NVLS (H100/H200/B200)")
     nccl_bytes_per_extra_rank: int = Field(description="NCCL buffer growth per TP rank beyond 2")
