@@ -180,11 +180,15 @@ def test_the_sort_path_reproduces_the_logged_activation_peaks_of_010_without_fla
     on device' line), e.g. 5.59 GiB for Qwen3-4B's 1024 x 151,936 logits. The sort path (the fitted Triton
     constant + the sort's tensors, not fitted) plans each within 2%."""
     logged = {r.id: r for r in dataset_records() if r.flashinfer_sampler is False and r.activation_peak_gib}
-    assert logged
+    checked = 0
     for record in logged.values():
         spec, _ = resolve_record_model(record, lookup_model)
         args = serving_args(record, online_quantization=False)
         peak = predict(spec, lookup_gpu(record.gpu or ""), args, vllm_version=record.vllm_version)
+        if peak.resolved.max_num_seqs < 256:
+            continue  # the forward pass, not the sampler, sets the peak
+        checked += 1
         planned = peak.engine.memory[0].activation_peak_bytes / GiB
         assert record.activation_peak_gib is not None
         assert abs(planned - record.activation_peak_gib) / record.activation_peak_gib < 0.02, record.id
+    assert checked > 0
