@@ -60,6 +60,10 @@ def _skip_reason(command: str) -> str | None:
 
 COMMANDS = readme_commands()
 
+# The commands run in README order in one scratch folder (a later one reads what an earlier one wrote):
+# under pytest-xdist they must stay on one worker (scripts/test --fast runs with --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("readme")
+
 
 def test_the_readme_shows_commands_and_every_exception_is_still_in_it() -> None:
     assert len(COMMANDS) >= 15
