@@ -70,6 +70,9 @@ def test_the_layout_describes_every_top_level_folder_and_core_package() -> None:
         assert not missing, f"{package}/ parts missing from docs/development.md: {sorted(missing)}"
 
 
+BUILT = {".tools/"}
+
+
 def test_every_path_named_in_the_text_exists() -> None:
     text = DOC.read_text().split("## Layout", 1)[1].split("```", 2)[2]
     named = {
@@ -78,5 +81,6 @@ def test_every_path_named_in_the_text_exists() -> None:
         if re.fullmatch(r"\.?[\w.-]+(/[\w.-]+)*/?", token) and ("/" in token or re.search(r"\.(py|md|toml)$", token))
     }
     assert named
-    missing = sorted(token for token in named if not (REPO_ROOT / token).exists())
+    # .tools/ is made by scripts/install-test-tools (the fast lane installs nothing): gitignored, not tracked.
+    missing = sorted(token for token in named if not (REPO_ROOT / token).exists() and token not in BUILT)
     assert not missing, f"docs/development.md names paths that do not exist: {missing}"

@@ -156,6 +156,7 @@ def test_cardinality_is_bounded_by_max_targets() -> None:
     assert series <= 25 * (6 + 2 * (10 + 2 * 5 + 5 + 2 * 2 + 4 + 2)) + 10
 
 
+@pytest.mark.needs_prometheus
 def test_exporter_output_passes_promtool(tmp_path: object) -> None:
     exporter = _exporter(
         [
