@@ -286,9 +286,11 @@ def stage_memory(
     weights_per_stage: list[int],
     coefficients: MemoryCoefficients,
     deltas: TermDeltas | None = None,
+    runner_v2: bool = False,
 ) -> list[StageMemory]:
     """Each PP stage's budget terms (every TP rank of a stage is alike). ``deltas`` are measured-minus-
-    predicted corrections from a calibration file, added to every stage."""
+    predicted corrections from a calibration file, added to every stage. ``runner_v2``: Model Runner V2
+    runs the model (its CUDA-graph estimate is 0 before 0.29, so nothing is subtracted)."""
     d = deltas or TermDeltas()
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     # ceil(total x util) from 0.14 (request_memory); a float product before, floored by the block division.
@@ -325,9 +327,11 @@ def stage_memory(
             coefficients=coefficients,
             rule=release.capture_rule,
         )
-        counted = release.cuda_graphs_counted and args.env.get(
-            "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "1"
-        ).lower() not in ("0", "false")
+        counted = (
+            release.cuda_graphs_counted
+            and (release.runner_v2_graph_estimate or not runner_v2)
+            and args.env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "1").lower() not in ("0", "false")
+        )
         weights = weights_per_stage[stage]
         if args.cpu_offload_gb:
             weights = max(0, weights - int(args.cpu_offload_gb * GiB))
@@ -475,6 +479,7 @@ def compute_engine(
         weights_per_stage=per_stage,
         coefficients=coefficients,
         deltas=deltas,
+        runner_v2=runner_v2,
     )
     return EngineLayout(
         kv_dtype=kv_dtype,

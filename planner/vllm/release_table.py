@@ -35,6 +35,7 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("moe_workspace_held", "MoE workspace held at sampling"),
     ("mxfp4_blackwell_intermediate_align", "MXFP4 B200 intermediate align"),
     ("model_runner_v2_default", "Model Runner V2 default"),
+    ("runner_v2_graph_estimate", "V2 runner graph estimate"),
     ("nemotron_h_ssm_default", "NemotronH SSM default"),
     ("v0_non_torch_scope", "V0 non-torch scope"),
     ("v1_non_torch_scope", "V1 non-torch scope"),

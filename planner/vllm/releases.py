@@ -149,6 +149,12 @@ class Release(BaseModel):
         "(0.29+). With async scheduling and PP > 1 it keeps pp + 1 batches in flight, the V1 runner pp "
         "(VllmConfig.max_concurrent_batches, 0.26+)",
     )
+    runner_v2_graph_estimate: bool = Field(
+        default=False,
+        description="Model Runner V2 estimates CUDA-graph memory before the KV cache is sized: no (<= 0.28, "
+        "v1/worker/gpu/model_runner.py profile_cudagraph_memory returns 0, so nothing is subtracted when V2 "
+        "runs the model), yes (0.29+, _profile_cudagraph_memory)",
+    )
     v0_non_torch_scope: NonTorchScope = Field(
         default="baseline",
         description="what the V0 worker counts as non-KV memory outside PyTorch (worker/worker.py "
@@ -465,6 +471,7 @@ _R_0_29 = _row(
     "v1/sample/ops/topk_topp_sampler.py; fused_moe/oracle/mxfp4.py; platforms/cuda.py",
     fit_check="all_groups_null_block",
     model_runner_v2_default="all",
+    runner_v2_graph_estimate=True,
 )
 _R_0_30 = _row(
     _R_0_29,

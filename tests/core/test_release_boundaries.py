@@ -216,3 +216,25 @@ def test_async_scheduling_with_ngram_is_refused_where_vllm_refuses_it(shared_mod
         _predict(spec, h100, "0.32.0", 20, **args)
     on_v2 = _predict(spec, h100, "0.33.0", 20, **args)  # 0.33.0 runs ngram on Model Runner V2, async
     assert on_v2.layout.in_flight == 2 * on_v2.resolved.max_num_batched_tokens
+
+
+@pytest.mark.parametrize(
+    ("name", "version", "runner_v2", "counted"),
+    [
+        # vllm 0.26.0-0.28.0 v1/worker/gpu/model_runner.py: Model Runner V2's profile_cudagraph_memory
+        # returns 0, so a dense model (V2 by default) has no CUDA-graph estimate subtracted from the KV
+        # budget; 0.29.0 estimates it (_profile_cudagraph_memory). The V1 runner (a MoE before 0.29, or
+        # any model before 0.26) subtracts its estimate (0.20+).
+        ("meta-llama--Llama-3.1-8B", "0.25.1", False, True),
+        ("meta-llama--Llama-3.1-8B", "0.26.0", True, False),
+        ("meta-llama--Llama-3.1-8B", "0.28.0", True, False),
+        ("meta-llama--Llama-3.1-8B", "0.29.0", True, True),
+        ("openai--gpt-oss-20b", "0.28.0", False, True),
+    ],
+)
+def test_model_runner_v2_graph_estimate_starts_in_0_29(  # type: ignore[no-untyped-def]
+    shared_model, h100, name, version, runner_v2, counted
+) -> None:
+    prediction = _predict(shared_model(name), h100, version, 20, max_model_len=8192)
+    assert prediction.engine.model_runner_v2 is runner_v2
+    assert prediction.engine.memory[0].cuda_graph_counted is counted
