@@ -36,6 +36,8 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("mxfp4_blackwell_intermediate_align", "MXFP4 B200 intermediate align"),
     ("model_runner_v2_default", "Model Runner V2 default"),
     ("nemotron_h_ssm_default", "NemotronH SSM default"),
+    ("mla_hybrid_block_align", "MLA + Mamba block align"),
+    ("deepseek_v4_grouping", "DeepSeek-V4 grouping"),
     ("v0_non_torch_scope", "V0 non-torch scope"),
     ("v1_non_torch_scope", "V1 non-torch scope"),
 )
