@@ -250,8 +250,12 @@ def kv_report(model: ModelSpec, prediction: Prediction) -> KvCacheReport:
     groups = [
         KvGroupReport(
             kind=group.spec.kind,
-            num_layers=layout.limiting_stage.group_slots if len(layout.grouping.groups) > 1 else len(group.layers),
-            page_bytes=group.spec.page_bytes,
+            num_layers=(
+                len(group.layers)
+                if layout.grouping.packed or len(layout.grouping.groups) == 1
+                else layout.limiting_stage.group_slots
+            ),
+            page_bytes=group.page_bytes,
             block_size=group.spec.block_size,
             window=group.spec.window,
             tokens_cap=group.spec.tokens_cap(layout.in_flight),

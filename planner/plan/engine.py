@@ -506,13 +506,18 @@ def kv_layout(
         count = target_layers + (engine.drafter_layers if stage == last else 0)
         layers = range(start, start + count)
         slots = stage_group_size(engine.grouping, layers)
+        per_block = (
+            engine.grouping.stage_bytes_per_block(layers)
+            if engine.grouping.packed
+            else slots * engine.grouping.page_bytes
+        )
         stages.append(
             StageKv(
                 stage=stage,
                 first_layer=start,
                 num_layers=count,
                 group_slots=slots,
-                bytes_per_block=slots * engine.grouping.page_bytes,
+                bytes_per_block=per_block,
                 available_bytes=available_per_stage[stage],
             )
         )
