@@ -236,3 +236,14 @@ def test_0_29_builds_the_same_layout(h100) -> None:  # type: ignore[no-untyped-d
         new.num_gpu_blocks,
         new.blocks_per_request,
     )
+
+
+def test_estimate_counts_each_cache() -> None:
+    # planner estimate: the growing caches 3,915 B a token; the window caches per token kept: SWA 37,440 / 64 =
+    # 585 B x 128 x 43, CSA state 32,832 / 4 x 8 x 21, indexer state 8,640 / 4 x 8 x 21, HCA state 32,832 / 8 x
+    # 128 x 20. At 1,024 tokens: 4,008,960 + 3,219,840 + 1,378,944 + 362,880 + 10,506,240 = 19,476,864 bytes.
+    from planner.cli.estimate import kv_bytes_per_token, sequence_bytes
+
+    spec = parse_config(DSV4_FLASH, model_id=MODEL_ID)
+    assert kv_bytes_per_token(spec, "auto", None) == 3_915
+    assert sequence_bytes(spec, 1024, 0, 0) == 19_476_864
