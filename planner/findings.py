@@ -341,6 +341,12 @@ class Code(str, Enum):
         "the model's architecture may not be served by this vLLM release (its registry was not read)",
         "plan for (and run) a release known to serve the architecture",
     )
+    WINDOW_BLOCKS_PER_REQUEST = (
+        "KVP114",
+        _INFO,
+        'each request holds window-capped KV blocks whatever its length: the logged "GPU KV cache size" '
+        "(concurrency x max_model_len) is not a per-token capacity",
+    )
     SPECULATIVE_NOT_MODELLED = (
         "KVP201",
         _INFO,

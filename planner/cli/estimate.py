@@ -13,7 +13,12 @@ from planner.cli._lookup import model_for
 from planner.cli._output import OutputFormat, console, print_json, print_yaml
 from planner.errors import PlannerInputError
 from planner.kv.dtypes import resolve_kv_dtype
-from planner.kv.specs import attention_bytes_per_token, mamba_state_bytes
+from planner.kv.specs import (
+    attention_bytes_per_token,
+    deepseek_v4_caches,
+    kv_bytes_per_token_all_layers,
+    mamba_state_bytes,
+)
 from planner.models.spec import ModelSpec
 from planner.units import DTYPE_BYTES, format_bytes, parse_human_int
 
@@ -48,6 +53,8 @@ def sequence_bytes(
     vLLM allocates whole blocks and keeps the tokens in flight on top of a window
     (``v1/kv_cache_interface.py: SlidingWindowSpec.max_memory_usage_bytes``); ``planner recommend``
     counts those, this estimate does not."""
+    if model.compressed_attention is not None:
+        return _deepseek_v4_sequence_bytes(model, tokens)
     pattern = model.layer_pattern
     full = pattern.count("F") * tokens * (per_layer_token if full_layer_token is None else full_layer_token)
     kept = 0
@@ -56,6 +63,16 @@ def sequence_bytes(
     if model.attention_chunk_size:
         kept += pattern.count("C") * min(tokens, model.attention_chunk_size)
     return full + kept * per_layer_token + pattern.count("M") * state_per_layer
+
+
+def _deepseek_v4_sequence_bytes(model: ModelSpec, tokens: int) -> int:
+    """DeepSeek-V4: every cache vLLM keeps (planner/kv/specs.py: deepseek_v4_caches) at its bytes per token,
+    the compressed and indexer caches for every token, the window and compressor-state caches for their window."""
+    total = 0.0
+    for _, cache in deepseek_v4_caches(model, 256):
+        kept = tokens if cache.window is None else min(tokens, cache.window)
+        total += cache.page_bytes / cache.block_size * kept
+    return int(total)
 
 
 def _raw_model(layers: int, kv_heads: int, head_dim: int) -> ModelSpec:
@@ -92,6 +109,10 @@ def kv_bytes_per_layer_token(
 def kv_bytes_per_token(model: ModelSpec, kv_cache_dtype: str, dtype_bytes: int | None) -> int:
     """K+V bytes per token over the model's KV layers (TP=1). Sliding-window layers still cost this
     per token they keep; this is the figure before windows cap what a sequence keeps."""
+    if model.compressed_attention is not None:
+        if dtype_bytes is not None:
+            raise PlannerInputError("--dtype-bytes: DeepSeek-V4's KV cache format is fixed (fp8_ds_mla)")
+        return kv_bytes_per_token_all_layers(model, resolve_kv_dtype(kv_cache_dtype, model, model.dtype), 1)
     pattern = model.layer_pattern
     other = sum(1 for letter in pattern if letter in "SC")
     full = pattern.count("F")

@@ -72,9 +72,7 @@ class KvLayout:
 
     def blocks_per_request(self, tokens: int) -> int:
         """Blocks one request of ``tokens`` tokens holds, summed over groups."""
-        return sum(
-            group.spec.blocks_for(tokens, in_flight=self.in_flight, dcp=self.dcp) for group in self.grouping.groups
-        )
+        return sum(group.blocks_for(tokens, in_flight=self.in_flight, dcp=self.dcp) for group in self.grouping.groups)
 
     # --- the fit check -----------------------------------------------------------------------------
 

@@ -83,6 +83,14 @@ def resolve_kv_dtype(requested: str, model: ModelSpec, model_dtype: str, *, from
     dtype, as vLLM does.
     """
     name = requested
+    if model.compressed_attention is not None:
+        # DeepSeek-V4 on FlashMLA: auto and every fp8 spelling become fp8_ds_mla (models/deepseek_v4/attention.py
+        # _resolve_dsv4_kv_cache_dtype); its pages are sized by planner.kv.specs.deepseek_v4_caches.
+        if name not in ("auto", "fp8", "fp8_e4m3", "fp8_ds_mla"):
+            raise InvalidArgumentError(
+                f"DeepseekV4 fp8_ds_mla layout only supports fp8 kv-cache, got {requested}", flag="--kv-cache-dtype"
+            )
+        return _FIXED["fp8_ds_mla"]
     if name == "auto":
         declared = model.quantization.kv_cache_dtype if model.quantization and from_checkpoint else None
         name = declared or model_dtype

@@ -9,6 +9,9 @@
   Layers go to groups strided (``layers[i::n]``, from 0.11) or contiguously (0.10). Short groups are
   padded, so every group has ``group_size`` layer slots and one block id is ``group_size`` pages.
 * All groups draw block ids from one pool; a request holds blocks in every group.
+* Layers of several page sizes that share a block-outermost layout (DeepSeek-V4, from 0.29) are packed
+  instead (:func:`group_packed`): a group may hold layers of different pages side by side, and one
+  block id is the widest group's pages together.
 """
 
 from __future__ import annotations
@@ -16,15 +19,35 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner.findings import Code, Finding
-from planner.kv.specs import LayerCache
+from planner.kv.specs import CacheKind, LayerCache
 from planner.units import cdiv
 
 
 @dataclass(frozen=True)
 class KvGroup:
     spec: LayerCache
+    """The group's spec (a packed group: its first member's)."""
     layers: tuple[int, ...]
-    """Global indices of the decoder layers in this group (padding slots not listed)."""
+    """Global indices of the decoder layers in this group (padding slots not listed; a packed group lists
+    one entry per member cache, so a decoder layer may appear more than once)."""
+    members: tuple[LayerCache, ...] = ()
+    """Packed groups (``UniformTypeKVCacheSpecs``): each member cache's spec, parallel to ``layers``."""
+
+    @property
+    def page_bytes(self) -> int:
+        """Bytes of one block id in this group, for one layer slot (packed: all its members together)."""
+        return sum(m.page_bytes for m in self.members) if self.members else self.spec.page_bytes
+
+    def stage_bytes(self, stage_layers: range) -> int:
+        """Packed groups: the bytes of one block id on the stage holding ``stage_layers``."""
+        return sum(m.page_bytes for i, m in zip(self.layers, self.members, strict=True) if i in stage_layers)
+
+    def blocks_for(self, tokens: int, *, in_flight: int, dcp: int = 1) -> int:
+        """Blocks one request of ``tokens`` tokens holds in this group: a packed group's members share the
+        group's block table, so the most any member needs (``UniformTypeKVCacheSpecs.max_memory_usage_pages``)."""
+        if self.members:
+            return max(m.blocks_for(tokens, in_flight=in_flight, dcp=dcp) for m in set(self.members))
+        return self.spec.blocks_for(tokens, in_flight=in_flight, dcp=dcp)
 
 
 @dataclass
@@ -34,10 +57,17 @@ class Grouping:
     """Layer slots per group (padding included) on the whole model."""
     padding_layers: int = 0
     warnings: list[Finding] = field(default_factory=list)
+    packed: bool = False
+    """Groups of mixed page sizes packed block-outermost (``_get_packed_kv_cache_groups``)."""
 
     @property
     def page_bytes(self) -> int:
         return self.groups[0].spec.page_bytes if self.groups else 0
+
+    def stage_bytes_per_block(self, stage_layers: range) -> int:
+        """Packed groups: one block id's bytes on a stage, the widest group's pages there
+        (``_get_kv_cache_bytes_per_block`` for a block-outermost layout)."""
+        return max((group.stage_bytes(stage_layers) for group in self.groups), default=0)
 
 
 def _unify_page_sizes(specs: list[LayerCache]) -> list[LayerCache]:
@@ -96,6 +126,85 @@ def group_layers(
             chosen = members[g::count] if strided else members[g * group_size : (g + 1) * group_size]
             groups.append(KvGroup(spec, tuple(chosen)))
     return Grouping(groups=groups, group_size=group_size, padding_layers=padding, warnings=warnings)
+
+
+def _approximate_gcd(values: list[int], lower_bound: int) -> int:
+    """vLLM's ``_approximate_gcd``: the chunk size in ``[lower_bound, max(values)]`` that pads the values least
+    when each is rounded up to a multiple of it (ties to the larger)."""
+    best, best_pad = lower_bound, None
+    for d in range(max(1, lower_bound), max(values) + 1):
+        pad = sum((d - x % d) % d for x in values)
+        if best_pad is None or pad <= best_pad:
+            best, best_pad = d, pad
+    return best
+
+
+def group_packed(caches: list[tuple[int, LayerCache]]) -> Grouping:
+    """vLLM 0.29+ ``_get_packed_kv_cache_groups`` (block-outermost layout, several page sizes).
+
+    ``caches`` are (decoder layer, spec) in the order vLLM lists the model's KV caches. Caches are bucketed
+    greedily by uniform type (the same block size and kind; sliding ones with the same window). A bucket
+    whose page sizes each have as many layers is a repeating pattern ("balanced"); the number of pattern
+    repeats per group is the ``_approximate_gcd`` of the balanced buckets' repeats, at least the largest
+    mixed-page balanced bucket's, and each balanced bucket is cut into that many repeats a group
+    (``repeats[i::n]``); an unbalanced bucket stays one group. Sliding-window buckets count as state
+    buckets, capped at the states one block already holds, only when there is no repeat pattern.
+    """
+    buckets: list[tuple[tuple[CacheKind, int, int | None], list[tuple[int, LayerCache]]]] = []
+    for index, spec in caches:
+        key = (spec.kind, spec.block_size, spec.window if spec.kind == "sliding_window" else None)
+        for bucket_key, members in buckets:
+            if bucket_key == key:
+                members.append((index, spec))
+                break
+        else:
+            buckets.append((key, [(index, spec)]))
+
+    def by_page(members: list[tuple[int, LayerCache]]) -> dict[int, list[tuple[int, LayerCache]]]:
+        pages: dict[int, list[tuple[int, LayerCache]]] = {}
+        for index, spec in members:
+            pages.setdefault(spec.page_bytes, []).append((index, spec))
+        return pages
+
+    shaped = [(key, by_page(members)) for key, members in buckets]
+    balanced = [len({len(v) for v in pages.values()}) == 1 for _, pages in shaped]
+    repeats_of = [max(len(v) for v in pages.values()) for _, pages in shaped]
+    floor = max(
+        (r for (_, pages), b, r in zip(shaped, balanced, repeats_of, strict=True) if b and len(pages) > 1), default=0
+    )
+    repeats = _approximate_gcd([r for b, r in zip(balanced, repeats_of, strict=True) if b], floor) if floor else None
+
+    def groups_for(b: bool, r: int) -> int:
+        return cdiv(r, repeats) if b and repeats is not None else 1
+
+    def widest(pages: dict[int, list[tuple[int, LayerCache]]], n: int) -> int:
+        return sum(cdiv(len(v), n) * page for page, v in pages.items())
+
+    def is_state(key: tuple[CacheKind, int, int | None]) -> bool:
+        return key[0] == "mamba" or (repeats is None and key[0] == "sliding_window")
+
+    anchor = max(
+        (
+            widest(pages, sum(len(v) for v in pages.values()) if is_state(key) else groups_for(b, r))
+            for (key, pages), b, r in zip(shaped, balanced, repeats_of, strict=True)
+        ),
+        default=0,
+    )
+    groups: list[KvGroup] = []
+    for (key, pages), b, r in zip(shaped, balanced, repeats_of, strict=True):
+        count = groups_for(b, r)
+        members = [m for v in pages.values() for m in v]
+        if anchor and is_state(key):
+            per_block = max(anchor // members[0][1].page_bytes, 1)
+            count = max(count, cdiv(len(members), per_block))
+        if count == 1:
+            chunks = [members]
+        else:
+            pattern = list(zip(*pages.values(), strict=True))
+            chunks = [[m for repeat in pattern[i::count] for m in repeat] for i in range(count)]
+        for chunk in chunks:
+            groups.append(KvGroup(chunk[0][1], tuple(i for i, _ in chunk), tuple(s for _, s in chunk)))
+    return Grouping(groups=groups, group_size=max(len(g.layers) for g in groups), packed=True)
 
 
 def stage_group_size(grouping: Grouping, stage_layers: range) -> int:

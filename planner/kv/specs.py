@@ -8,8 +8,10 @@ with the page size of one block on one tensor-parallel rank (``vllm/v1/kv_cache_
   (``ModelConfig.get_num_kv_heads``);
 * MLA: one latent head of ``kv_lora_rank + qk_rope_head_dim`` on every rank, never split by TP
   (``MLAAttentionSpec``, ``max_tp_shards = 1``); ``fp8_ds_mla`` is 656 bytes per token;
-* Mamba / gated delta net: the per-sequence conv + SSM state of one rank (``MambaSpec``), padded to
-  the attention page, whose block size vLLM raises until attention pages are at least that large.
+* Mamba / gated delta net / Kimi delta attention: the per-sequence conv + SSM state of one rank
+  (``MambaSpec``), padded to the attention page, whose block size vLLM raises until attention pages are
+  at least that large;
+* DeepSeek-V4 (:func:`deepseek_v4_caches`): several caches per decoder layer, each its own vLLM "layer".
 """
 
 from __future__ import annotations
@@ -92,7 +94,12 @@ def attention_bytes_per_token(model: ModelSpec, kv: KvDtype, tp: int, *, full: b
 
 
 def kv_bytes_per_token_all_layers(model: ModelSpec, kv: KvDtype, tp: int) -> int:
-    """K+V bytes one token takes over every attention layer with a cache of its own (one rank)."""
+    """K+V bytes one token takes over every attention layer with a cache of its own (one rank).
+    DeepSeek-V4: the caches that keep every token (compressed and indexer caches, whole padded pages per
+    256-token block); its sliding-window and compressor caches are capped per request."""
+    if model.compressed_attention is not None:
+        growing = [spec for _, spec in deepseek_v4_caches(model, 256) if spec.kind == "full"]
+        return sum(spec.page_bytes for spec in growing) // 256
     sliding = sum(1 for letter in model.layer_pattern if letter in "SC")
     full = model.layer_pattern.count("F")
     total = full * attention_bytes_per_token(model, kv, tp, full=True) if full else 0
@@ -106,6 +113,12 @@ def mamba_state_bytes(model: ModelSpec, tp: int, conv_bytes: int, ssm_bytes: int
     if m is None:
         return 0
     kernel = m.conv_kernel - 1
+    if m.kind == "kda":
+        # MambaStateShapeCalculator.kda_state_shape: one conv state over q, k and v (3 x heads x head_dim,
+        # split by TP) of kernel - 1 positions, and a head_dim x head_dim recurrent state per local head.
+        assert m.num_heads and m.head_dim
+        conv_dim = 3 * m.num_heads * m.head_dim // tp
+        return conv_dim * kernel * conv_bytes + (m.num_heads // tp) * m.head_dim * m.head_dim * ssm_bytes
     if m.kind == "gated_delta_net":
         assert m.num_k_heads and m.num_v_heads and m.k_head_dim and m.v_head_dim
         conv_dim = (2 * m.num_k_heads * m.k_head_dim + m.num_v_heads * m.v_head_dim) // tp
@@ -119,14 +132,78 @@ def mamba_state_bytes(model: ModelSpec, tp: int, conv_bytes: int, ssm_bytes: int
     return (d_inner // tp) * kernel * conv_bytes + (d_inner // tp) * d_state * ssm_bytes
 
 
+# DeepSeek-V4 (vLLM 0.32-0.33, FlashMLA on SM90/SM100, fp8_ds_mla). Block sizes the model's cache classes fix
+# whatever --block-size says: DeepseekV4SWACache (v1/attention/backends/mla/sparse_swa.py) 64 tokens,
+# CompressorStateCache (models/deepseek_v4/compressor.py) 4 tokens for ratio 4 and 8 for ratio 128.
+DSV4_SWA_BLOCK = 64
+DSV4_FP8_DS_MLA_TOKEN_BYTES = 584  # 448 fp8 NoPE + 64 bf16 RoPE + 8 scale bytes (state_content_bytes)
+DSV4_PAGE_ALIGNMENT = 576  # _apply_alignment_padding: fp8_ds_mla pages round up to 576 bytes
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return cdiv(value, multiple) * multiple
+
+
+def deepseek_v4_caches(model: ModelSpec, block_size: int) -> list[tuple[int, LayerCache]]:
+    """Every KV cache vLLM 0.33 registers for DeepSeek-V4, in its order, each with its decoder layer.
+
+    Per layer (``models/deepseek_v4/attention.py`` and ``compressor.py``), in the order the caches enter the
+    forward context, which is the order ``get_kv_cache_spec`` lists them:
+
+    * ratio 4 (CSA): the indexer K cache (``DeepseekV4IndexerCache``: ``MLAAttentionSpec``, uint8,
+      ``index_head_dim + index_head_dim // 128 x 4`` = 132 bytes per compressed token, block ``block_size``,
+      one entry per 4 tokens) and its compressor's state (``CompressorStateCache``: ``SlidingWindowMLASpec``,
+      fp32, ``2 x 2 x index_head_dim`` values per token, block 4, window 8), then the SWA cache, the
+      compressed cache (``MLAAttentionSpec``, 584 bytes per entry, one per 4 tokens) and its compressor's
+      state (fp32, ``2 x 2 x head_dim`` values, block 4, window 8);
+    * ratio 128 (HCA): the SWA cache, the compressed cache (one entry per 128 tokens) and its compressor's
+      state (fp32, ``2 x head_dim`` values, block 8, window 128);
+    * ratio 0: only the SWA cache (``DeepseekV4SWACache``: ``SlidingWindowMLASpec``, 584 bytes per token,
+      block 64, window ``sliding_window``).
+
+    Every page is rounded up to 576 bytes (``alignment``). One latent head, never split by TP
+    (``max_tp_shards=1``), so every rank holds the same caches.
+    """
+    c = model.compressed_attention
+    assert c is not None and model.sliding_window is not None
+    window = model.sliding_window
+
+    def page(tokens_in_block: int, bytes_per_entry: int) -> int:
+        return _round_up(tokens_in_block * bytes_per_entry, DSV4_PAGE_ALIGNMENT)
+
+    swa = LayerCache("sliding_window", page(DSV4_SWA_BLOCK, DSV4_FP8_DS_MLA_TOKEN_BYTES), DSV4_SWA_BLOCK, window=window)
+    indexer_entry = c.index_head_dim + c.index_head_dim // 128 * 4
+    out: list[tuple[int, LayerCache]] = []
+    for index, ratio in enumerate(c.compress_ratios):
+        if ratio == 4:
+            out.append((index, LayerCache("full", page(block_size // 4, indexer_entry), block_size)))
+            out.append((index, LayerCache("sliding_window", page(4, 2 * 2 * c.index_head_dim * 4), 4, window=8)))
+        out.append((index, swa))
+        if ratio:
+            compressed = page(block_size // ratio, DSV4_FP8_DS_MLA_TOKEN_BYTES)
+            out.append((index, LayerCache("full", compressed, block_size)))
+            coff = 2 if ratio == 4 else 1
+            state_block = 4 if ratio == 4 else 8
+            state = page(state_block, 2 * coff * c.head_dim * 4)
+            out.append((index, LayerCache("sliding_window", state, state_block, window=coff * ratio)))
+    return out
+
+
 def hybrid_block_size(
-    attention_page_per_token: int, mamba_page: int, requested: int, alignment: int = KERNEL_BLOCK_ALIGNMENT
+    attention_page_per_token: int,
+    mamba_page: int,
+    requested: int,
+    alignment: int = KERNEL_BLOCK_ALIGNMENT,
+    *,
+    fixed_alignment: bool = False,
 ) -> int:
     """vLLM's ``_align_hybrid_block_size``: the smallest aligned block size whose attention page holds at
-    least one Mamba state (never below the block size already in force)."""
+    least one Mamba state (never below the block size already in force). The multiple is the larger of
+    ``alignment`` and the block size in force, or ``alignment`` alone with ``fixed_alignment`` (0.12-0.19
+    ``HybridAttentionMambaModelConfig`` for MLA hybrids: 64)."""
     if mamba_page <= 0 or attention_page_per_token <= 0:
         return requested
-    align = max(alignment, requested)
+    align = alignment if fixed_alignment else max(alignment, requested)
     needed = align * cdiv(mamba_page, align * attention_page_per_token)
     needed = KERNEL_BLOCK_ALIGNMENT * cdiv(needed, KERNEL_BLOCK_ALIGNMENT)
     return max(requested, needed)
@@ -156,6 +233,7 @@ def build_layer_caches(
     mamba_ssm_bytes: int,
     mamba_blocks_per_request: int | None,
     hybrid_alignment: int = KERNEL_BLOCK_ALIGNMENT,
+    fixed_hybrid_alignment: bool = False,
 ) -> RankLayout:
     """The per-layer specs of one rank. ``unify_hybrid`` is vLLM's "hybrid KV cache manager disabled":
     sliding-window and chunked layers become full attention when full layers exist too.
@@ -163,7 +241,9 @@ def build_layer_caches(
     per_token = attention_bytes_per_token(model, kv, tp) if model.num_kv_heads or model.mla else 0
     state = mamba_state_bytes(model, tp, mamba_conv_bytes, mamba_ssm_bytes) if "M" in model.layer_pattern else 0
     if state and per_token:
-        block_size = hybrid_block_size(per_token, state, block_size, hybrid_alignment)
+        block_size = hybrid_block_size(
+            per_token, state, block_size, hybrid_alignment, fixed_alignment=fixed_hybrid_alignment
+        )
     attention_page = per_token * block_size
     # Gemma-4: the full layers' page differs from the sliding layers'; the grouping unifies them.
     full_page = attention_bytes_per_token(model, kv, tp, full=True) * block_size if per_token else 0

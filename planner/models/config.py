@@ -16,7 +16,15 @@ from typing import Any, Literal
 from planner.errors import InvalidModelConfigError, UnsupportedArchitectureError
 from planner.models import layers as layer_kinds
 from planner.models.quantization import parse_quantization
-from planner.models.spec import ContextSpec, MambaSpec, MlaSpec, ModelSpec, MoeSpec, VisionSpec
+from planner.models.spec import (
+    CompressedAttentionSpec,
+    ContextSpec,
+    MambaSpec,
+    MlaSpec,
+    ModelSpec,
+    MoeSpec,
+    VisionSpec,
+)
 from planner.models.vision import estimate_vision_parameters
 
 Config = Mapping[str, Any]
@@ -91,7 +99,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
         "moe_k",
         "top_k",
     ),
-    "num_shared_experts": ("n_shared_experts", "moe_num_shared_experts"),
+    "num_shared_experts": ("n_shared_experts", "moe_num_shared_experts", "num_shared_experts"),
 }
 
 # vLLM's possible max-length keys, in its order (model_arch_config_convertor.derive_max_model_len_and_key).
@@ -212,6 +220,7 @@ def parse_config(config: Config, *, model_id: str) -> ModelSpec:
     hidden = reader.integer("hidden_size", minimum=1)
     heads = reader.integer("num_attention_heads", minimum=1)
     mla = _mla(reader)
+    compressed = _compressed_attention(reader, text, num_layers, model_type)
     kv_heads = _kv_heads(reader, heads, model_type)
     head_dim = _head_dim(reader, hidden, heads, mla)
     head_dim_v = mla.v_head_dim if mla is not None else _opt_head_dim_v(reader, head_dim)
@@ -228,13 +237,16 @@ def parse_config(config: Config, *, model_id: str) -> ModelSpec:
     quant, quant_notes = parse_quantization(
         config.get("quantization_config") or text.get("quantization_config"), model_id=model_id
     )
+    if quant is not None and compressed is not None and str(text.get("expert_dtype") or "").lower() == "fp4":
+        # DeepSeek-V4: fp8 linears, routed experts stored as fp4 (e2m1, two a byte) + one E8M0 scale per 32.
+        quant = quant.model_copy(update={"expert_weight_bits": 4 + 8 / 32})
     context = _context(reader, text)
     derived, key = derived_max_model_len(context, model_type, rules="newest")
     vision = _vision(config)
     intermediate = _intermediate(reader, hidden, model_type, moe)
     notes = list(quant_notes)
     full_head_dim, full_kv_heads = _full_attention_shape(reader, model_type, head_dim, kv_heads)
-    if sliding_window is not None and "S" not in pattern:
+    if sliding_window is not None and "S" not in pattern and compressed is None:
         notes.append("sliding_window is set but no layer uses it (e.g. use_sliding_window=false)")
     return ModelSpec(
         id=model_id,
@@ -266,16 +278,17 @@ def parse_config(config: Config, *, model_id: str) -> ModelSpec:
         derived_max_model_len_key=key,
         context=context,
         layer_pattern=pattern,
-        sliding_window=sliding_window if "S" in pattern else None,
+        sliding_window=sliding_window if "S" in pattern or compressed is not None else None,
         attention_chunk_size=chunk if "C" in pattern else None,
         mla=mla,
+        compressed_attention=compressed,
         moe=moe,
         mamba=mamba,
         quantization=quant,
         vision=vision,
         mtp_layers=reader.integer("num_nextn_predict_layers", 0) or reader.integer("mtp_num_hidden_layers", 0),
         single_block_layers=layer_kinds.nemotron_pattern(text, model_type) is not None,
-        rotary_dim=_rotary_dim(text, head_dim, mla),
+        rotary_dim=compressed.rope_head_dim if compressed is not None else _rotary_dim(text, head_dim, mla),
         notes=notes,
     )
 
@@ -358,6 +371,8 @@ _UNTIED_BY_DEFAULT = {
     "ernie4_5_moe",
     "starcoder",
     "mimo",
+    "kimi_linear",
+    "deepseek_v4",
 }
 
 
@@ -439,6 +454,9 @@ def _indexer_head_dim(reader: _Reader) -> int | None:
 
 
 def _mamba(reader: _Reader, hidden: int, model_type: str) -> MambaSpec | None:
+    kda = reader.get("linear_attn_config")
+    if isinstance(kda, Mapping):  # Kimi delta attention (Kimi-Linear)
+        return _kda(kda, reader.model_id)
     ssm_dtype = _dtype_name(reader.get("mamba_ssm_dtype") or reader.get("mamba_ssm_cache_dtype"))
     if reader.get("linear_num_value_heads") is not None:  # gated delta net (Qwen3-Next, Qwen3.5)
         return MambaSpec(
@@ -477,6 +495,55 @@ def _mamba(reader: _Reader, hidden: int, model_type: str) -> MambaSpec | None:
             d_state=int(d_state),
         )
     return None
+
+
+def _kda(config: Mapping[str, Any], model_id: str) -> MambaSpec:
+    """Kimi delta attention's state, as ``MambaStateShapeCalculator.kda_state_shape`` sizes it from
+    ``linear_attn_config``: ``num_heads`` heads of ``head_dim``, a ``short_conv_kernel_size`` convolution.
+    The recurrent state is float32 (``MambaStateDtypeCalculator.kda_state_dtype``: "auto" means float32)."""
+
+    def positive(key: str) -> int:
+        value = config.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidModelConfigError(
+                f"{model_id}: linear_attn_config.{key} must be a positive integer, got {value!r}",
+                field="linear_attn_config",
+            )
+        return value
+
+    return MambaSpec(
+        kind="kda",
+        conv_kernel=positive("short_conv_kernel_size"),
+        num_heads=positive("num_heads"),
+        head_dim=positive("head_dim"),
+        ssm_dtype="float32",
+    )
+
+
+def _compressed_attention(
+    reader: _Reader, text: Config, num_layers: int, model_type: str
+) -> CompressedAttentionSpec | None:
+    """DeepSeek-V4 (``model_type`` deepseek_v4) as transformers 5's ``DeepseekV4Config`` fills it in: head 512,
+    64 RoPE dims (``qk_rope_head_dim``, else ``partial_rotary_factor x head_dim``), indexer 64 heads of 128,
+    q/o LoRA ranks 1024, 8 output groups, mHC width 4 when the file leaves them out."""
+    if model_type != "deepseek_v4":
+        return None
+    head = reader.integer("head_dim", 512, minimum=1)
+    rope = reader.get("qk_rope_head_dim")
+    if rope is None:
+        factor = reader.get("partial_rotary_factor")
+        rope = int(head * factor) if isinstance(factor, (int, float)) else 64
+    return CompressedAttentionSpec(
+        head_dim=head,
+        rope_head_dim=int(rope),
+        compress_ratios=layer_kinds.deepseek_v4_compress_ratios(text, num_layers, reader.model_id),
+        index_head_dim=reader.integer("index_head_dim", 128, minimum=1),
+        index_n_heads=reader.integer("index_n_heads", 64, minimum=1),
+        q_lora_rank=reader.integer("q_lora_rank", 1024, minimum=1),
+        o_lora_rank=reader.integer("o_lora_rank", 1024, minimum=1),
+        o_groups=reader.integer("o_groups", 8, minimum=1),
+        hc_mult=reader.integer("hc_mult", 4, minimum=1),
+    )
 
 
 def _moe(reader: _Reader, model_type: str, num_layers: int) -> MoeSpec | None:

@@ -58,6 +58,12 @@ def layer_pattern(
         window = None  # transformers drops the window when use_sliding_window is false (Qwen2/Qwen3)
     chunk = _int_or_none(text.get("attention_chunk_size"))
 
+    if model_type == "deepseek_v4":
+        ratios = deepseek_v4_compress_ratios(text, num_layers, model_id)
+        # Every DeepSeek-V4 layer keeps a sliding-window cache (DeepseekV4Config: sliding_window 128 by default).
+        return "".join("S" if r == 0 else "F" for r in ratios), window or 128, None
+    if isinstance(text.get("linear_attn_config"), Mapping):
+        return _kimi_linear(text["linear_attn_config"], num_layers, model_id), None, None
     hybrid = nemotron_pattern(text, model_type)
     if hybrid:
         return _from_nemotron(hybrid, num_layers, model_id), window, chunk
@@ -94,6 +100,89 @@ def layer_pattern(
             field="max_window_layers",
         )
     return "S" * num_layers, window, None
+
+
+# transformers 5 DeepseekV4Config: the compress rate each layer type gets by default, and the type a legacy
+# per-layer compress_ratios entry stands for (models/deepseek_v4/configuration_deepseek_v4.py).
+_DSV4_DEFAULT_RATES = {"compressed_sparse_attention": 4, "heavily_compressed_attention": 128}
+_DSV4_RATIO_TYPES = {0: "sliding_attention", 4: "compressed_sparse_attention", 128: "heavily_compressed_attention"}
+
+
+def deepseek_v4_compress_ratios(text: Mapping[str, Any], num_layers: int, model_id: str) -> list[int]:
+    """Each decoder layer's compress ratio (0: sliding window only), as vLLM 0.33 reads a DeepSeek-V4 config.
+
+    vLLM takes the config through transformers' ``DeepseekV4Config.__post_init__``: ``layer_types`` when given,
+    else the legacy per-layer ``compress_ratios`` (the released checkpoints' spelling, with the MTP layer's entry
+    last, cut to ``num_hidden_layers``), else two HCA layers then CSA/HCA alternating; ``compress_rates`` maps
+    a type to its ratio (``compress_rate_csa`` / ``compress_rate_hca`` override it). ``models/deepseek_v4/
+    attention.py`` then uses ``max(1, compress_rates[layer_type])``, so a sliding layer has ratio 0 here."""
+    rates = dict(_DSV4_DEFAULT_RATES)
+    given = text.get("compress_rates")
+    if isinstance(given, Mapping):
+        rates = {str(k): v for k, v in given.items()}
+    for key, name in (
+        ("compress_rate_csa", "compressed_sparse_attention"),
+        ("compress_rate_hca", "heavily_compressed_attention"),
+    ):
+        if text.get(key) is not None:
+            rates[name] = text[key]
+    types = text.get("layer_types")
+    legacy = text.get("compress_ratios")
+    if not (isinstance(types, Sequence) and not isinstance(types, str) and types):
+        if isinstance(legacy, Sequence) and not isinstance(legacy, str) and legacy:
+            if any(r not in _DSV4_RATIO_TYPES for r in legacy):
+                raise InvalidModelConfigError(
+                    f"{model_id}: compress_ratios entries must be 0, 4 or 128, got {sorted(set(legacy))}",
+                    field="compress_ratios",
+                )
+            types = [_DSV4_RATIO_TYPES[r] for r in legacy]
+        else:
+            types = ["heavily_compressed_attention"] * min(num_layers, 2) + [
+                "compressed_sparse_attention" if i % 2 else "heavily_compressed_attention"
+                for i in range(max(num_layers - 2, 0))
+            ]
+    types = list(types)[:num_layers]
+    if len(types) != num_layers:
+        raise InvalidModelConfigError(
+            f"{model_id}: DeepSeek-V4 needs a layer type for each of the {num_layers} layers, got {len(types)}",
+            field="layer_types",
+        )
+    ratios = []
+    for layer_type in types:
+        if layer_type not in _DSV4_RATIO_TYPES.values():
+            raise InvalidModelConfigError(
+                f"{model_id}: unknown DeepSeek-V4 layer type {layer_type!r}", field="layer_types"
+            )
+        ratio = rates.get(str(layer_type), 0) or 0
+        if ratio not in (0, 1, 4, 128):
+            # models/deepseek_v4/compressor.py: CompressorStateCache asserts compress_ratio in [4, 128].
+            raise UnsupportedArchitectureError(
+                f"{model_id}: DeepSeek-V4 compress rate {ratio} for {layer_type}: vLLM's compressor supports 4 and 128",
+                field="compress_rates",
+            )
+        ratios.append(0 if ratio == 1 else int(ratio))
+    return ratios
+
+
+def _kimi_linear(config: Mapping[str, Any], num_layers: int, model_id: str) -> str:
+    """Kimi-Linear: a layer is Kimi delta attention when its 1-based number is in ``linear_attn_config.kda_layers``
+    (``KimiLinearConfig.is_kda_layer``), MLA otherwise (vLLM 0.33 ``models/kimi_k3/nvidia/model.py:
+    KimiDecoderLayer`` does not read ``full_attn_layers``)."""
+    kda = config.get("kda_layers")
+    if (
+        not isinstance(kda, Sequence)
+        or isinstance(kda, str)
+        or any(isinstance(i, bool) or not isinstance(i, int) for i in kda)
+    ):
+        raise InvalidModelConfigError(
+            f"{model_id}: linear_attn_config.kda_layers must list 1-based layer numbers", field="linear_attn_config"
+        )
+    numbers = set(kda)
+    if any(not 1 <= i <= num_layers for i in numbers):
+        raise InvalidModelConfigError(
+            f"{model_id}: linear_attn_config.kda_layers must lie in 1..{num_layers}", field="linear_attn_config"
+        )
+    return "".join("M" if i + 1 in numbers else "F" for i in range(num_layers))
 
 
 def _from_list(types: Sequence[Any], num_layers: int, model_id: str, window: int | None, chunk: int | None) -> str:

@@ -11,9 +11,13 @@ Everything the planner needs about a model, normalised from the many spellings o
 ``F``  full attention (MHA/GQA/MQA, or MLA when ``mla`` is set)
 ``S``  sliding-window attention (``sliding_window`` tokens)
 ``C``  chunked local attention (``attention_chunk_size`` tokens; Llama-4)
-``M``  Mamba / linear-attention (gated delta net) layer: constant per-sequence state
+``M``  Mamba / linear-attention (gated delta net, Kimi delta attention) layer: constant per-sequence state
 ``N``  no KV cache of its own (e.g. cross-layer KV sharing)
 =====  ==========================================================================================
+
+DeepSeek-V4 (``compressed_attention``) reuses two letters: ``S`` for a layer with only its sliding-window
+cache (compress ratio 0) and ``F`` for a compressed layer (ratio 4 or 128), which keeps the window cache
+too; the ratio of each layer is in ``compressed_attention.compress_ratios``.
 """
 
 from __future__ import annotations
@@ -100,14 +104,14 @@ class MoeSpec(_Spec):
 class MambaSpec(_Spec):
     """State-space / linear-attention layers and their per-sequence state (per TP rank in vLLM)."""
 
-    kind: Literal["mamba1", "mamba2", "gated_delta_net"]
+    kind: Literal["mamba1", "mamba2", "gated_delta_net", "kda"]
     conv_kernel: int = Field(ge=1)
     # mamba1 / mamba2
     d_inner: int | None = Field(default=None, description="intermediate size (expand * hidden)")
     d_state: int | None = None
     n_groups: int = 1
-    num_heads: int | None = Field(default=None, description="mamba2 heads")
-    head_dim: int | None = Field(default=None, description="mamba2 head dim")
+    num_heads: int | None = Field(default=None, description="mamba2 heads; Kimi delta attention heads")
+    head_dim: int | None = Field(default=None, description="mamba2 head dim; Kimi delta attention head dim")
     # gated delta net (Qwen3-Next / Qwen3.5)
     num_k_heads: int | None = None
     num_v_heads: int | None = None
@@ -129,6 +133,32 @@ class QuantSpec(_Spec):
     kv_cache_dtype: str | None = Field(
         default=None, description="KV dtype the checkpoint declares (vLLM uses it for kv_cache_dtype=auto)"
     )
+    expert_weight_bits: float | None = Field(
+        default=None,
+        gt=0,
+        le=32,
+        description="bits per routed-expert weight where they differ from weight_bits (DeepSeek-V4: fp8 linears, "
+        "fp4 experts, expert_dtype)",
+    )
+
+
+class CompressedAttentionSpec(_Spec):
+    """DeepSeek-V4 attention (``DeepseekV4Attention``): one latent KV head of ``head_dim`` per layer, a
+    sliding-window cache on every layer, and on compressed layers a cache of one entry per
+    ``compress_ratio`` tokens (CSA, ratio 4, with a Lightning-Indexer K cache; HCA, ratio 128), each fed by a
+    compressor whose fp32 state vLLM keeps in the KV cache too."""
+
+    head_dim: int = Field(ge=1, description="latent head size (512)")
+    rope_head_dim: int = Field(ge=0, description="qk_rope_head_dim (64)")
+    compress_ratios: list[int] = Field(
+        description="per decoder layer: 0 (sliding window only), 4 (CSA) or 128 (HCA); MTP layers excluded"
+    )
+    index_head_dim: int = Field(ge=1, description="indexer key size (128)")
+    index_n_heads: int = Field(ge=1)
+    q_lora_rank: int = Field(ge=1)
+    o_lora_rank: int = Field(ge=1)
+    o_groups: int = Field(ge=1)
+    hc_mult: int = Field(default=1, ge=1, description="manifold-constrained hyper-connection width (weights only)")
 
 
 class ContextSpec(_Spec):
@@ -194,6 +224,9 @@ class ModelSpec(_Spec):
     sliding_window: int | None = Field(default=None, ge=1)
     attention_chunk_size: int | None = Field(default=None, ge=1)
     mla: MlaSpec | None = None
+    compressed_attention: CompressedAttentionSpec | None = Field(
+        default=None, description="DeepSeek-V4 compressed sparse / sliding-window attention"
+    )
     moe: MoeSpec | None = None
     mamba: MambaSpec | None = None
     quantization: QuantSpec | None = None
@@ -228,6 +261,12 @@ class ModelSpec(_Spec):
             raise ValueError("attention layers need num_kv_heads >= 1")
         if self.kv_shared_layers and set(self.layer_pattern[self.num_layers - self.kv_shared_layers :]) != {"N"}:
             raise ValueError("the kv_shared_layers trailing layers must be N in layer_pattern")
+        if self.compressed_attention is not None:
+            ratios = self.compressed_attention.compress_ratios
+            if len(ratios) != self.num_layers or any(r not in (0, 4, 128) for r in ratios):
+                raise ValueError(f"compress_ratios must give 0, 4 or 128 for each of the {self.num_layers} layers")
+            if self.layer_pattern != "".join("S" if r == 0 else "F" for r in ratios):
+                raise ValueError("DeepSeek-V4 layer_pattern must be S for ratio-0 layers and F for compressed ones")
         return self
 
     def is_moe_layer(self, index: int) -> bool:
@@ -269,6 +308,8 @@ class ModelSpec(_Spec):
     @property
     def attention_design(self) -> str:
         """Short description: mha/gqa/mqa/mla, plus hybrid markers."""
+        if self.compressed_attention is not None:
+            return "mla+compressed+sliding"
         if self.mla is not None:
             base = "mla"
         elif self.num_kv_heads == 0:

@@ -73,7 +73,37 @@ def pp_partition(num_layers: int, pp: int, override: str | None = None) -> list[
     return parts
 
 
-def _attention(spec: ModelSpec, tp: int) -> _Tensors:
+def _deepseek_v4_attention(spec: ModelSpec, tp: int, ratio: int) -> _Tensors:
+    """DeepSeek-V4's attention block (``models/deepseek_v4/attention.py``, ``compressor.py``): the fused
+    replicated ``wq_a``/``wkv`` projection, ``wq_b`` and the grouped output projection ``wo_a``/``wo_b`` split
+    by TP, a compressor on ratio-4/128 layers and the Lightning Indexer on ratio-4 layers (replicated,
+    compressors and ``weights_proj`` unquantized), plus the hyper-connection mixing parameters."""
+    c = spec.compressed_attention
+    assert c is not None
+    hidden, heads = spec.hidden_size, spec.num_attention_heads
+    t = _Tensors(replicated_plain=_norms_per_layer(spec) + c.q_lora_rank + c.head_dim + heads)
+    t.replicated_quantizable += hidden * (c.q_lora_rank + c.head_dim)
+    t.sharded_quantizable += c.q_lora_rank * heads * c.head_dim / tp
+    t.sharded_quantizable += heads * c.head_dim * c.o_lora_rank / tp  # wo_a: o_groups x (heads x head / groups)
+    t.sharded_quantizable += c.o_groups * c.o_lora_rank * hidden / tp
+    mixes = c.hc_mult * c.hc_mult + 2 * c.hc_mult
+    t.replicated_plain += 2 * (mixes * c.hc_mult * hidden + mixes + 3)  # hc_attn_* and hc_ffn_*
+
+    def compressor(head: int) -> float:
+        coff = 2 if ratio == 4 else 1
+        return hidden * 2 * coff * head + ratio * coff * head + head
+
+    if ratio:
+        t.replicated_plain += compressor(c.head_dim)
+    if ratio == 4:
+        t.replicated_quantizable += c.q_lora_rank * c.index_n_heads * c.index_head_dim
+        t.replicated_plain += hidden * c.index_n_heads + compressor(c.index_head_dim)
+    return t
+
+
+def _attention(spec: ModelSpec, tp: int, index: int = 0) -> _Tensors:
+    if spec.compressed_attention is not None:
+        return _deepseek_v4_attention(spec, tp, spec.compressed_attention.compress_ratios[index])
     hidden, heads = spec.hidden_size, spec.num_attention_heads
     t = _Tensors(replicated_plain=_norms_per_layer(spec))
     if spec.mla is not None:
@@ -145,6 +175,18 @@ def _mamba(spec: ModelSpec, tp: int) -> _Tensors:
     assert m is not None
     hidden = spec.hidden_size
     t = _Tensors(replicated_plain=2 * hidden)
+    if m.kind == "kda":
+        # KimiGatedDeltaNetAttention (model_executor/layers/mamba/gdn/kimi_gdn_linear_attn.py): q/k/v and beta
+        # projections split by TP, the f_a and g_a down-projections replicated, f_b/g_b up-projections, a
+        # q/k/v short convolution, A_log and dt_bias split, o_norm, o_proj row-parallel.
+        assert m.num_heads and m.head_dim
+        proj = m.num_heads * m.head_dim
+        t.sharded_quantizable += hidden * (3 * proj + m.num_heads) / tp + 2 * m.head_dim * proj / tp
+        t.replicated_quantizable += 2 * hidden * m.head_dim
+        t.sharded_plain += (3 * proj * m.conv_kernel + m.num_heads + proj) / tp
+        t.replicated_plain += m.head_dim
+        t.sharded_quantizable += proj * hidden / tp
+        return t
     if m.kind == "gated_delta_net":
         assert m.num_k_heads and m.num_v_heads and m.k_head_dim and m.v_head_dim
         key_dim, value_dim = m.num_k_heads * m.k_head_dim, m.num_v_heads * m.v_head_dim
@@ -173,14 +215,14 @@ def _layer(spec: ModelSpec, index: int, tp: int, expert_shards: int | None = Non
         if kind == "M":
             return _mamba(spec, tp)
         if kind in "FSC":
-            return _attention(spec, tp)
+            return _attention(spec, tp, index)
         t = _Tensors(replicated_plain=spec.hidden_size)  # the block's norm
         if spec.is_moe_layer(index):
             _moe_mlp(spec, tp, t, expert_shards or tp)
         else:
             t.sharded_quantizable += _dense_mlp(spec, tp, spec.intermediate_size)
         return t
-    t = _mamba(spec, tp) if kind == "M" else _attention(spec, tp)
+    t = _mamba(spec, tp) if kind == "M" else _attention(spec, tp, index)
     if spec.is_moe_layer(index):
         _moe_mlp(spec, tp, t, expert_shards or tp)
     elif spec.intermediate_size:
@@ -191,10 +233,11 @@ def _layer(spec: ModelSpec, index: int, tp: int, expert_shards: int | None = Non
 def _layers(spec: ModelSpec, tp: int, expert_shards: int | None = None) -> list[_Tensors]:
     """Every decoder layer's tensors; layers of the same kind (attention letter, MoE or dense) are alike,
     so each distinct kind is computed once."""
-    kinds: dict[tuple[str, bool], _Tensors] = {}
+    kinds: dict[tuple[str, bool, int], _Tensors] = {}
+    ratios = spec.compressed_attention.compress_ratios if spec.compressed_attention else None
     out = []
     for index, letter in enumerate(spec.layer_pattern):
-        key = (letter, spec.is_moe_layer(index))
+        key = (letter, spec.is_moe_layer(index), ratios[index] if ratios else 0)
         if key not in kinds:
             kinds[key] = _layer(spec, index, tp, expert_shards)
         out.append(kinds[key])
@@ -218,6 +261,9 @@ def _bytes(t: _Tensors, spec: ModelSpec, dtype_bytes: int) -> float:
     if quant is None or quant.weight_bits >= 16:
         return t.total() * dtype_bytes
     qbytes = quant.weight_bits / 8
+    if quant.expert_weight_bits is not None:
+        linear = t.sharded_quantizable + t.replicated_quantizable
+        return t.sharded_experts * quant.expert_weight_bits / 8 + linear * qbytes + plain * dtype_bytes
     if quant.scope == "experts":
         return t.sharded_experts * qbytes + (t.total() - t.sharded_experts) * dtype_bytes
     quantized = t.sharded_quantizable + t.sharded_experts + t.replicated_quantizable
@@ -227,6 +273,10 @@ def _bytes(t: _Tensors, spec: ModelSpec, dtype_bytes: int) -> float:
 def _rope_cache_bytes(spec: ModelSpec, dtype_bytes: int) -> int:
     if spec.max_position_embeddings is None:
         return 0
+    if spec.compressed_attention is not None:
+        # DeepSeek-V4 builds two float32 DeepSeek-YaRN caches (models/deepseek_v4/common/rope.py: "main" for
+        # sliding-window layers, "compress" for compressed ones), each max_position x rope dims.
+        return 2 * spec.max_position_embeddings * spec.compressed_attention.rope_head_dim * 4
     rotary = spec.rotary_dim or (spec.mla.qk_rope_head_dim if spec.mla else spec.head_dim)
     # DeepSeek's YaRN scaling keeps its cache in float32.
     element = 4 if spec.mla is not None else dtype_bytes

@@ -227,6 +227,8 @@ def predict(
         fits = layout.fits(max_len)
         if not fits:
             fit_error = fit_error_text(layout, max_len, release.fit_error_style)
+    if model.compressed_attention is not None:
+        warnings.append(_window_blocks_note(layout, max_len))
     return Prediction(
         version=version,
         release=release,
@@ -240,6 +242,21 @@ def predict(
     )
 
 
+def _window_blocks_note(layout: KvLayout, max_len: int) -> Finding:
+    """KVP114 (DeepSeek-V4): the blocks a request holds whatever its length, and what the logged size means."""
+    capped = [g for g in layout.grouping.groups if g.spec.kind == "sliding_window"]
+    held = sum(g.blocks_for(max_len, in_flight=layout.in_flight, dcp=layout.dcp) for g in capped)
+    per_block = layout.limiting_stage.bytes_per_block
+    full = layout.blocks_per_request(max_len) - held
+    return Finding.of(
+        Code.WINDOW_BLOCKS_PER_REQUEST,
+        f"each request holds {held:,} blocks ({held * per_block / GiB:.2f} GiB) in the {len(capped)} sliding-window "
+        f"and compressor-state groups (window + {layout.in_flight:,} in-flight tokens) besides {full:,} blocks "
+        f'for its {max_len:,} tokens; vLLM\'s "GPU KV cache size" is max concurrency x max_model_len, so dividing '
+        "the KV memory by it does not give bytes per token (vLLM #51041)",
+    )
+
+
 def kv_report(model: ModelSpec, prediction: Prediction) -> KvCacheReport:
     layout, engine = prediction.layout, prediction.engine
     max_len = prediction.max_model_len
@@ -250,8 +267,12 @@ def kv_report(model: ModelSpec, prediction: Prediction) -> KvCacheReport:
     groups = [
         KvGroupReport(
             kind=group.spec.kind,
-            num_layers=layout.limiting_stage.group_slots if len(layout.grouping.groups) > 1 else len(group.layers),
-            page_bytes=group.spec.page_bytes,
+            num_layers=(
+                len(group.layers)
+                if layout.grouping.packed or len(layout.grouping.groups) == 1
+                else layout.limiting_stage.group_slots
+            ),
+            page_bytes=group.page_bytes,
             block_size=group.spec.block_size,
             window=group.spec.window,
             tokens_cap=group.spec.tokens_cap(layout.in_flight),

@@ -10,13 +10,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from planner.errors import InvalidArgumentError
+from planner.errors import InvalidArgumentError, UnsupportedArchitectureError
 from planner.findings import Code, Finding
 from planner.gpus.spec import GpuSpec
 from planner.kv.capacity import KvLayout, StageKv
 from planner.kv.dtypes import KvDtype, resolve_kv_dtype
-from planner.kv.grouping import Grouping, group_layers, stage_group_size
-from planner.kv.specs import RankLayout, build_layer_caches
+from planner.kv.grouping import Grouping, group_layers, group_packed, stage_group_size
+from planner.kv.specs import RankLayout, build_layer_caches, deepseek_v4_caches
 from planner.memory.activation import activation_peak, sampler_kernel_in_force
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.memory.cudagraph import cuda_graph_bytes
@@ -166,6 +166,19 @@ def mamba_blocks_and_alignment(
     model: ModelSpec, gpu: GpuSpec, release: Release, resolved: ResolvedArgs
 ) -> tuple[int | None, int]:
     """(blocks a Mamba group holds per request — None for one per block of tokens —, block-size alignment)."""
+    blocks, alignment = _mamba_blocks_and_alignment(model, gpu, release, resolved)
+    if model.mla is not None and "M" in model.layer_pattern:
+        # MLA + Mamba (Kimi-Linear): the release's MLA rule (mla_hybrid_block_align).
+        if release.mla_hybrid_block_align == "64":
+            alignment = 64
+        elif release.mla_hybrid_block_align == "128":
+            alignment = max(alignment, 128)
+    return blocks, alignment
+
+
+def _mamba_blocks_and_alignment(
+    model: ModelSpec, gpu: GpuSpec, release: Release, resolved: ResolvedArgs
+) -> tuple[int | None, int]:
     if "M" not in model.layer_pattern or not resolved.enable_prefix_caching:
         return 1, 16  # "none" mode: one state block per sequence
     mode = release.mamba_prefix_mode
@@ -238,10 +251,18 @@ def build_rank_layout(
         )
     conv, ssm = mamba_state_dtype_bytes(model, args, resolved.dtype, release)
     mamba_blocks, alignment = mamba_blocks_and_alignment(model, gpu, release, resolved)
+    fixed = model.mla is not None and "M" in model.layer_pattern and release.mla_hybrid_block_align == "64"
     tp, block_size = args.tensor_parallel_size, resolved.block_size
     threshold, strided = release.group_size_threshold, release.strided_groups
 
     def build() -> tuple[RankLayout, Grouping]:
+        if model.compressed_attention is not None:
+            # DeepSeek-V4: one latent head, the same on every TP rank; caches of several page sizes packed.
+            caches = deepseek_v4_caches(model, block_size)
+            rank = RankLayout(
+                layers=[], raw_layers=[], block_size=block_size, attention_page_per_token=0, mamba_state_bytes=0
+            )
+            return rank, group_packed(caches)
         rank = build_layer_caches(
             model,
             kv_dtype,
@@ -252,10 +273,11 @@ def build_rank_layout(
             mamba_ssm_bytes=ssm,
             mamba_blocks_per_request=mamba_blocks,
             hybrid_alignment=alignment,
+            fixed_hybrid_alignment=fixed,
         )
         return rank, group_layers(rank.layers, group_size_threshold=threshold, strided=strided)
 
-    key = (kv_dtype, tp, block_size, hybrid, conv, ssm, mamba_blocks, alignment, threshold, strided)
+    key = (kv_dtype, tp, block_size, hybrid, conv, ssm, mamba_blocks, alignment, fixed, threshold, strided)
     return _RANK_LAYOUTS.get(model, key, build)
 
 
@@ -267,6 +289,10 @@ def mamba_state_dtype_bytes(
     else NemotronH's release default (``model_executor/models/config.py: NemotronHForCausalLMConfig``:
     float16 in 0.19, float32 from 0.20), else the conv dtype for the SSM state."""
     conv = DTYPE_BYTES.get(args.mamba_cache_dtype, DTYPE_BYTES[dtype])
+    if model.mamba is not None and model.mamba.kind == "kda":
+        # Kimi delta attention keeps its recurrent state in float32 whatever --mamba-ssm-cache-dtype says:
+        # KimiGatedDeltaNetAttention.get_state_dtype (0.32-0.33) and kda_state_dtype (<= 0.29) never read it.
+        return conv, 4
     asked = model.mamba.ssm_dtype if model.mamba is not None else None
     if asked is None and release is not None and model.model_type == "nemotron_h":
         default = release.nemotron_h_ssm_default
@@ -378,6 +404,70 @@ def with_online_quantization(model: ModelSpec, args: ServingArgs) -> ModelSpec:
     return model.model_copy(update={"quantization": scheme, "checkpoint_bytes": None})
 
 
+# vLLM 0.29+ serves DeepSeek-V4 on CUDA with FlashMLA sparse attention on SM90/SM100 (fp8_ds_mla pages, the
+# layout planner/kv/specs.py: deepseek_v4_caches follows) and FlashInfer on SM120 (plain bf16/fp8 rows).
+_DSV4_FLASHMLA_SM = ("9", "10")
+# The KV dtypes vLLM turns into fp8_ds_mla for DeepSeek-V4 on FlashMLA (_resolve_dsv4_kv_cache_dtype).
+_DSV4_FP8 = ("auto", "fp8", "fp8_e4m3", "fp8_ds_mla")
+# Releases whose Kimi-Linear model reads --mamba-ssm-cache-dtype when it aligns the block size (read in 0.32.0
+# and 0.33.0; 0.29.0's kda_state_dtype ignores the flag).
+_KDA_SSM_FLAG_FROM = Version.parse("0.32.0")
+
+
+def check_deepseek_v4(gpu: GpuSpec, args: ServingArgs, release: Release, resolved: ResolvedArgs) -> None:
+    """Refuse what kv-planner does not model of DeepSeek-V4 (or what vLLM itself refuses)."""
+    if release.deepseek_v4_grouping != "packed":
+        raise UnsupportedArchitectureError(
+            f"vLLM {release.since}'s row groups DeepSeek-V4's KV caches with group_and_unify_kv_cache_specs "
+            "(0.20-0.28), which kv-planner does not model; its layout is planned as vLLM 0.29+ builds it "
+            "(read in 0.29.0, 0.32.0 and 0.33.0). Plan for vLLM >= 0.29.0.",
+            field="architectures",
+        )
+    major = (gpu.compute_capability or "").split(".")[0]
+    if major and major not in _DSV4_FLASHMLA_SM:
+        raise UnsupportedArchitectureError(
+            f"DeepSeek-V4 on {gpu.name} (SM {gpu.compute_capability}): vLLM serves it with FlashMLA on SM90/SM100 "
+            "(the layout kv-planner models) and with FlashInfer on SM120 (not modelled); older GPUs are not served",
+            field="--gpu",
+        )
+    if args.kv_cache_dtype not in _DSV4_FP8:
+        raise InvalidArgumentError(
+            f"DeepseekV4 fp8_ds_mla layout only supports fp8 kv-cache, got {args.kv_cache_dtype}. Please set "
+            "`--kv-cache-dtype fp8` or select a backend that supports bfloat16 KV cache.",
+            flag="--kv-cache-dtype",
+        )
+    if resolved.block_size_given and resolved.block_size != 256:
+        raise InvalidArgumentError(
+            f"--block-size {resolved.block_size}: DeepSeek-V4's sparse MLA and indexer backends take only "
+            "256-token blocks (FLASHMLA_SPARSE_DSV4, DEEPSEEK_V4_INDEXER get_supported_kernel_block_sizes)",
+            flag="--block-size",
+        )
+    if args.decode_context_parallel_size > 1:
+        raise InvalidArgumentError(
+            "DCP not support sliding window. (DeepSeek-V4 keeps sliding-window caches on every layer)",
+            flag="--decode-context-parallel-size",
+        )
+
+
+def check_kimi_delta_attention(args: ServingArgs, release: Release) -> None:
+    """Kimi-Linear: 0.32+ sizes the block for --mamba-ssm-cache-dtype but the layers keep float32."""
+    asked = args.mamba_ssm_cache_dtype
+    if asked in (None, "auto", "float32") or Version.parse(release.since) < _KDA_SSM_FLAG_FROM:
+        return
+    if asked != "bfloat16":
+        raise InvalidArgumentError(
+            f"KDA recurrent state supports only auto, float32, and bfloat16; got {asked}",
+            flag="--mamba-ssm-cache-dtype",
+        )
+    raise InvalidArgumentError(
+        "--mamba-ssm-cache-dtype bfloat16 with Kimi-Linear: vLLM sizes the attention block for a bfloat16 recurrent "
+        "state (KimiLinearForCausalLM.get_mamba_state_dtype_from_config) but the KDA layers keep it in float32 "
+        "(KimiGatedDeltaNetAttention.get_state_dtype), so the padded page is smaller than the state and vLLM's "
+        "MambaSpec assertion fails at startup; leave the flag unset",
+        flag="--mamba-ssm-cache-dtype",
+    )
+
+
 def compute_engine(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -393,6 +483,10 @@ def compute_engine(
     """``version`` and ``draft`` (the resolved drafter) size ``--speculative-config``."""
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     model = with_online_quantization(model, args)
+    if model.compressed_attention is not None:
+        check_deepseek_v4(gpu, args, release, resolved)
+    if model.mamba is not None and model.mamba.kind == "kda":
+        check_kimi_delta_attention(args, release)
     kv_dtype = resolve_kv_dtype(
         args.kv_cache_dtype, model, resolved.dtype, from_checkpoint=release.auto_kv_from_checkpoint
     )
@@ -403,6 +497,12 @@ def compute_engine(
             flag="--kv-cache-dtype",
         )
     hybrid, notes = hybrid_manager_enabled(model, args, release)
+    if model.compressed_attention is not None and not hybrid:
+        raise UnsupportedArchitectureError(
+            f"{model.id}: DeepSeek-V4's sliding-window and compressor caches need the hybrid KV cache manager "
+            "(a KV connector or --disable-hybrid-kv-cache-manager turns it off; kv-planner does not model that)",
+            field="--disable-hybrid-kv-cache-manager",
+        )
     if resolved.engine == "v0":
         hybrid = False  # V0 has no hybrid KV cache manager: every attention layer keeps every token
         reason = (
@@ -413,6 +513,12 @@ def compute_engine(
         notes.append(Finding.of(Code.V0_ENGINE, f"planned for vLLM's V0 engine ({reason})"))
     rank, grouping = build_rank_layout(model, gpu, args, release, resolved, kv_dtype, hybrid)
     drafter = engine_drafter(model, args, version, kv=kv_dtype, dtype=resolved.dtype, draft=draft)
+    if drafter is not None and model.compressed_attention is not None:
+        raise UnsupportedArchitectureError(
+            f"{model.id}: speculative decoding with DeepSeek-V4 (its MTP layer's caches and the retained "
+            "window tokens) is not modelled by kv-planner",
+            field="--speculative-config",
+        )
     rank, grouping, drafter_layers, drafter_notes = with_drafter_layers(rank, grouping, drafter, release)
     runner_v2 = uses_model_runner_v2(model, release)
     asynchronous = resolved.async_scheduling
@@ -511,13 +617,18 @@ def kv_layout(
         count = target_layers + (engine.drafter_layers if stage == last else 0)
         layers = range(start, start + count)
         slots = stage_group_size(engine.grouping, layers)
+        per_block = (
+            engine.grouping.stage_bytes_per_block(layers)
+            if engine.grouping.packed
+            else slots * engine.grouping.page_bytes
+        )
         stages.append(
             StageKv(
                 stage=stage,
                 first_layer=start,
                 num_layers=count,
                 group_slots=slots,
-                bytes_per_block=slots * engine.grouping.page_bytes,
+                bytes_per_block=per_block,
                 available_bytes=available_per_stage[stage],
             )
         )

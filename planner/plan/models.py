@@ -67,7 +67,10 @@ class KvGroupReport(_Report):
 
     kind: GroupKind
     num_layers: int = Field(description="layers in the group on the limiting rank, padding included")
-    page_bytes: int = Field(description="bytes of one block for one layer (vLLM page_size_bytes)")
+    page_bytes: int = Field(
+        description="bytes of one block for one layer (vLLM page_size_bytes); a packed group (DeepSeek-V4): "
+        "its layers' pages together"
+    )
     block_size: int
     window: int | None = Field(default=None, description="sliding window / attention chunk, tokens")
     tokens_cap: int | None = Field(

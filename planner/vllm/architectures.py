@@ -32,7 +32,8 @@ SUPPORT: tuple[ArchitectureSupport, ...] = (
     ArchitectureSupport("Gemma-4", ("Gemma4ForCausalLM", "Gemma4ForConditionalGeneration"), "0.19.0", "0.18.0"),
     # registry.py of 0.10.0 (absent) and 0.18.0 (present); releases in between not read.
     ArchitectureSupport("DeepSeek-V3.2", ("DeepseekV32ForCausalLM",), "0.18.0", "0.10.0"),
-    ArchitectureSupport("Kimi-Linear", ("KimiLinearForCausalLM",), "0.18.0", "0.10.0"),
+    # registry.py of 0.10.0 (absent) and 0.12.0 (present; 0.15.1 and 0.18.0 too); 0.11 not read.
+    ArchitectureSupport("Kimi-Linear", ("KimiLinearForCausalLM",), "0.12.0", "0.10.0"),
     ArchitectureSupport(
         "Qwen3.5",
         (

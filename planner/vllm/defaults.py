@@ -64,6 +64,10 @@ def resolve_dtype(requested: str, model: ModelSpec, gpu: GpuSpec) -> str:
 
 def default_block_size(model: ModelSpec, gpu: GpuSpec, release: Release) -> int:
     """The attention backend's preferred block size on CUDA (16; MLA backends differ by GPU)."""
+    if model.compressed_attention is not None:
+        # DeepSeek-V4: the sparse MLA (FLASHMLA_SPARSE_DSV4) and indexer backends take only 256; the block size
+        # every backend accepts (platforms/interface.py _preferred_block_size_for_backends) is 256.
+        return 256
     if model.mla is None:
         return 16
     if model.mla.indexer_head_dim is not None:

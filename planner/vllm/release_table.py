@@ -37,6 +37,8 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("model_runner_v2_default", "Model Runner V2 default"),
     ("runner_v2_graph_estimate", "V2 runner graph estimate"),
     ("nemotron_h_ssm_default", "NemotronH SSM default"),
+    ("mla_hybrid_block_align", "MLA + Mamba block align"),
+    ("deepseek_v4_grouping", "DeepSeek-V4 grouping"),
     ("v0_non_torch_scope", "V0 non-torch scope"),
     ("v1_non_torch_scope", "V1 non-torch scope"),
 )

@@ -26,6 +26,8 @@ MambaPrefixMode = Literal["one_block", "per_block", "all_or_align", "align_2", "
 RunnerV2Default = Literal["never", "dense", "all"]
 SamplerKernel = Literal["flashinfer_if_installed", "sort_scatter", "triton_batch8", "flashinfer"]
 NonTorchScope = Literal["init_free", "device", "baseline"]
+MlaHybridAlign = Literal["64", "backend", "128"]
+DeepseekV4Grouping = Literal["unified", "packed"]
 
 
 @total_ordering
@@ -167,6 +169,20 @@ class Release(BaseModel):
         default="baseline",
         description="the same for the V1 worker (v1/worker/gpu_worker.py determine_available_memory): device "
         "(0.7-0.8, as V0 0.6.4), baseline (0.9+: memory_profiling from the init_device snapshot)",
+    )
+    mla_hybrid_block_align: MlaHybridAlign = Field(
+        default="64",
+        description="the token multiple an MLA + Mamba hybrid's attention block is raised in until a page holds "
+        "one state (Kimi-Linear): 64 (0.12-0.19 model_executor/models/config.py HybridAttentionMambaModelConfig; "
+        "128 only with the CUTLASS MLA backend, not modelled), backend (0.20-0.26 platforms/interface.py "
+        "_align_hybrid_block_size: the MLA backend's block size), 128 (0.27+: at least 128 for the TRT-LLM/"
+        "FlashInfer MLA decode kernels)",
+    )
+    deepseek_v4_grouping: DeepseekV4Grouping = Field(
+        default="unified",
+        description="how DeepSeek-V4's caches of several page sizes are grouped: unified (0.20-0.28 "
+        "v1/core/kv_cache_utils.py group_and_unify_kv_cache_specs, not modelled: plans are refused), packed "
+        "(0.29+ _get_packed_kv_cache_groups, block-outermost layout)",
     )
     swap_space_flag: bool
     kv_cache_memory_bytes_flag: bool
@@ -325,7 +341,8 @@ _R_0_11 = _row(
 _R_0_12 = _row(
     _R_0_11,
     "0.12.0",
-    "0.12.0: v1/core/kv_cache_utils.py, config/vllm.py, engine/arg_utils.py",
+    "0.12.0: v1/core/kv_cache_utils.py, config/vllm.py, engine/arg_utils.py, model_executor/models/config.py "
+    "HybridAttentionMambaModelConfig (MLA hybrids: 64)",
     group_size_threshold=1.25,
     clamp_batched_tokens=True,
     capture_rule="v0_12",
@@ -350,7 +367,8 @@ _R_0_14 = _row(
 _R_0_15 = _row(
     _R_0_14,
     "0.15.0",
-    "0.15.1: platforms/cuda.py (Blackwell MLA), v1/kv_cache_interface.py",
+    "0.15.1: platforms/cuda.py (Blackwell MLA), v1/kv_cache_interface.py, model_executor/models/config.py "
+    "HybridAttentionMambaModelConfig (MLA hybrids: 64)",
     mla_block_size_blackwell=64,
     mamba_prefix_mode="all_or_align",
 )
@@ -373,7 +391,8 @@ _R_0_18 = _row(
     _R_0_17,
     "0.18.0",
     "0.18.0: v1/core/kv_cache_utils.py (1.5 rule), platforms/interface.py, config/cache.py (no swap_space), "
-    "model_executor/models/config.py NemotronHForCausalLMConfig (SSM state float16 by default)",
+    "model_executor/models/config.py NemotronHForCausalLMConfig (SSM state float16 by default), "
+    "HybridAttentionMambaModelConfig (MLA hybrids: 64), model_executor/models/kimi_linear.py",
     group_size_threshold=1.5,
     nemotron_h_ssm_default="float16",
     mla_block_size_hopper=16,
@@ -393,9 +412,11 @@ _R_0_20 = _row(
     "0.20.0",
     "0.20.0: v1/worker/gpu_worker.py, envs.py, config/cache.py, v1/core/kv_cache_utils.py "
     "_report_kv_cache_config (tokens still num_blocks // groups x min block size), model_executor/models/config.py "
-    "NemotronHForCausalLMConfig (SSM state float32 by default)",
+    "NemotronHForCausalLMConfig (SSM state float32 by default), platforms/interface.py _align_hybrid_block_size "
+    "(MLA hybrids: the backend's block), v1/core/kv_cache_utils.py group_and_unify_kv_cache_specs (DeepSeek-V4)",
     default_gpu_memory_utilization=0.92,
     nemotron_h_ssm_default="float32",
+    mla_hybrid_block_align="backend",
     cuda_graphs_counted=True,
     capture_rule="v0_20",
     kv_cache_dtypes=_D5,
@@ -439,7 +460,8 @@ _R_0_26 = _row(
     _R_0_25,
     "0.26.0",
     "0.26.0: config/vllm.py max_in_flight_tokens, max_concurrent_batches, _is_default_v2_model_runner_model, "
-    "v1/kv_cache_interface.py, v1/core/kv_cache_utils.py (error text)",
+    "v1/kv_cache_interface.py, v1/core/kv_cache_utils.py (error text), platforms/interface.py "
+    "_align_hybrid_block_size (MLA hybrids: still the backend's block)",
     sliding_in_flight="concurrent_batches",
     model_runner_v2_default="dense",
 )
@@ -447,14 +469,17 @@ _R_0_27 = _row(
     _R_0_26,
     "0.27.0",
     "0.27.1: model_executor/layers/fused_moe/oracle/mxfp4.py (TRT-LLM intermediate to 128), "
-    "v1/core/kv_cache_utils.py, v1/kv_cache_interface.py, engine/arg_utils.py",
+    "v1/core/kv_cache_utils.py, v1/kv_cache_interface.py, engine/arg_utils.py, platforms/interface.py "
+    "_align_hybrid_block_size (MLA hybrids: at least 128)",
     mxfp4_blackwell_intermediate_align=128,
+    mla_hybrid_block_align="128",
 )
 _R_0_28 = _row(
     _R_0_27,
     "0.28.0",
     "0.28.0: engine/arg_utils.py (hybrid prefix caching on, >=160 GiB tier), model_executor/models/config.py "
-    "(mamba_cache_mode defaults to align), v1/kv_cache_interface.py MambaSpec, config/cache.py",
+    "(mamba_cache_mode defaults to align), v1/kv_cache_interface.py MambaSpec, config/cache.py, "
+    "v1/core/kv_cache_utils.py group_and_unify_kv_cache_specs (DeepSeek-V4, as 0.20)",
     batch_defaults=_BATCH_0_33,
     hybrid_prefix_caching_default=True,
     mamba_prefix_mode="align_2",
@@ -468,10 +493,13 @@ _R_0_29 = _row(
     "config/vllm.py use_v2_model_runner (V2 for every model), _set_cudagraph_sizes, max_concurrent_batches; "
     "v1/kv_cache_interface.py MambaSpec (num_prefill_checkpoint_blocks, unset by every Mamba layer), "
     "SlidingWindowSpec; config/cache.py; engine/arg_utils.py; v1/worker/utils.py request_memory; "
-    "v1/sample/ops/topk_topp_sampler.py; fused_moe/oracle/mxfp4.py; platforms/cuda.py",
+    "v1/sample/ops/topk_topp_sampler.py; fused_moe/oracle/mxfp4.py; platforms/cuda.py; "
+    "models/deepseek_v4/attention.py, compressor.py, v1/attention/backends/mla/sparse_swa.py (DeepSeek-V4 caches "
+    "as 0.33)",
     fit_check="all_groups_null_block",
     model_runner_v2_default="all",
     runner_v2_graph_estimate=True,
+    deepseek_v4_grouping="packed",
 )
 _R_0_30 = _row(
     _R_0_29,
@@ -495,7 +523,7 @@ _R_0_32 = _row(
     "0.32.0: model_executor/layers/mamba/mamba_mixer2.py get_kv_cache_spec (prefill checkpoint block), "
     "v1/kv_cache_interface.py MambaSpec, model_executor/models/config.py (no 'all' mode), config/cache.py "
     "CacheDType (ultraquant_4bit), v1/worker/utils.py request_memory, v1/core/kv_cache_utils.py, "
-    "v1/worker/workspace.py, platforms/interface.py _align_hybrid_block_size",
+    "v1/worker/workspace.py, platforms/interface.py _align_hybrid_block_size, models/deepseek_v4 and kimi_k3 (as 0.33)",
     mamba_prefix_mode="align_mamba2_checkpoint",
     kv_cache_dtypes=_D6_32,
 )
@@ -503,7 +531,9 @@ _R_0_33 = _row(
     _R_0_32,
     "0.33.0",
     "0.33.0: v1/core/kv_cache_planning.py, v1/core/kv_cache_utils.py, engine/arg_utils.py, config/cache.py, "
-    "model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py, config/vllm.py _set_cudagraph_sizes (as 0.32)",
+    "model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py, config/vllm.py _set_cudagraph_sizes (as 0.32), "
+    "models/deepseek_v4 (attention.py, compressor.py, nvidia/), models/kimi_k3/nvidia, "
+    "model_executor/layers/mamba/gdn/kimi_gdn_linear_attn.py",
     mamba_prefix_mode="align",
     kv_cache_dtypes=_D7,
 )

@@ -147,9 +147,13 @@ def test_0_32_mamba2_layers_keep_a_prefill_checkpoint_block() -> None:
     # vllm 0.32.0 model_executor/layers/mamba/mamba_mixer2.py get_kv_cache_spec: num_prefill_checkpoint_blocks=1
     # (alignment 1), counted by v1/kv_cache_interface.py MambaSpec in "align" mode; 0.31.0 has no such
     # override. Gated delta nets get theirs in 0.33.0 (qwen_gdn_linear_attn.py), on Hopper/Blackwell.
-    mamba2 = SimpleNamespace(layer_pattern="MMA", model_type="nemotron_h", mamba=SimpleNamespace(kind="mamba2"))
-    gdn = SimpleNamespace(layer_pattern="MMA", model_type="qwen3_next", mamba=SimpleNamespace(kind="gated_delta_net"))
-    mamba1 = SimpleNamespace(layer_pattern="MMA", model_type="jamba", mamba=SimpleNamespace(kind="mamba1"))
+    mamba2 = SimpleNamespace(
+        layer_pattern="MMA", model_type="nemotron_h", mla=None, mamba=SimpleNamespace(kind="mamba2")
+    )
+    gdn = SimpleNamespace(
+        layer_pattern="MMA", model_type="qwen3_next", mla=None, mamba=SimpleNamespace(kind="gated_delta_net")
+    )
+    mamba1 = SimpleNamespace(layer_pattern="MMA", model_type="jamba", mla=None, mamba=SimpleNamespace(kind="mamba1"))
     hopper = SimpleNamespace(architecture="hopper")
     pc_on = SimpleNamespace(enable_prefix_caching=True)
     pc_off = SimpleNamespace(enable_prefix_caching=False)

@@ -116,7 +116,7 @@ def test_0_28_turns_hybrid_prefix_caching_on_with_align_for_every_model() -> Non
     old, new = resolve_release("0.27.1")[1], resolve_release("0.28.0")[1]
     assert (old.hybrid_prefix_caching_default, old.mamba_prefix_mode) == (False, "all_or_align")
     assert (new.hybrid_prefix_caching_default, new.mamba_prefix_mode) == (True, "align_2")
-    model = SimpleNamespace(layer_pattern="MMA", model_type="nemotron_h", mamba=None)
+    model = SimpleNamespace(layer_pattern="MMA", model_type="nemotron_h", mla=None, mamba=None)
     gpu = SimpleNamespace(architecture="hopper")
     pc_on = SimpleNamespace(enable_prefix_caching=True)
     assert mamba_blocks_and_alignment(model, gpu, old, pc_on) == (None, 16)  # type: ignore[arg-type]
