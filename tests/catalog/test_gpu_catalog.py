@@ -84,6 +84,11 @@ def test_catalog_has_every_required_gpu_with_sources() -> None:
         ("T4", 14.56),
         ("H200-141GB", 139.80),
         ("MI300X", 191.98),
+        ("RTX-PRO-6000", 94.97),
+        ("RTX-PRO-4500", 31.38),
+        ("RTX-A5000", 23.57),
+        ("B300", 267.69),
+        ("GB200", 184.31),
     ],
 )
 def test_known_figures_as_vllm_and_torch_report_them(name: str, gib: float) -> None:
@@ -141,6 +146,13 @@ def test_no_alias_means_two_gpus() -> None:
         ("NVIDIA-GeForce-RTX-4090", "RTX-4090"),
         ("NVIDIA-RTX-6000-Ada-Generation", "RTX-6000-Ada"),
         ("NVIDIA-L4-SHARED", "L4"),
+        ("NVIDIA-RTX-PRO-6000-Blackwell-Server-Edition", "RTX-PRO-6000"),
+        ("NVIDIA-RTX-PRO-6000-Blackwell-Max-Q-Workstation-Edition", "RTX-PRO-6000"),
+        ("NVIDIA-RTX-A5000", "RTX-A5000"),
+        ("NVIDIA-H20-3e", "H20-141GB"),
+        ("NVIDIA-H20", "H20"),
+        ("NVIDIA-B300-SXM6-AC", "B300"),
+        ("NVIDIA-GB200", "GB200"),
         # nvidia-smi / torch device names
         ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
         ("NVIDIA H100 80GB HBM3", "H100-80GB"),
@@ -155,6 +167,7 @@ def test_no_alias_means_two_gpus() -> None:
         ("nvidia-h100-mega-80gb", "H100-80GB"),
         ("nvidia-h200-141gb", "H200-141GB"),
         ("nvidia-b200", "B200"),
+        ("nvidia-rtx-pro-6000", "RTX-PRO-6000"),
         ("nvidia-tesla-v100", "V100-16GB"),
         # karpenter.k8s.aws/instance-gpu-name
         ("h100", "H100-80GB"),
@@ -238,6 +251,8 @@ def test_unknown_gpu_without_any_close_match() -> None:
         ("a3-megagpu-8g", "H100-80GB", 8),
         ("g2-standard-24", "L4", 2),
         ("g2-standard-96", "L4", 8),
+        ("g4-standard-48", "RTX-PRO-6000", 1),
+        ("g4-standard-384", "RTX-PRO-6000", 8),
         ("Standard_NC24ads_A100_v4", "A100-80GB", 1),
         ("Standard_ND96isr_H100_v5", "H100-80GB", 8),
         ("Standard_NC40ads_H100_v5", "H100-NVL-94GB", 1),
