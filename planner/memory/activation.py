@@ -119,8 +119,8 @@ def _padded_vocab(model: ModelSpec) -> int:
 
 def runner_v2_flashinfer_sampler(env: Mapping[str, str]) -> bool:
     """Model Runner V2 samples with FlashInfer's top-k/top-p kernel unless ``VLLM_USE_FLASHINFER_SAMPLER``
-    is off (0.33 ``v1/sample/ops/topk_topp_sampler.py`` flashinfer_sampler_supported; GPUs with 16 SMs or
-    fewer are refused too, which no catalog GPU is)."""
+    is off (0.33 ``v1/sample/ops/topk_topp_sampler.py`` flashinfer_sampler_supported; it also refuses GPUs
+    with 16 SMs or fewer and capabilities FlashInfer lacks, which the plan does not know)."""
     return env.get("VLLM_USE_FLASHINFER_SAMPLER", "").strip().lower() not in ("0", "false")
 
 
