@@ -32,6 +32,9 @@ from planner.memory.activation import (
     dense_width,
     moe_width,
     moe_workspace_bytes,
+    runner_v2_flashinfer_sampler,
+    runner_v2_sampler_bytes,
+    runner_v2_sampler_state_bytes,
     sampler_bytes_per_logit,
     sampler_kernel_in_force,
 )
@@ -76,7 +79,7 @@ class Observation:
     sampler_feature: float
     sampler_fixed: float
     """bytes held through the sampler warm-up that are not the fitted constant's: the sorted copy on
-    the sort path, the persistent fused-MoE workspaces (0.14+)"""
+    the sort path, the persistent fused-MoE workspaces (0.14+), Model Runner V2's whole warm-up"""
     activation: float | None
     non_torch: float | None
     graph_features: tuple[float, float, float]
@@ -98,10 +101,34 @@ def observe(record: StartupRecord, spec: ModelSpec, gpu: GpuSpec) -> Observation
     release = prediction.release
     num_reqs = min(resolved.max_num_seqs, tokens)
     # The logged terms are the first stage's: it runs the sampler only without PP.
-    sampler_feature = float(num_reqs * model.vocab_size) if pp == 1 else 0.0
-    kernel = sampler_kernel_in_force(release.sampler_kernel, args.env)
-    extra = sampler_bytes_per_logit(DEFAULT_COEFFICIENTS, kernel, num_reqs)
-    sampler_fixed = (extra - DEFAULT_COEFFICIENTS.sampler_bytes_per_logit) * sampler_feature
+    runner_v2 = prediction.engine.model_runner_v2
+    sampler_state = 0.0
+    if runner_v2:
+        # Model Runner V2's sampler warm-up is derived from its source, not the V1 runner's fitted
+        # constant: nothing to fit, its bytes are fixed (planner/memory/activation.py).
+        sampler_feature = 0.0
+        sampler_fixed = (
+            float(
+                runner_v2_sampler_bytes(
+                    model,
+                    num_reqs=num_reqs,
+                    tokens=tokens,
+                    tp=tp,
+                    dtype_bytes=dtype_bytes,
+                    warmup_pass=release.runner_v2_sampler_warmup,
+                    flashinfer=runner_v2_flashinfer_sampler(args.env),
+                )
+            )
+            if pp == 1
+            else 0.0
+        )
+        if pp == 1 and release.non_kv_accounting == "consumed_since_init":
+            sampler_state = float(runner_v2_sampler_state_bytes(model, resolved.max_num_seqs))
+    else:
+        sampler_feature = float(num_reqs * model.vocab_size) if pp == 1 else 0.0
+        kernel = sampler_kernel_in_force(release.sampler_kernel, args.env)
+        extra = sampler_bytes_per_logit(DEFAULT_COEFFICIENTS, kernel, num_reqs)
+        sampler_fixed = (extra - DEFAULT_COEFFICIENTS.sampler_bytes_per_logit) * sampler_feature
     if pp == 1 and release.moe_workspace_held and model.quantization is None:
         sampler_fixed += moe_workspace_bytes(model, tokens, tp, dtype_bytes)
 
@@ -119,7 +146,8 @@ def observe(record: StartupRecord, spec: ModelSpec, gpu: GpuSpec) -> Observation
         sampler_feature=sampler_feature,
         sampler_fixed=sampler_fixed,
         activation=logged(record.activation_peak_gib),
-        non_torch=logged(record.non_torch_gib),
+        # 0.27+ logs print V2's sampler state inside "consumed memory": not the fitted non-torch causes.
+        non_torch=None if record.non_torch_gib is None else record.non_torch_gib * gib - sampler_state,
         graph_features=(1 / math.sqrt(tp), sizes * first_stage_layers, sizes * moe_layers),
         # vLLM subtracts its *estimate* of graph memory (0.20+); fit on it where the log printed it.
         cuda_graph=logged(

@@ -21,6 +21,14 @@ sampler warm-up on ``num_reqs`` rows of logits (``gpu_model_runner.profile_run``
 A pipeline stage after the first also holds the hidden states and residual it received
 (``IntermediateTensors``: ``2 x tokens x hidden x dtype_bytes``) through both peaks.
 
+Model Runner V2 (``v1/worker/gpu/model_runner.py``: dense models from 0.26, every model from 0.29) runs
+the same forward, but its sampler warm-up is another program (:func:`runner_v2_sampler_bytes`): the dummy
+requests carry the sampling states' defaults (temperature 0, no top-k/top-p, min-p, penalties or logprobs),
+so 0.26-0.32 sample greedily from the logits in the model dtype and keep nothing per logit beyond them;
+0.33 adds a second pass with ``SamplingParams.for_sampler_warmup`` that pays the fp32 pipeline. Its
+penalty state (``output_bin_counts``: one int32 per request slot and vocabulary entry) is allocated when
+the model loads, so it is no activation: :func:`runner_v2_sampler_state_bytes`.
+
 The V0 engine (``worker/model_runner.py`` ``profile_run`` -> ``_dummy_run``) runs the same forward eagerly,
 without torch.compile, so its peak is the live set of plain PyTorch at the MLP's down projection, not
 the fitted V1 figure (about 22% lower for Llama-3.1-8B): see :func:`eager_width`. Its dummy sampling
@@ -103,6 +111,72 @@ def sampler_bytes_per_logit(coefficients: MemoryCoefficients, kernel: str, num_r
     return base + coefficients.sampler_sort_extra_bytes_per_logit if sorts else base
 
 
+def _padded_vocab(model: ModelSpec) -> int:
+    # model_executor/layers/vocab_parallel_embedding.py: the LM head's rows are padded to a multiple of 64
+    # (DEFAULT_VOCAB_PADDING_SIZE); compute_logits slices the padding off as a view, so it stays allocated.
+    return -(-model.vocab_size // 64) * 64
+
+
+def runner_v2_flashinfer_sampler(env: Mapping[str, str]) -> bool:
+    """Model Runner V2 samples with FlashInfer's top-k/top-p kernel unless ``VLLM_USE_FLASHINFER_SAMPLER``
+    is off (0.33 ``v1/sample/ops/topk_topp_sampler.py`` flashinfer_sampler_supported; it also refuses GPUs
+    with 16 SMs or fewer and capabilities FlashInfer lacks, which the plan does not know)."""
+    return env.get("VLLM_USE_FLASHINFER_SAMPLER", "").strip().lower() not in ("0", "false")
+
+
+def runner_v2_sampler_bytes(
+    model: ModelSpec,
+    *,
+    num_reqs: int,
+    tokens: int,
+    tp: int,
+    dtype_bytes: int,
+    warmup_pass: bool,
+    flashinfer: bool = True,
+) -> int:
+    """Bytes alive at the peak of Model Runner V2's sampler warm-up (``_dummy_sampler_run``).
+
+    Held through it (``profile_run``): the forward's output ``[tokens, hidden]`` and the rows gathered at
+    ``logits_indices`` (``InputBatch.make_dummy``: one per dummy request, ``[num_reqs, hidden]``).
+    ``compute_logits`` (``model_executor/layers/logits_processor.py``) projects them in the model dtype
+    (``head_dtype`` is the model dtype for generate models): ``[num_reqs, padded vocab]``. With TP > 1 each
+    rank holds its vocabulary shard while the all-gather fills a ``[tp x num_reqs, vocab / tp]`` buffer and
+    reshapes it into a contiguous ``[num_reqs, vocab]`` copy (``device_communicators/cuda_communicator.py``
+    all_gather), so ``(2 + 1/tp)`` copies of the logits are alive for a moment.
+
+    The sampler itself (``v1/worker/gpu/sample/sampler.py``) on the dummy batch, whose request slots hold
+    the states' initial values (``sample/states.py``: temperature 0, top_k = vocab, top_p = 1, min_p 0, no
+    logprobs; no penalties, bias or bad words): 0.26 skips every processing kernel, 0.27-0.32 return the
+    logits untouched (``_requires_logits_processing`` / ``needs_logits_processing`` are false), no top-k/
+    top-p mask is applied and ``gumbel_sample`` takes a greedy argmax with ``[num_reqs, vocab / 1024]``
+    scratch: nothing per logit. 0.33 then adds every request with ``SamplingParams.for_sampler_warmup``
+    (temperature 0.9, top_k 50, top_p 0.9, min_p, penalties, logit bias, bad words, 5 logprobs) and samples
+    again (``warmup_pass``): ``apply_sampling_params`` copies the logits to fp32 (4 bytes a logit), and
+    FlashInfer's ``top_k_top_p_sampling_from_logits`` (``top_k_first``) keeps a masked fp32 copy and its
+    softmax (8 more); without FlashInfer the Triton top-k/top-p kernel masks in place. The logprobs kernel
+    (``sample/logprob.py`` compute_token_logprobs) never materialises ``[num_reqs, vocab]``.
+    """
+    padded = _padded_vocab(model)
+    held = (tokens + num_reqs) * model.hidden_size * dtype_bytes
+    logits = num_reqs * padded * dtype_bytes
+    peak = logits * (2 + 1 / tp) if tp > 1 else float(logits)
+    if warmup_pass:
+        per_logit = 4 + (8 if flashinfer else 0)
+        peak = max(peak, logits + num_reqs * model.vocab_size * per_logit)
+    return int(held + peak)
+
+
+def runner_v2_sampler_state_bytes(model: ModelSpec, max_num_seqs: int) -> int:
+    """Model Runner V2's persistent per-slot sampler state on the last pipeline stage, allocated when the
+    model loads (``load_model`` builds the Sampler and the StructuredOutputsWorker): ``PenaltiesState``
+    (``sample/penalties.py``) ``output_bin_counts`` ``[max_num_seqs, vocab]`` and ``prompt_bin_mask``
+    ``[max_num_seqs, vocab / 32]``, and the grammar bitmask ``[max_num_seqs, vocab / 32]``
+    (``structured_outputs.py``), all int32. vLLM counts it from 0.27, whose profiling takes everything
+    consumed since ``init_device`` (``Release.non_kv_accounting``); 0.26 counts it in no term."""
+    words = -(-model.vocab_size // 32)
+    return max_num_seqs * (model.vocab_size + 2 * words) * 4
+
+
 def moe_workspace_bytes(model: ModelSpec, tokens: int, tp: int, dtype_bytes: int) -> int:
     """The modular fused-MoE kernel's two workspaces for ``tokens`` (TritonExperts.workspace_shapes):
     ``(M, top_k, max(I, H))`` and ``(M, top_k, max(2I, H))``, I the expert width on the rank."""
@@ -126,8 +200,14 @@ def activation_peak(
     sampler_kernel: str = "triton_batch8",
     moe_workspace_held: bool = False,
     eager_engine: bool = False,
+    runner_v2: bool = False,
+    runner_v2_sampler_warmup: bool = False,
+    flashinfer_sampler: bool = True,
 ) -> ActivationPeak:
-    """``eager_engine``: the V0 engine's profile run (eager forward, sort-path sampler)."""
+    """``eager_engine``: the V0 engine's profile run (eager forward, sort-path sampler). ``runner_v2``: Model
+    Runner V2 runs the model: the same forward, its own sampler warm-up (:func:`runner_v2_sampler_bytes`;
+    ``runner_v2_sampler_warmup`` is ``Release.runner_v2_sampler_warmup``, ``flashinfer_sampler`` whether
+    FlashInfer's sampler is on)."""
     tokens = max_num_batched_tokens
     received = 2 * tokens * model.hidden_size * dtype_bytes if receives_from_previous_stage else 0
     if eager_engine:
@@ -142,7 +222,20 @@ def activation_peak(
     sampler = 0.0
     if last_stage:
         num_reqs = min(max_num_seqs, max_num_batched_tokens)
-        sampler = sampler_bytes_per_logit(coefficients, sampler_kernel, num_reqs) * num_reqs * model.vocab_size
+        if runner_v2:
+            sampler = float(
+                runner_v2_sampler_bytes(
+                    model,
+                    num_reqs=num_reqs,
+                    tokens=tokens,
+                    tp=tp,
+                    dtype_bytes=dtype_bytes,
+                    warmup_pass=runner_v2_sampler_warmup,
+                    flashinfer=flashinfer_sampler,
+                )
+            )
+        else:
+            sampler = sampler_bytes_per_logit(coefficients, sampler_kernel, num_reqs) * num_reqs * model.vocab_size
         if moe_workspace_held and model.quantization is None:
             # vllm 0.14+ model_executor/layers/fused_moe/modular_kernel.py: workspaces from
             # current_workspace_manager() outlive the forward pass (quantized MoE kernels not verified).

@@ -7,6 +7,7 @@ This is the arithmetic core shared by ``make_plan`` (predictions from the GPU al
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -17,7 +18,12 @@ from planner.kv.capacity import KvLayout, StageKv
 from planner.kv.dtypes import KvDtype, resolve_kv_dtype
 from planner.kv.grouping import Grouping, group_layers, group_packed, stage_group_size
 from planner.kv.specs import RankLayout, build_layer_caches, deepseek_v4_caches
-from planner.memory.activation import activation_peak, sampler_kernel_in_force
+from planner.memory.activation import (
+    activation_peak,
+    runner_v2_flashinfer_sampler,
+    runner_v2_sampler_state_bytes,
+    sampler_kernel_in_force,
+)
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.memory.cudagraph import cuda_graph_bytes
 from planner.memory.mxfp4 import padding_bytes_per_moe_layer
@@ -145,12 +151,17 @@ def in_flight_tokens(release: Release, resolved: ResolvedArgs, pp: int, runner_v
 _RUNNER_V2_ARCHITECTURES = {"DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "Qwen2MoeForCausalLM"}
 
 
-def uses_model_runner_v2(model: ModelSpec, release: Release) -> bool:
-    """Whether vLLM runs the model with Model Runner V2 by default (``VllmConfig.use_v2_model_runner``)."""
+def uses_model_runner_v2(model: ModelSpec, release: Release, env: Mapping[str, str] | None = None) -> bool:
+    """Whether vLLM runs the model with Model Runner V2 (``VllmConfig.use_v2_model_runner``)."""
+    if release.model_runner_v2_default == "never":
+        return False  # opt-in V2 runners before 0.26 were not read: planned as the V1 runner
+    forced = (env or {}).get("VLLM_USE_V2_MODEL_RUNNER", "").strip()
+    if forced.isdigit():
+        # 0.26-0.33 envs.py maybe_convert_bool: bool(int(value)) overrides the default either way (what
+        # the memory terms then are: planner/memory/activation.py).
+        return int(forced) != 0
     if release.model_runner_v2_default == "all":  # 0.29+: every model the V2 runner supports
         return True
-    if release.model_runner_v2_default == "never":
-        return False
     # 0.26-0.28 _is_default_v2_model_runner_model: listed architectures, else dense models; a Mamba hybrid
     # or attention-free model only when listed (none of those kv-planner plans is).
     if "M" in model.layer_pattern:
@@ -316,7 +327,8 @@ def stage_memory(
 ) -> list[StageMemory]:
     """Each PP stage's budget terms (every TP rank of a stage is alike). ``deltas`` are measured-minus-
     predicted corrections from a calibration file, added to every stage. ``runner_v2``: Model Runner V2
-    runs the model (its CUDA-graph estimate is 0 before 0.29, so nothing is subtracted)."""
+    runs the model (its CUDA-graph estimate is 0 before 0.29, so nothing is subtracted; its sampler warm-up
+    and sampler state are its own, planner/memory/activation.py)."""
     d = deltas or TermDeltas()
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     # ceil(total x util) from 0.14 (request_memory); a float product before, floored by the block division.
@@ -329,6 +341,10 @@ def stage_memory(
     start = 0
     for stage, count in enumerate(partition):
         last = stage == pp - 1
+        # Model Runner V2 allocates a later stage's received hidden states and residual when the model loads
+        # (v1/worker/gpu/model_runner.py load_model), the V1 runner in its first dummy run (gpu_model_runner.py
+        # _dummy_run): under 0.26's accounting the V2 buffers are in no term; from 0.27 both count.
+        receives = stage > 0 and not (runner_v2 and release.non_kv_accounting == "profile_peak")
         peak = activation_peak(
             model,
             coefficients=coefficients,
@@ -337,10 +353,19 @@ def stage_memory(
             tp=tp,
             dtype_bytes=dtype_bytes,
             last_stage=last,
-            receives_from_previous_stage=stage > 0,
+            receives_from_previous_stage=receives,
             sampler_kernel=sampler_kernel_in_force(release.sampler_kernel, args.env),
             moe_workspace_held=release.moe_workspace_held,
             eager_engine=resolved.engine == "v0",
+            runner_v2=runner_v2,
+            runner_v2_sampler_warmup=release.runner_v2_sampler_warmup,
+            flashinfer_sampler=runner_v2_flashinfer_sampler(args.env),
+        )
+        # V2's per-slot sampler state is allocated at load: counted (as consumed memory) from 0.27 only.
+        sampler_state = (
+            runner_v2_sampler_state_bytes(model, resolved.max_num_seqs)
+            if runner_v2 and last and release.non_kv_accounting == "consumed_since_init"
+            else 0
         )
         moe_layers = moe_layer_count(model, start, count)
         graphs = cuda_graph_bytes(
@@ -369,6 +394,7 @@ def stage_memory(
                 non_torch_bytes=max(
                     0,
                     non_torch_bytes(gpu, tp=tp, pp=pp, coefficients=coefficients, device_scope=device_scope)
+                    + sampler_state
                     + d.non_torch_bytes,
                 ),
                 activation_peak_bytes=max(0, peak.peak_bytes + d.activation_peak_bytes),
@@ -520,7 +546,7 @@ def compute_engine(
             field="--speculative-config",
         )
     rank, grouping, drafter_layers, drafter_notes = with_drafter_layers(rank, grouping, drafter, release)
-    runner_v2 = uses_model_runner_v2(model, release)
+    runner_v2 = uses_model_runner_v2(model, release, args.env)
     asynchronous = resolved.async_scheduling
     if drafter is not None and version is not None:
         runner_v2 = runner_v2 and runner_v2_takes(drafter.method, version, pp)

@@ -36,6 +36,8 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("mxfp4_blackwell_intermediate_align", "MXFP4 B200 intermediate align"),
     ("model_runner_v2_default", "Model Runner V2 default"),
     ("runner_v2_graph_estimate", "V2 runner graph estimate"),
+    ("runner_v2_sampler_warmup", "V2 sampler warm-up pass"),
+    ("non_kv_accounting", "non-KV accounting"),
     ("nemotron_h_ssm_default", "NemotronH SSM default"),
     ("mla_hybrid_block_align", "MLA + Mamba block align"),
     ("deepseek_v4_grouping", "DeepSeek-V4 grouping"),

@@ -28,6 +28,7 @@ SamplerKernel = Literal["flashinfer_if_installed", "sort_scatter", "triton_batch
 NonTorchScope = Literal["init_free", "device", "baseline"]
 MlaHybridAlign = Literal["64", "backend", "128"]
 DeepseekV4Grouping = Literal["unified", "packed"]
+NonKvAccounting = Literal["profile_peak", "consumed_since_init"]
 
 
 @total_ordering
@@ -150,6 +151,23 @@ class Release(BaseModel):
         "dense (0.26-0.28: generate models that are neither MoE, unless listed, nor Mamba hybrids), all "
         "(0.29+). With async scheduling and PP > 1 it keeps pp + 1 batches in flight, the V1 runner pp "
         "(VllmConfig.max_concurrent_batches, 0.26+)",
+    )
+    runner_v2_sampler_warmup: bool = Field(
+        default=False,
+        description="Model Runner V2's sampler warm-up in the profile run (v1/worker/gpu/model_runner.py "
+        "_dummy_sampler_run): one greedy pass over model-dtype logits (<= 0.32: the dummy requests keep the "
+        "sampling states' defaults), or a second pass with SamplingParams.for_sampler_warmup that copies the "
+        "logits to fp32 and samples with top-k/top-p (0.33+; planner/memory/activation.py "
+        "runner_v2_sampler_bytes)",
+    )
+    non_kv_accounting: NonKvAccounting = Field(
+        default="profile_peak",
+        description="what the V1 worker subtracts besides the KV cache (utils/mem_utils.py memory_profiling, "
+        "v1/worker/gpu_worker.py determine_available_memory): profile_peak (<= 0.26: weights + non-torch "
+        "growth + torch's peak increase over the profile run, so torch buffers allocated between init_device "
+        "and the profile run are in no term), consumed_since_init (0.27+: everything consumed on the device "
+        "since init_device + the profile run's transient peak, so they count: Model Runner V2's sampler "
+        "state, runner_v2_sampler_state_bytes)",
     )
     runner_v2_graph_estimate: bool = Field(
         default=False,
@@ -461,7 +479,8 @@ _R_0_26 = _row(
     "0.26.0",
     "0.26.0: config/vllm.py max_in_flight_tokens, max_concurrent_batches, _is_default_v2_model_runner_model, "
     "v1/kv_cache_interface.py, v1/core/kv_cache_utils.py (error text), platforms/interface.py "
-    "_align_hybrid_block_size (MLA hybrids: still the backend's block)",
+    "_align_hybrid_block_size (MLA hybrids: still the backend's block), v1/worker/gpu/model_runner.py profile_run, "
+    "_dummy_sampler_run, load_model, v1/worker/gpu/sample/sampler.py, states.py, penalties.py",
     sliding_in_flight="concurrent_batches",
     model_runner_v2_default="dense",
 )
@@ -469,10 +488,12 @@ _R_0_27 = _row(
     _R_0_26,
     "0.27.0",
     "0.27.1: model_executor/layers/fused_moe/oracle/mxfp4.py (TRT-LLM intermediate to 128), "
-    "v1/core/kv_cache_utils.py, v1/kv_cache_interface.py, engine/arg_utils.py, platforms/interface.py "
-    "_align_hybrid_block_size (MLA hybrids: at least 128)",
+    "utils/mem_utils.py memory_profiling and v1/worker/gpu_worker.py determine_available_memory (total_consumed "
+    "+ transient_peak_headroom), v1/core/kv_cache_utils.py, v1/kv_cache_interface.py, engine/arg_utils.py, "
+    "platforms/interface.py _align_hybrid_block_size (MLA hybrids: at least 128)",
     mxfp4_blackwell_intermediate_align=128,
     mla_hybrid_block_align="128",
+    non_kv_accounting="consumed_since_init",
 )
 _R_0_28 = _row(
     _R_0_27,
@@ -533,9 +554,11 @@ _R_0_33 = _row(
     "0.33.0: v1/core/kv_cache_planning.py, v1/core/kv_cache_utils.py, engine/arg_utils.py, config/cache.py, "
     "model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py, config/vllm.py _set_cudagraph_sizes (as 0.32), "
     "models/deepseek_v4 (attention.py, compressor.py, nvidia/), models/kimi_k3/nvidia, "
-    "model_executor/layers/mamba/gdn/kimi_gdn_linear_attn.py",
+    "model_executor/layers/mamba/gdn/kimi_gdn_linear_attn.py, v1/worker/gpu/model_runner.py _dummy_sampler_run "
+    "(for_sampler_warmup pass), v1/worker/gpu/sample/sampler.py",
     mamba_prefix_mode="align",
     kv_cache_dtypes=_D7,
+    runner_v2_sampler_warmup=True,
 )
 
 # The V0 worker's accounting changed in two patch releases (vLLM #9352 in 0.6.4, #10511 in 0.6.5).
