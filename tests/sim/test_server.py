@@ -120,6 +120,10 @@ def test_garbage_body_is_a_400(sim: RunningSimulator) -> None:
 
 
 def test_metrics_page_is_vllm_shaped(sim: RunningSimulator) -> None:
+    # Two requests that end by length, made here: under pytest-xdist the module's other tests (which
+    # make such requests too) may run on another worker with its own simulator.
+    for _ in range(2):
+        httpx.post(f"{sim.url}/v1/completions", json={"model": "org/model-7b", "prompt": [5] * 10, "max_tokens": 3})
     text = httpx.get(sim.metrics_url).text
     families = _families(text)
     assert ("vllm:kv_cache_usage_perc" in families) and ("vllm:gpu_cache_usage_perc" not in families)
