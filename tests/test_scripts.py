@@ -54,6 +54,6 @@ def test_fast_lane_installs_nothing_and_selects_the_quick_tests(tmp_path: Path) 
     calls = log.read_text().splitlines()
     assert not any("pip" in call or "mypy" in call for call in calls), calls
     quick = "-m pytest -m not slow and not needs_helm and not needs_prometheus"
-    # --dist loadgroup keeps xdist_group-marked tests (the README examples) on one worker.
-    assert calls[-1] == f"{quick} -n auto --dist loadgroup -k golden"
+    # --dist loadfile keeps a module on one worker: the README examples run in order in one folder.
+    assert calls[-1] == f"{quick} -n auto --dist loadfile -k golden"
     assert any(call.startswith("-m ruff check") for call in calls)
