@@ -34,6 +34,8 @@ def test_sampler_kernel_per_release() -> None:
     # defaults to True.
     assert _kernel("0.10.1") == "flashinfer_if_installed"
     assert _kernel("0.11.0") == "flashinfer_if_installed"
+    # 0.11.1/0.11.2 topk_topp_sampler.py: "Users must opt in explicitly via VLLM_USE_FLASHINFER_SAMPLER=1".
+    assert _kernel("0.11.1") == _kernel("0.11.2") == "sort_scatter"
     assert _kernel("0.12.0") == _kernel("0.16.0") == "sort_scatter"
     assert _kernel("0.17.1") == _kernel("0.20.2") == "triton_batch8"
     assert _kernel("0.21.0") == _kernel("0.33.0") == "flashinfer"
@@ -150,6 +152,20 @@ def test_v0_profile_samples_on_the_sort_path() -> None:
     )
     assert v0_on_08.resolved.engine == "v0"
     assert v0_on_08.engine.memory[0].activation_peak_bytes == int(per_logit * seqs * spec.vocab_size)
+
+
+def test_from_0111_an_installed_flashinfer_does_not_sample() -> None:
+    """0.11.1 v1/sample/ops/topk_topp_sampler.py: with VLLM_USE_FLASHINFER_SAMPLER unset TopKTopPSampler takes
+    forward_native (the sort + scatter path) even with FlashInfer installed; 0.11.0 took FlashInfer. So the
+    same startup leaves less KV memory on 0.11.2 than on 0.11.0 (community startups with FlashInfer
+    installed: Meta-Llama-3-8B on an H200, Qwen2.5-Coder-14B on an L40S, both 0.11.2)."""
+    spec, gpu = lookup_model("meta-llama/Meta-Llama-3-8B-Instruct"), lookup_gpu("H200-141GB")
+    args = ServingArgs(max_model_len=1024, gpu_memory_utilization=0.9)
+    old = predict(spec, gpu, args, vllm_version="0.11.0").engine.memory[0]
+    new = predict(spec, gpu, args, vllm_version="0.11.2").engine.memory[0]
+    per_logit = sampler_bytes_per_logit(DEFAULT_COEFFICIENTS, "sort_scatter", 1024)
+    assert new.activation_peak_bytes == int(per_logit * 1024 * spec.vocab_size)  # H200: 1024 dummy requests
+    assert new.kv_bytes < old.kv_bytes - 2 * GiB
 
 
 def test_without_flashinfer_the_010_011_sampler_sorts() -> None:
