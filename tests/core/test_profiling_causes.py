@@ -6,7 +6,7 @@ Every expectation cites the file of vLLM's source it was read in (``pip download
 from __future__ import annotations
 
 from planner.calibration.dataset import dataset_records
-from planner.calibration.validate import resolve_record_model, serving_args
+from planner.calibration.validate import resolve_record_model, serving_args, validate_records
 from planner.gpus.catalog import lookup_gpu
 from planner.memory.activation import (
     dense_width,
@@ -208,3 +208,24 @@ def test_the_sort_path_reproduces_the_logged_activation_peaks_of_010_without_fla
         assert record.activation_peak_gib is not None
         assert abs(planned - record.activation_peak_gib) / record.activation_peak_gib < 0.02, record.id
     assert checked > 0
+
+
+def test_prefix_caching_as_given_decides_a_hybrid_requests_state_blocks() -> None:
+    """vLLM 0.27.1 on Qwen3.6-27B-FP8 (H100, --enable-prefix-caching, phivan3008/meeting-translator
+    vllm_serve.log): 857 blocks of 784 tokens print 'Maximum concurrency for 4,096 tokens per request:
+    71.42x' = 857 / 12 (6 attention blocks + 2 per Gated DeltaNet group in align mode). Planned with the
+    release's default (prefix caching off for hybrids), a request needs 9 blocks (95.22x); the record's
+    prefix_caching flag reaches the plan."""
+    startup = next(r for r in dataset_records() if r.id == "c029")
+    assert startup.enable_prefix_caching is True
+    spec, online = resolve_record_model(startup, lookup_model)
+    gpu = lookup_gpu(startup.gpu or "")
+    given = serving_args(startup, online_quantization=online)
+    assert given.enable_prefix_caching is True
+    report = validate_records([startup], lookup_model=lookup_model, lookup_gpu=lookup_gpu).records[0]
+    assert report.layout is not None and report.layout.exact and report.layout.tokens == 292_522
+    default = validate_records(
+        [startup.model_copy(update={"enable_prefix_caching": None})], lookup_model=lookup_model, lookup_gpu=lookup_gpu
+    ).records[0]
+    assert default.layout is not None and not default.layout.exact
+    assert gpu.name == "H100-80GB" and spec.mamba is not None
