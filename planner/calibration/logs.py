@@ -161,6 +161,7 @@ def parse_startup_log(text: str | Iterable[str], *, record_id: str = "log") -> S
         max_num_batched_tokens=_int(args.get("max_num_batched_tokens")),
         block_size=_int(args.get("block_size")),
         enforce_eager=bool(args.get("enforce_eager", False)),
+        enable_prefix_caching=prefix if isinstance(prefix := args.get("enable_prefix_caching"), bool) else None,
         quantization=args.get("quantization"),
         total_gpu_memory_gib=total_gib,
         weights_gib=weights,

@@ -43,6 +43,9 @@ class StartupRecord(BaseModel):
     # False: the startup ran without FlashInfer's sampler (not installed: the log warns "FlashInfer is not
     # available", or VLLM_USE_FLASHINFER_SAMPLER=0); None: the release's default.
     flashinfer_sampler: bool | None = None
+    # As given on the command line (non-default args); None: the release's default. On a hybrid Mamba model it
+    # decides how many state blocks vLLM counts per request (the "Maximum concurrency" figure).
+    enable_prefix_caching: bool | None = None
     total_gpu_memory_gib: float | None = None
     weights_gib: float | None = None
     non_torch_gib: float | None = None

@@ -89,7 +89,7 @@ def moe_width(model: ModelSpec, tp: int) -> float:
 
 
 def sampler_kernel_in_force(kernel: str, env: Mapping[str, str]) -> str:
-    """The release's top-k/top-p kernel as the environment leaves it. Up to 0.11
+    """The release's top-k/top-p kernel as the environment leaves it. Up to 0.11.0
     (``flashinfer_if_installed``) ``TopKTopPSampler`` takes FlashInfer only when it is installed and
     ``VLLM_USE_FLASHINFER_SAMPLER`` is not false; otherwise ``forward_native`` -> ``apply_top_k_top_p``,
     the PyTorch sort + scatter path (``v1/sample/ops/topk_topp_sampler.py``, which logs "Falling back to

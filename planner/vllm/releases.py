@@ -131,8 +131,8 @@ class Release(BaseModel):
     sampler_kernel: SamplerKernel = Field(
         default="flashinfer_if_installed",
         description="top-k/top-p kernel of the sampler warm-up (v1/sample/ops/topk_topp_sampler.py): "
-        "FlashInfer when installed (<= 0.11, VLLM_USE_FLASHINFER_SAMPLER unset = on), PyTorch sort + "
-        "scatter copy (0.12-0.16, FlashInfer opt-in), Triton for >= 8 requests (0.17-0.20), FlashInfer "
+        "FlashInfer when installed (<= 0.11.0, VLLM_USE_FLASHINFER_SAMPLER unset = on), PyTorch sort + "
+        "scatter copy (0.11.1-0.16, FlashInfer opt-in), Triton for >= 8 requests (0.17-0.20), FlashInfer "
         "on by default (0.21+)",
     )
     mxfp4_blackwell_intermediate_align: int = Field(
@@ -356,8 +356,17 @@ _R_0_11 = _row(
     strided_groups=True,
     kv_cache_dtypes=_D2,
 )
-_R_0_12 = _row(
+# 0.11.1 made FlashInfer's top-k/top-p sampler opt-in (v1/sample/ops/topk_topp_sampler.py: forward_cuda only
+# when VLLM_USE_FLASHINFER_SAMPLER is set true, else forward_native -> apply_top_k_top_p, the sort + scatter
+# path 0.12 also takes); 0.11.0 still took FlashInfer whenever it was installed and the switch was not false.
+_R_0_11_1 = _row(
     _R_0_11,
+    "0.11.1",
+    "0.11.0, 0.11.1 and 0.11.2: v1/sample/ops/topk_topp_sampler.py (TopKTopPSampler.__init__), envs.py",
+    sampler_kernel="sort_scatter",
+)
+_R_0_12 = _row(
+    _R_0_11_1,
     "0.12.0",
     "0.12.0: v1/core/kv_cache_utils.py, config/vllm.py, engine/arg_utils.py, model_executor/models/config.py "
     "HybridAttentionMambaModelConfig (MLA hybrids: 64)",
@@ -594,6 +603,7 @@ RELEASES: tuple[Release, ...] = (
     _R_0_10,
     _R_0_10_2,
     _R_0_11,
+    _R_0_11_1,
     _R_0_12,
     _R_0_13,
     _R_0_14,

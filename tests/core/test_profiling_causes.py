@@ -6,7 +6,7 @@ Every expectation cites the file of vLLM's source it was read in (``pip download
 from __future__ import annotations
 
 from planner.calibration.dataset import dataset_records
-from planner.calibration.validate import resolve_record_model, serving_args
+from planner.calibration.validate import resolve_record_model, serving_args, validate_records
 from planner.gpus.catalog import lookup_gpu
 from planner.memory.activation import (
     dense_width,
@@ -34,6 +34,8 @@ def test_sampler_kernel_per_release() -> None:
     # defaults to True.
     assert _kernel("0.10.1") == "flashinfer_if_installed"
     assert _kernel("0.11.0") == "flashinfer_if_installed"
+    # 0.11.1/0.11.2 topk_topp_sampler.py: "Users must opt in explicitly via VLLM_USE_FLASHINFER_SAMPLER=1".
+    assert _kernel("0.11.1") == _kernel("0.11.2") == "sort_scatter"
     assert _kernel("0.12.0") == _kernel("0.16.0") == "sort_scatter"
     assert _kernel("0.17.1") == _kernel("0.20.2") == "triton_batch8"
     assert _kernel("0.21.0") == _kernel("0.33.0") == "flashinfer"
@@ -152,6 +154,20 @@ def test_v0_profile_samples_on_the_sort_path() -> None:
     assert v0_on_08.engine.memory[0].activation_peak_bytes == int(per_logit * seqs * spec.vocab_size)
 
 
+def test_from_0111_an_installed_flashinfer_does_not_sample() -> None:
+    """0.11.1 v1/sample/ops/topk_topp_sampler.py: with VLLM_USE_FLASHINFER_SAMPLER unset TopKTopPSampler takes
+    forward_native (the sort + scatter path) even with FlashInfer installed; 0.11.0 took FlashInfer. So the
+    same startup leaves less KV memory on 0.11.2 than on 0.11.0 (community startups with FlashInfer
+    installed: Meta-Llama-3-8B on an H200, Qwen2.5-Coder-14B on an L40S, both 0.11.2)."""
+    spec, gpu = lookup_model("meta-llama/Meta-Llama-3-8B-Instruct"), lookup_gpu("H200-141GB")
+    args = ServingArgs(max_model_len=1024, gpu_memory_utilization=0.9)
+    old = predict(spec, gpu, args, vllm_version="0.11.0").engine.memory[0]
+    new = predict(spec, gpu, args, vllm_version="0.11.2").engine.memory[0]
+    per_logit = sampler_bytes_per_logit(DEFAULT_COEFFICIENTS, "sort_scatter", 1024)
+    assert new.activation_peak_bytes == int(per_logit * 1024 * spec.vocab_size)  # H200: 1024 dummy requests
+    assert new.kv_bytes < old.kv_bytes - 2 * GiB
+
+
 def test_without_flashinfer_the_010_011_sampler_sorts() -> None:
     """0.10/0.11 v1/sample/ops/topk_topp_sampler.py: TopKTopPSampler takes forward_cuda (FlashInfer) only
     when FlashInfer is installed and VLLM_USE_FLASHINFER_SAMPLER is not false; otherwise forward_native
@@ -192,3 +208,24 @@ def test_the_sort_path_reproduces_the_logged_activation_peaks_of_010_without_fla
         assert record.activation_peak_gib is not None
         assert abs(planned - record.activation_peak_gib) / record.activation_peak_gib < 0.02, record.id
     assert checked > 0
+
+
+def test_prefix_caching_as_given_decides_a_hybrid_requests_state_blocks() -> None:
+    """vLLM 0.27.1 on Qwen3.6-27B-FP8 (H100, --enable-prefix-caching, phivan3008/meeting-translator
+    vllm_serve.log): 857 blocks of 784 tokens print 'Maximum concurrency for 4,096 tokens per request:
+    71.42x' = 857 / 12 (6 attention blocks + 2 per Gated DeltaNet group in align mode). Planned with the
+    release's default (prefix caching off for hybrids), a request needs 9 blocks (95.22x); the record's
+    prefix_caching flag reaches the plan."""
+    startup = next(r for r in dataset_records() if r.id == "c029")
+    assert startup.enable_prefix_caching is True
+    spec, online = resolve_record_model(startup, lookup_model)
+    gpu = lookup_gpu(startup.gpu or "")
+    given = serving_args(startup, online_quantization=online)
+    assert given.enable_prefix_caching is True
+    report = validate_records([startup], lookup_model=lookup_model, lookup_gpu=lookup_gpu).records[0]
+    assert report.layout is not None and report.layout.exact and report.layout.tokens == 292_522
+    default = validate_records(
+        [startup.model_copy(update={"enable_prefix_caching": None})], lookup_model=lookup_model, lookup_gpu=lookup_gpu
+    ).records[0]
+    assert default.layout is not None and not default.layout.exact
+    assert gpu.name == "H100-80GB" and spec.mamba is not None
