@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from planner.errors import PlannerInputError
 from planner.untrusted import load_json, read_text
+from planner.vllm.args import Mxfp4Backend
 
 _POOL_LINE = re.compile(r"CUDA graph pool memory: [\d.]+ GiB \(actual\), ([\d.]+) GiB \(estimated\)")
 _ESTIMATE_LINE = re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB")
@@ -43,6 +44,8 @@ class StartupRecord(BaseModel):
     # False: the startup ran without FlashInfer's sampler (not installed: the log warns "FlashInfer is not
     # available", or VLLM_USE_FLASHINFER_SAMPLER=0); None: the release's default.
     flashinfer_sampler: bool | None = None
+    # The MXFP4 MoE kernel the log names ("Using Marlin backend"); None: the release's choice for the GPU.
+    mxfp4_backend: Mxfp4Backend | None = None
     total_gpu_memory_gib: float | None = None
     weights_gib: float | None = None
     non_torch_gib: float | None = None

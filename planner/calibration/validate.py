@@ -113,6 +113,7 @@ def serving_args(record: StartupRecord, *, online_quantization: bool) -> Serving
         quantization=record.quantization if online_quantization else None,
         enforce_eager=bool(record.enforce_eager),
         env=record_env(record),
+        mxfp4_backend=record.mxfp4_backend,
     )
 
 
