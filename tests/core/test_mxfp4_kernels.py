@@ -23,6 +23,7 @@ from planner.plan import make_plan
 from planner.plan.build import predict
 from planner.vllm.args import Mxfp4Backend, ServingArgs
 from planner.vllm.argv import parse_args
+from planner.vllm.argv_values import to_serving_args
 from planner.vllm.releases import resolve_release
 
 H100, B200, RTX5090, A100, L40S = (9, 0), (10, 0), (12, 0), (8, 0), (8, 9)
@@ -272,3 +273,18 @@ def test_the_band_keeps_the_heaviest_kernel_the_install_may_run(version: str) ->
     assert _band_term(args.model_copy(update={"mxfp4_backend": "marlin"}), "RTX-5090", version) == 0
     # Hopper 0.11.2: Marlin pads more than the Triton alternative, so nothing is added.
     assert _band_term(args, "H100-80GB", "0.11.2") == 0
+
+
+def test_a_manifest_carries_the_kernel_settings_to_the_plan() -> None:
+    """The webhook and ``planner check`` build ServingArgs from the container's args and environment
+    (VLLM_* kept): ``--moe-backend`` and VLLM_MXFP4_USE_MARLIN reach the kernel choice as vLLM reads them."""
+    args = to_serving_args({"moe_backend": "marlin"}, env={"VLLM_MXFP4_USE_MARLIN": "1", "HOME": "/root"})
+    assert args.moe_backend == "marlin"
+    assert args.env == {"VLLM_MXFP4_USE_MARLIN": "1"}
+    env_only = to_serving_args({}, env={"VLLM_MXFP4_USE_MARLIN": "1"})
+    triton = _weights("openai/gpt-oss-20b", "H100-80GB", "0.16.0")
+    assert _weights("openai/gpt-oss-20b", "H100-80GB", "0.16.0", env=env_only.env) > triton
+    # 0.24.0 no longer reads the variable (envs.py).
+    assert _weights("openai/gpt-oss-20b", "H100-80GB", "0.24.0", env=env_only.env) == _weights(
+        "openai/gpt-oss-20b", "H100-80GB", "0.24.0"
+    )
