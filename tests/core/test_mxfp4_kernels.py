@@ -205,10 +205,11 @@ def test_the_triton_layout_reproduces_a_logged_h100_load() -> None:
     after loading weights: 12.92 GiB", then "Model loading took 13.64 GiB" once the layout is converted.
     The checkpoint's shapes (12.83 GiB) were 0.81 GiB short; the layout brings it within 0.2%."""
     record = _record("r039")
-    assert record.mxfp4_backend == "triton"
     spec, online = resolve_record_model(record, lookup_model)
     args = serving_args(record, online_quantization=online)
-    weights = predict(spec, lookup_gpu("H100-80GB"), args, vllm_version="0.19.0").engine.memory[0].weights_bytes
+    prediction = predict(spec, lookup_gpu("H100-80GB"), args, vllm_version="0.19.0")
+    assert prediction.engine.mxfp4 is not None and prediction.engine.mxfp4.backend == "triton"
+    weights = prediction.engine.memory[0].weights_bytes
     assert record.weights_gib is not None
     assert abs(weights / GiB - record.weights_gib) < 0.002 * record.weights_gib
     assert weights / GiB - 12.83 > 0.75
