@@ -289,3 +289,13 @@ def test_a_manifest_carries_the_kernel_settings_to_the_plan() -> None:
     assert _weights("openai/gpt-oss-20b", "H100-80GB", "0.24.0", env=env_only.env) == _weights(
         "openai/gpt-oss-20b", "H100-80GB", "0.24.0"
     )
+
+
+def test_the_recommended_flags_keep_the_moe_backend() -> None:
+    """The kernel sizes the experts, so the pasted flags keep --moe-backend (--mxfp4-backend is not vLLM's)."""
+    args = ServingArgs(max_model_len=8192, moe_backend="marlin", mxfp4_backend="marlin")
+    plan = make_plan(lookup_model("openai/gpt-oss-20b"), lookup_gpu("H100-80GB"), args, vllm_version="0.19.0")
+    assert plan.recommendation is not None
+    flags = plan.recommendation.vllm_args
+    assert flags[flags.index("--moe-backend") + 1] == "marlin"
+    assert not any("mxfp4" in flag for flag in flags)
