@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from planner.calibration.records import StartupRecord
 from planner.errors import PlannerInputError
 from planner.untrusted import load_json, read_text
+from planner.vllm.args import Mxfp4Backend
 
 
 class _Strict(BaseModel):
@@ -66,6 +67,11 @@ class Deployment(_Strict):
     )
     speculative_config: str | None = Field(
         default=None, description="--speculative-config as given (JSON); its drafter is part of the weights"
+    )
+    mxfp4_backend: Mxfp4Backend | None = Field(
+        default=None,
+        description="the MXFP4 MoE kernel the log names ('Using Marlin backend', \"Using 'TRITON' Mxfp4 MoE "
+        "backend\"): marlin | triton | flashinfer_trtllm | flashinfer_cutlass; null: the release's choice",
     )
 
 
@@ -115,6 +121,7 @@ class Startup(_Strict):
             enforce_eager=d.eager,
             flashinfer_sampler=d.flashinfer_sampler,
             enable_prefix_caching=d.prefix_caching,
+            mxfp4_backend=d.mxfp4_backend,
             total_gpu_memory_gib=m.total_gib,
             weights_gib=m.weights_gib,
             non_torch_gib=m.non_torch_gib,

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from planner.errors import PlannerInputError
 from planner.untrusted import load_json, read_text
+from planner.vllm.args import Mxfp4Backend
 
 _POOL_LINE = re.compile(r"CUDA graph pool memory: [\d.]+ GiB \(actual\), ([\d.]+) GiB \(estimated\)")
 _ESTIMATE_LINE = re.compile(r"Estimated CUDA graph memory: ([\d.]+) GiB")
@@ -46,6 +47,8 @@ class StartupRecord(BaseModel):
     # As given on the command line (non-default args); None: the release's default. On a hybrid Mamba model it
     # decides how many state blocks vLLM counts per request (the "Maximum concurrency" figure).
     enable_prefix_caching: bool | None = None
+    # The MXFP4 MoE kernel the log names ("Using Marlin backend"); None: the release's choice for the GPU.
+    mxfp4_backend: Mxfp4Backend | None = None
     total_gpu_memory_gib: float | None = None
     weights_gib: float | None = None
     non_torch_gib: float | None = None

@@ -114,6 +114,7 @@ def serving_args(record: StartupRecord, *, online_quantization: bool) -> Serving
         enforce_eager=bool(record.enforce_eager),
         enable_prefix_caching=record.enable_prefix_caching,
         env=record_env(record),
+        mxfp4_backend=record.mxfp4_backend,
     )
 
 

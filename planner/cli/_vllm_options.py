@@ -88,6 +88,19 @@ KvOffloadingSize = Annotated[
 KvOffloadingBackend = Annotated[
     str | None, typer.Option("--kv-offloading-backend", rich_help_panel=_V, help="native | lmcache.")
 ]
+MoeBackend = Annotated[
+    str | None,
+    typer.Option("--moe-backend", rich_help_panel=_V, help="vLLM's MoE kernel (0.17+): auto | marlin | triton | ..."),
+]
+Mxfp4Backend = Annotated[
+    str | None,
+    typer.Option(
+        "--mxfp4-backend",
+        help="Not a vLLM flag: the MXFP4 MoE kernel the install runs, as its log names it (marlin | triton | "
+        "flashinfer_trtllm | flashinfer_cutlass). Default: the release's choice, the band covering installs "
+        "with other extras.",
+    ),
+]
 VllmEnv = Annotated[
     list[str] | None,
     typer.Option(
@@ -133,6 +146,8 @@ def serving_args(
     kv_transfer_config: str | None = None,
     kv_offloading_size: float | None = None,
     kv_offloading_backend: str | None = None,
+    moe_backend: str | None = None,
+    mxfp4_backend: str | None = None,
     env: list[str] | None = None,
 ) -> ServingArgs:
     """Build ServingArgs from CLI values, with vLLM's value syntax and error messages."""
@@ -177,6 +192,8 @@ def serving_args(
             kv_transfer_config=kv_transfer_config,
             kv_offloading_size=kv_offloading_size,
             kv_offloading_backend=kv_offloading_backend,
+            moe_backend=moe_backend,
+            mxfp4_backend=mxfp4_backend,
             env=parse_env(env),
         )
     except ValidationError as error:

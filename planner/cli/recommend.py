@@ -189,6 +189,8 @@ def recommend(
     kv_transfer_config: v.KvTransferConfig = None,
     kv_offloading_size: v.KvOffloadingSize = None,
     kv_offloading_backend: v.KvOffloadingBackend = None,
+    moe_backend: v.MoeBackend = None,
+    mxfp4_backend: v.Mxfp4Backend = None,
     env: v.VllmEnv = None,
     gpu_share: Annotated[
         str | None,
@@ -240,6 +242,8 @@ def recommend(
         kv_transfer_config=kv_transfer_config,
         kv_offloading_size=kv_offloading_size,
         kv_offloading_backend=kv_offloading_backend,
+        moe_backend=moe_backend,
+        mxfp4_backend=mxfp4_backend,
         env=env,
     )
     corrections = _corrections(calibration)

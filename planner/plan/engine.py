@@ -26,7 +26,7 @@ from planner.memory.activation import (
 )
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.memory.cudagraph import cuda_graph_bytes
-from planner.memory.mxfp4 import padding_bytes_per_moe_layer
+from planner.memory.mxfp4 import BackendChoice, choose_backend, padding_bytes_per_moe_layer, parse_capability
 from planner.memory.nontorch import non_torch_bytes
 from planner.models.memo import IdentityMemo
 from planner.models.quantization import scheme_quantization
@@ -100,6 +100,24 @@ class EngineLayout:
     """vLLM runs the model with Model Runner V2 (``uses_model_runner_v2``, and the drafter allows it)."""
     async_scheduling: bool = False
     """Async scheduling is on (the resolved default, unless the drafter turns it off)."""
+    mxfp4: BackendChoice | None = None
+    """The MXFP4 MoE kernel planned (MXFP4 models on CUDA GPUs)."""
+    mxfp4_spread_bytes: int = 0
+    """How many more weight bytes (heaviest stage) the heaviest candidate kernel would hold."""
+
+
+def mxfp4_choice(model: ModelSpec, gpu: GpuSpec, args: ServingArgs, release: Release) -> BackendChoice:
+    """The MXFP4 MoE kernel vLLM runs for this model, GPU and release (none for other models)."""
+    quant = model.quantization
+    if model.moe is None or quant is None or quant.method != "mxfp4":
+        return BackendChoice(None)
+    return choose_backend(
+        release.mxfp4_rule,
+        parse_capability(gpu.compute_capability),
+        args.env,
+        moe_backend=args.moe_backend,
+        given=args.mxfp4_backend,
+    )
 
 
 def hybrid_manager_enabled(model: ModelSpec, args: ServingArgs, release: Release) -> tuple[bool, list[Finding]]:
@@ -586,18 +604,29 @@ def compute_engine(
         # exactly parameters x dtype bytes, whatever the files' size.
         estimated = False
     extra = lora_bytes(model, args, DTYPE_BYTES[resolved.dtype])
-    padding = padding_bytes_per_moe_layer(
-        model,
-        tp=tp,
-        expert_shards=expert_shards,
-        architecture=gpu.architecture,
-        blackwell_intermediate_align=release.mxfp4_blackwell_intermediate_align,
-    )
+    mxfp4 = mxfp4_choice(model, gpu, args, release)
+    paddings = {
+        backend: padding_bytes_per_moe_layer(
+            model,
+            tp=tp,
+            expert_shards=expert_shards,
+            backend=backend,
+            trtllm_intermediate_align=release.mxfp4_blackwell_intermediate_align,
+            triton_layout=release.mxfp4_triton_layout,
+            capability=parse_capability(gpu.compute_capability),
+        )
+        for backend in {mxfp4.backend, *mxfp4.candidates}
+    }
+    padding = paddings[mxfp4.backend]
+    # The heaviest kernel an install with other extras may run instead (0 when the kernel is known).
+    spread_per_layer = max(paddings.values()) - padding
     per_stage = []
+    spread = 0
     first = 0
     for stage_bytes, count in zip(weights.bytes_per_stage, partition, strict=True):
         moe_layers = moe_layer_count(model, first, count)
         per_stage.append(stage_bytes + extra + padding * moe_layers)
+        spread = max(spread, spread_per_layer * moe_layers)
         first += count
     if drafter is not None:
         per_stage[-1] += drafter.weights_bytes  # loaded by the runner with the target (last stage)
@@ -624,6 +653,8 @@ def compute_engine(
         weights_estimated=estimated,
         memory=memory,
         warnings=[*notes, *grouping.warnings],
+        mxfp4=mxfp4 if mxfp4.backend is not None else None,
+        mxfp4_spread_bytes=spread,
         drafter=drafter,
         drafter_layers=drafter_layers,
         model_runner_v2=runner_v2,

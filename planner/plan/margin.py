@@ -17,6 +17,10 @@ is built per term, in each direction, from the largest relative miss measured on
   have. The shipped evidence disagrees (one such startup has 0.86 GiB more non-KV memory, another none),
   so it is a margin, not a term: the largest miss measured on a multi-node record;
 * an unknown vLLM release: the spread of what the checked releases compute for the same flags;
+* an MXFP4 MoE kernel that depends on the install (issue 12 cause c): up to 0.11 the OAI Triton kernels
+  run only where the optional ``triton_kernels`` package was installed, and up to 0.11.0 FlashInfer was an
+  optional extra, so the plan takes the default install's kernel and keeps the weights the heaviest
+  other candidate would hold (planner/memory/mxfp4.py ``choose_backend``); 0 where the kernel is known;
 * the 0.01 GiB the log prints, so a band is never tighter than the evidence.
 
 A release without calibration records gets the widest bounds measured on any release. With
@@ -135,6 +139,7 @@ def kv_band(
     activation_kind: str,
     version_spread_bytes: int | None,
     tp_across_nodes: bool = False,
+    mxfp4_spread_bytes: int = 0,
     model: MarginModel | None = None,
 ) -> KvBand:
     """The band around ``memory.kv_cache_bytes``. ``version_spread_bytes`` is how much less KV memory the
@@ -212,6 +217,15 @@ def kv_band(
                 high_bytes=0,
                 basis="tensor parallelism across nodes: no custom all-reduce, NCCL over the network "
                 "(largest miss of the multi-node records)",
+            )
+        )
+    if mxfp4_spread_bytes > 0:
+        terms.append(
+            MarginTerm(
+                name="mxfp4_kernel",
+                low_bytes=mxfp4_spread_bytes,
+                high_bytes=0,
+                basis="the MXFP4 MoE kernel depends on the install's extras: the heaviest candidate's weights",
             )
         )
     if version_spread_bytes is not None:

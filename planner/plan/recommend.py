@@ -111,6 +111,8 @@ def vllm_args_for(
         out += ["--dtype", args.dtype]
     if args.quantization:
         out += ["--quantization", args.quantization]
+    if args.moe_backend and args.moe_backend != "auto":
+        out += ["--moe-backend", args.moe_backend]  # the MXFP4 kernel, so the experts' padding, follows it
     switches = [
         ("--enforce-eager", args.enforce_eager),
         ("--enable-expert-parallel", args.enable_expert_parallel),

@@ -8,7 +8,13 @@ fraction, ``kv_cache_memory_bytes`` is bytes, ``cpu_offload_gb`` is GiB) and vLL
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
+
+# planner/memory/mxfp4.py BACKENDS (memory sits beside vllm in the layers, so the names are repeated;
+# tests/core/test_profiling_causes.py keeps them equal).
+Mxfp4Backend = Literal["marlin", "triton", "flashinfer_trtllm", "flashinfer_cutlass", "exact"]
 
 KV_CACHE_DTYPES_ALL = (
     "auto",
@@ -133,6 +139,15 @@ class ServingArgs(BaseModel):
     max_lora_rank: int = Field(default=16, ge=1)
     mamba_cache_dtype: str = "auto"
     mamba_ssm_cache_dtype: str = "auto"
+    moe_backend: str | None = Field(
+        default=None, description="--moe-backend (0.17+; the MXFP4 kernel follows it from 0.19); None: auto"
+    )
+    mxfp4_backend: Mxfp4Backend | None = Field(
+        default=None,
+        description="not a vLLM flag: the MXFP4 MoE kernel the install is known to run (a startup log's "
+        "'Using ... backend' line, or what the image has installed); None: the release's choice for the GPU, "
+        "and the safety band covers the kernels an install with other extras would run",
+    )
     # Features that change capacity in ways kv-planner does not model: each gets a named warning.
     speculative_config: str | None = None
     kv_transfer_config: str | None = None

@@ -46,6 +46,7 @@ _STR = {
     "speculative_config",
     "kv_transfer_config",
     "kv_offloading_backend",
+    "moe_backend",
 }
 
 

@@ -33,6 +33,8 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("swap_space_flag", "--swap-space"),
     ("sampler_kernel", "sampler top-k/top-p"),
     ("moe_workspace_held", "MoE workspace held at sampling"),
+    ("mxfp4_rule", "MXFP4 kernel choice"),
+    ("mxfp4_triton_layout", "MXFP4 Triton layout H100"),
     ("mxfp4_blackwell_intermediate_align", "MXFP4 B200 intermediate align"),
     ("model_runner_v2_default", "Model Runner V2 default"),
     ("runner_v2_graph_estimate", "V2 runner graph estimate"),

@@ -29,6 +29,8 @@ NonTorchScope = Literal["init_free", "device", "baseline"]
 MlaHybridAlign = Literal["64", "backend", "128"]
 DeepseekV4Grouping = Literal["unified", "packed"]
 NonKvAccounting = Literal["profile_peak", "consumed_since_init"]
+Mxfp4Rule = Literal["v0_10_1", "v0_10_2", "v0_11_1", "v0_12", "v0_19", "v0_24"]
+Mxfp4TritonLayout = Literal["strided", "mma", "mma_pad64", "mma_groups4"]
 
 
 @total_ordering
@@ -139,6 +141,22 @@ class Release(BaseModel):
         default=256,
         description="MXFP4 MoE on Blackwell (FlashInfer TRT-LLM): intermediate size rounded up to this "
         "(256 in 0.10.1.1-0.26.0, 128 from 0.27; planner/memory/mxfp4.py)",
+    )
+    mxfp4_rule: Mxfp4Rule = Field(
+        default="v0_10_1",
+        description="how vLLM picks the MXFP4 MoE kernel (planner/memory/mxfp4.py choose_backend): v0_10_1 "
+        "(0.10.1.x: Marlin below SM100, torch 2.7.1 has no Triton path), v0_10_2 (0.10.2-0.11.0: Triton only "
+        "with the optional triton_kernels, which neither pip nor the image installs: Marlin on Hopper), v0_11_1 "
+        "(0.11.x: + VLLM_MXFP4_USE_MARLIN, FlashInfer a dependency), v0_12 (0.12-0.18: triton_kernels in the "
+        "wheel, Triton on SM90-10x), v0_19 (0.19-0.23: --moe-backend, then the variables, then the priority "
+        "list), v0_24 (0.24+: the variables are gone)",
+    )
+    mxfp4_triton_layout: Mxfp4TritonLayout = Field(
+        default="strided",
+        description="Hopper layout of the Triton path's MXFP4 weights (quantization/utils/mxfp4_utils.py "
+        "_swizzle_mxfp4, triton_kernels hopper_value.py/hopper_scale.py): strided (torch < 2.8.1, <= 0.11.0: "
+        "the loaded tensors in place), mma (0.11.1-0.16, 0.22-0.25: tile packs, a second copy of the scales), "
+        "mma_pad64 (0.17-0.21: both dims to 64 first), mma_groups4 (0.26+: scale groups to 4)",
     )
     moe_workspace_held: bool = Field(
         default=False,
@@ -340,13 +358,20 @@ _R_0_9_1 = _row(
 _R_0_10 = _row(
     _R_0_9_1,
     "0.10.0",
-    "0.10.1.1: v1/core/kv_cache_utils.py, config/cache.py, engine/arg_utils.py",
+    "0.10.1.1: v1/core/kv_cache_utils.py, config/cache.py, engine/arg_utils.py; 0.10.1 and 0.10.1.1: "
+    "quantization/mxfp4.py Mxfp4MoEMethod._should_use_marlin, create_weights, METADATA (torch==2.7.1, "
+    "flashinfer-python only in the flashinfer extra, no triton_kernels)",
     mla_block_size_blackwell=128,
     capture_rule="v0_10",
     kv_cache_dtypes=_D1,
 )
 _R_0_10_2 = _row(
-    _R_0_10, "0.10.2", "0.10.2: v1/worker/gpu_worker.py (kv_cache_memory_bytes)", kv_cache_memory_bytes_flag=True
+    _R_0_10,
+    "0.10.2",
+    "0.10.2: v1/worker/gpu_worker.py (kv_cache_memory_bytes), quantization/mxfp4.py get_mxfp4_backend, "
+    "quantization/utils/mxfp4_utils.py _swizzle_mxfp4 (strided below torch 2.8.1), METADATA (torch==2.8.0)",
+    kv_cache_memory_bytes_flag=True,
+    mxfp4_rule="v0_10_2",
 )
 _R_0_11 = _row(
     _R_0_10_2,
@@ -359,23 +384,32 @@ _R_0_11 = _row(
 # 0.11.1 made FlashInfer's top-k/top-p sampler opt-in (v1/sample/ops/topk_topp_sampler.py: forward_cuda only
 # when VLLM_USE_FLASHINFER_SAMPLER is set true, else forward_native -> apply_top_k_top_p, the sort + scatter
 # path 0.12 also takes); 0.11.0 still took FlashInfer whenever it was installed and the switch was not false.
+# The MXFP4 kernel rule was read against 0.11.0 and 0.11.2 too (quantization/mxfp4.py is the same in 0.11.1
+# and 0.11.2).
 _R_0_11_1 = _row(
     _R_0_11,
     "0.11.1",
-    "0.11.0, 0.11.1 and 0.11.2: v1/sample/ops/topk_topp_sampler.py (TopKTopPSampler.__init__), envs.py",
+    "0.11.0, 0.11.1 and 0.11.2: v1/sample/ops/topk_topp_sampler.py (TopKTopPSampler.__init__), envs.py; "
+    "quantization/mxfp4.py get_mxfp4_backend (VLLM_MXFP4_USE_MARLIN), "
+    "quantization/utils/mxfp4_utils.py _swizzle_mxfp4, utils/import_utils.py has_triton_kernels, METADATA "
+    "(torch==2.9.0, flashinfer-python required, no triton_kernels; no vllm/third_party/triton_kernels)",
     sampler_kernel="sort_scatter",
+    mxfp4_rule="v0_11_1",
+    mxfp4_triton_layout="mma",
 )
 _R_0_12 = _row(
     _R_0_11_1,
     "0.12.0",
     "0.12.0: v1/core/kv_cache_utils.py, config/vllm.py, engine/arg_utils.py, model_executor/models/config.py "
-    "HybridAttentionMambaModelConfig (MLA hybrids: 64)",
+    "HybridAttentionMambaModelConfig (MLA hybrids: 64), quantization/mxfp4.py get_mxfp4_backend (Triton on "
+    "SM 9.0-10.x), utils/import_utils.py has_triton_kernels, third_party/triton_kernels (in the wheel)",
     group_size_threshold=1.25,
     clamp_batched_tokens=True,
     capture_rule="v0_12",
     kv_cache_dtypes=_D3,
     mamba_prefix_mode="per_block",
     sampler_kernel="sort_scatter",
+    mxfp4_rule="v0_12",
 )
 _R_0_13 = _row(_R_0_12, "0.13.0", "0.13.0: v1/core/kv_cache_utils.py (error text)", fit_error_style="e2")
 _R_0_14 = _row(
@@ -410,9 +444,11 @@ _R_0_16 = _row(
 _R_0_17 = _row(
     _R_0_16,
     "0.17.0",
-    "0.17.1: v1/core/kv_cache_utils.py (fit check per worker), v1/sample/ops/topk_topp_sampler.py (Triton)",
+    "0.17.1: v1/core/kv_cache_utils.py (fit check per worker), v1/sample/ops/topk_topp_sampler.py (Triton), "
+    "third_party/triton_kernels/tensor_details/layout_details/hopper_value.py (pre-pad to 64)",
     fit_check="first_group",
     sampler_kernel="triton_batch8",
+    mxfp4_triton_layout="mma_pad64",
 )
 _R_0_18 = _row(
     _R_0_17,
@@ -431,8 +467,10 @@ _R_0_19 = _row(
     _R_0_18,
     "0.19.0",
     "0.19.0: v1/core/kv_cache_utils.py get_kv_cache_configs (all groups), model_executor/models/config.py "
-    "NemotronHForCausalLMConfig (SSM state float16 by default)",
+    "NemotronHForCausalLMConfig (SSM state float16 by default), fused_moe/oracle/mxfp4.py "
+    "select_mxfp4_moe_backend, quantization/mxfp4.py _setup_kernel (Triton keeps the loaded scales)",
     fit_check="all_groups",
+    mxfp4_rule="v0_19",
 )
 _R_0_20 = _row(
     _R_0_19,
@@ -464,8 +502,10 @@ _R_0_21 = _row(
 _R_0_22 = _row(
     _R_0_21,
     "0.22.0",
-    '0.22.1: v1/core/kv_cache_utils.py _check_enough_kv_cache_memory (error text: "model\'s", CPU backend)',
+    '0.22.1: v1/core/kv_cache_utils.py _check_enough_kv_cache_memory (error text: "model\'s", CPU backend); '
+    "0.22.0: third_party/triton_kernels hopper_value.py (no pre-pad again)",
     fit_error_style="e4",
+    mxfp4_triton_layout="mma",
 )
 _R_0_23 = _row(
     _R_0_22,
@@ -475,7 +515,9 @@ _R_0_23 = _row(
 _R_0_24 = _row(
     _R_0_23,
     "0.24.0",
-    "0.24.0: v1/core/kv_cache_utils.py get_kv_cache_capacity (same tokens formula), v1/kv_cache_interface.py",
+    "0.24.0: v1/core/kv_cache_utils.py get_kv_cache_capacity (same tokens formula), v1/kv_cache_interface.py, "
+    "fused_moe/oracle/mxfp4.py select_mxfp4_moe_backend and envs.py (no MXFP4 variables)",
+    mxfp4_rule="v0_24",
 )
 _R_0_25 = _row(
     _R_0_24,
@@ -489,8 +531,10 @@ _R_0_26 = _row(
     "0.26.0: config/vllm.py max_in_flight_tokens, max_concurrent_batches, _is_default_v2_model_runner_model, "
     "v1/kv_cache_interface.py, v1/core/kv_cache_utils.py (error text), platforms/interface.py "
     "_align_hybrid_block_size (MLA hybrids: still the backend's block), v1/worker/gpu/model_runner.py profile_run, "
-    "_dummy_sampler_run, load_model, v1/worker/gpu/sample/sampler.py, states.py, penalties.py",
+    "_dummy_sampler_run, load_model, v1/worker/gpu/sample/sampler.py, states.py, penalties.py, "
+    "quantization/utils/mxfp4_utils.py _swizzle_mxfp4 (Hopper scale groups to 4)",
     sliding_in_flight="concurrent_batches",
+    mxfp4_triton_layout="mma_groups4",
     model_runner_v2_default="dense",
 )
 _R_0_27 = _row(

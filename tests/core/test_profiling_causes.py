@@ -16,7 +16,6 @@ from planner.memory.activation import (
     sampler_kernel_in_force,
 )
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, GiB
-from planner.memory.mxfp4 import padded_sizes, padding_bytes_per_moe_layer
 from planner.models.catalog import lookup_model
 from planner.plan.build import predict
 from planner.vllm.args import ServingArgs
@@ -78,37 +77,6 @@ def test_moe_workspace_is_held_during_the_sampler_warm_up_from_014() -> None:
     # (max(forward, sampler) alone gave 1.50).
     assert abs(peak - record.activation_peak_gib) < 0.01 * record.activation_peak_gib
     assert moe_workspace_bytes(spec, 8192, 1, 2) == 8192 * 6 * (2048 + 2816) * 2
-
-
-def test_mxfp4_experts_are_padded_for_the_kernel_of_each_gpu_architecture() -> None:
-    # Marlin (0.10.1.1 quantization/mxfp4.py create_weights; 0.19.0/0.33.0 fused_moe/oracle/mxfp4.py):
-    # n % 256 and k % 128 -> hidden to 256, intermediate to 128.
-    assert padded_sizes(2880, 2880, architecture="ampere", blackwell_intermediate_align=256) == (3072, 2944)
-    assert padded_sizes(2880, 2880, architecture="blackwell", blackwell_intermediate_align=256) == (3072, 3072)
-    assert padded_sizes(2880, 2880, architecture="hopper", blackwell_intermediate_align=256) == (2880, 2880)
-    spec = lookup_model("openai/gpt-oss-20b")
-    extra = padding_bytes_per_moe_layer(
-        spec, tp=1, expert_shards=1, architecture="ampere", blackwell_intermediate_align=256
-    )
-    assert extra == int(32 * 3 * (3072 * 2944 - 2880 * 2880) * (0.5 + 1 / 32))
-    args = ServingArgs(max_model_len=8192)
-    a100 = predict(spec, lookup_gpu("A100-80GB"), args, vllm_version="0.19.0").engine.memory[0].weights_bytes
-    h100 = predict(spec, lookup_gpu("H100-80GB"), args, vllm_version="0.19.0").engine.memory[0].weights_bytes
-    assert a100 - h100 == 24 * extra
-
-
-def test_mxfp4_padding_reproduces_a_logged_a100_load() -> None:
-    """gpt-oss-120b, TP=4 on A100-80GB with vLLM 0.10.1.1 (Marlin): every rank logged "Model loading took
-    17.2217 GiB" (shipped record d103); the padded allocation is within 0.5% of it, the checkpoint's
-    shapes alone are 1.6 GiB short."""
-    record = next(r for r in dataset_records() if r.id == "d103")
-    spec, online = resolve_record_model(record, lookup_model)
-    args = serving_args(record, online_quantization=online)
-    weights = predict(spec, lookup_gpu("A100-80GB"), args, vllm_version="0.10.1.1").engine.memory[0].weights_bytes
-    unpadded = predict(spec, lookup_gpu("H100-80GB"), args, vllm_version="0.10.1.1").engine.memory[0].weights_bytes
-    assert record.weights_gib is not None
-    assert abs(weights / GiB - record.weights_gib) < 0.005 * record.weights_gib
-    assert record.weights_gib - unpadded / GiB > 1.0
 
 
 # Cause e: the V0 engine's profile run is eager PyTorch (no torch.compile). Two startups of one
