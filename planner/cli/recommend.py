@@ -189,6 +189,9 @@ def recommend(
     kv_transfer_config: v.KvTransferConfig = None,
     kv_offloading_size: v.KvOffloadingSize = None,
     kv_offloading_backend: v.KvOffloadingBackend = None,
+    limit_mm_per_prompt: v.LimitMmPerPrompt = None,
+    mm_processor_kwargs: v.MmProcessorKwargs = None,
+    skip_mm_profiling: v.SkipMmProfiling = False,
     env: v.VllmEnv = None,
     gpu_share: Annotated[
         str | None,
@@ -240,6 +243,9 @@ def recommend(
         kv_transfer_config=kv_transfer_config,
         kv_offloading_size=kv_offloading_size,
         kv_offloading_backend=kv_offloading_backend,
+        limit_mm_per_prompt=limit_mm_per_prompt,
+        mm_processor_kwargs=mm_processor_kwargs,
+        skip_mm_profiling=skip_mm_profiling,
         env=env,
     )
     corrections = _corrections(calibration)

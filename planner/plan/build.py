@@ -401,6 +401,7 @@ def margin_band(
         activation_kind=activation_kind(model),
         version_spread_bytes=spread,
         tp_across_nodes=args.tensor_parallel_across_nodes,
+        encoder_estimate_bytes=prediction.engine.encoder_band_bytes,
     )
     low = [stage.available_bytes - band.down_bytes for stage in prediction.layout.stages]
     layout = kv_layout(prediction.engine, prediction.release, prediction.resolved, args, low)

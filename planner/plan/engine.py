@@ -20,6 +20,7 @@ from planner.kv.specs import RankLayout, build_layer_caches, deepseek_v4_caches
 from planner.memory.activation import activation_peak, sampler_kernel_in_force
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.memory.cudagraph import cuda_graph_bytes
+from planner.memory.encoder import EncoderProfile, combined_peak, deepstack_buffer_bytes, encoder_profile, text_only
 from planner.memory.mxfp4 import padding_bytes_per_moe_layer
 from planner.memory.nontorch import non_torch_bytes
 from planner.models.memo import IdentityMemo
@@ -94,6 +95,14 @@ class EngineLayout:
     """vLLM runs the model with Model Runner V2 (``uses_model_runner_v2``, and the drafter allows it)."""
     async_scheduling: bool = False
     """Async scheduling is on (the resolved default, unless the drafter turns it off)."""
+    encoder: EncoderProfile | None = None
+    """The vision encoder part of vLLM's profile run (multimodal models; None when vLLM skips it)."""
+
+    @property
+    def encoder_band_bytes(self) -> int:
+        """How much more activation an encoder profile that is only estimated (KVP131) may need: its peak."""
+        encoder = self.encoder
+        return encoder.encoder_peak_bytes if encoder is not None and not encoder.modelled else 0
 
 
 def hybrid_manager_enabled(model: ModelSpec, args: ServingArgs, release: Release) -> tuple[bool, list[Finding]]:
@@ -313,6 +322,7 @@ def stage_memory(
     coefficients: MemoryCoefficients,
     deltas: TermDeltas | None = None,
     runner_v2: bool = False,
+    encoder: EncoderProfile | None = None,
 ) -> list[StageMemory]:
     """Each PP stage's budget terms (every TP rank of a stage is alike). ``deltas`` are measured-minus-
     predicted corrections from a calibration file, added to every stage. ``runner_v2``: Model Runner V2
@@ -371,7 +381,14 @@ def stage_memory(
                     non_torch_bytes(gpu, tp=tp, pp=pp, coefficients=coefficients, device_scope=device_scope)
                     + d.non_torch_bytes,
                 ),
-                activation_peak_bytes=max(0, peak.peak_bytes + d.activation_peak_bytes),
+                activation_peak_bytes=max(
+                    # Model Runner V2 runs the encoder on the first pipeline stage only; the V1 runner on every one.
+                    0,
+                    combined_peak(
+                        encoder if stage == 0 or not runner_v2 else None, peak.forward_bytes, peak.sampler_bytes
+                    )
+                    + d.activation_peak_bytes,
+                ),
                 cuda_graph_bytes=max(0, graphs + d.cuda_graph_bytes),
                 cuda_graph_counted=counted,
             )
@@ -483,6 +500,7 @@ def compute_engine(
     """``version`` and ``draft`` (the resolved drafter) size ``--speculative-config``."""
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     model = with_online_quantization(model, args)
+    model = text_only(model, args, release)
     if model.compressed_attention is not None:
         check_deepseek_v4(gpu, args, release, resolved)
     if model.mamba is not None and model.mamba.kind == "kda":
@@ -575,6 +593,22 @@ def compute_engine(
         first += count
     if drafter is not None:
         per_stage[-1] += drafter.weights_bytes  # loaded by the runner with the target (last stage)
+    dtype_bytes = DTYPE_BYTES[resolved.dtype]
+    per_stage[0] += deepstack_buffer_bytes(model, resolved.max_num_batched_tokens, dtype_bytes, model.hidden_size)
+    encoder, encoder_notes = encoder_profile(
+        model,
+        gpu,
+        args,
+        release,
+        max_num_batched_tokens=resolved.max_num_batched_tokens,
+        max_num_seqs=resolved.max_num_seqs,
+        max_model_len=resolved.max_model_len or model.derived_max_model_len,
+        dtype_bytes=dtype_bytes,
+        text_hidden_size=model.hidden_size,
+        runner_v2=runner_v2,
+        engine=resolved.engine,
+    )
+    notes += encoder_notes
     memory = stage_memory(
         model,
         gpu,
@@ -586,6 +620,7 @@ def compute_engine(
         coefficients=coefficients,
         deltas=deltas,
         runner_v2=runner_v2,
+        encoder=encoder,
     )
     return EngineLayout(
         kv_dtype=kv_dtype,
@@ -602,6 +637,7 @@ def compute_engine(
         drafter_layers=drafter_layers,
         model_runner_v2=runner_v2,
         async_scheduling=asynchronous,
+        encoder=encoder,
     )
 
 

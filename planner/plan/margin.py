@@ -17,6 +17,8 @@ is built per term, in each direction, from the largest relative miss measured on
   have. The shipped evidence disagrees (one such startup has 0.86 GiB more non-KV memory, another none),
   so it is a margin, not a term: the largest miss measured on a multi-node record;
 * an unknown vLLM release: the spread of what the checked releases compute for the same flags;
+* a multimodal model whose vision-encoder profile is not derived (planner/memory/encoder.py, KVP131): the
+  estimated encoder peak, below;
 * the 0.01 GiB the log prints, so a band is never tighter than the evidence.
 
 A release without calibration records gets the widest bounds measured on any release. With
@@ -136,6 +138,7 @@ def kv_band(
     version_spread_bytes: int | None,
     tp_across_nodes: bool = False,
     model: MarginModel | None = None,
+    encoder_estimate_bytes: int = 0,
 ) -> KvBand:
     """The band around ``memory.kv_cache_bytes``. ``version_spread_bytes`` is how much less KV memory the
     checked releases compute for the same flags when the release is unknown (None: release known)."""
@@ -212,6 +215,16 @@ def kv_band(
                 high_bytes=0,
                 basis="tensor parallelism across nodes: no custom all-reduce, NCCL over the network "
                 "(largest miss of the multi-node records)",
+            )
+        )
+    if encoder_estimate_bytes > 0:
+        terms.append(
+            MarginTerm(
+                name="vision_encoder",
+                low_bytes=encoder_estimate_bytes,
+                high_bytes=0,
+                basis="the vision encoder's profile run is not derived for this model or engine (KVP131): "
+                "its estimated peak",
             )
         )
     if version_spread_bytes is not None:

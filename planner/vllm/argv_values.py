@@ -35,6 +35,8 @@ _BOOL = {
     "async_scheduling",
     "disable_hybrid_kv_cache_manager",
     "enable_lora",
+    "skip_mm_profiling",
+    "language_model_only",
 }
 _STR = {
     "kv_cache_dtype",
@@ -46,6 +48,10 @@ _STR = {
     "speculative_config",
     "kv_transfer_config",
     "kv_offloading_backend",
+    "limit_mm_per_prompt",
+    "mm_processor_kwargs",
+    "mm_encoder_tp_mode",
+    "mm_encoder_attn_backend",
 }
 
 

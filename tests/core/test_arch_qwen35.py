@@ -75,6 +75,23 @@ QWEN35_35B_A3B: dict[str, Any] = {
         "tie_word_embeddings": False,
         "vocab_size": 248320,
     },
+    # ai-dynamo/aiconfigurator@095f58a51
+    # aic-core/src/aiconfigurator_core/model_configs/Qwen--Qwen3.5-35B-A3B_config.json
+    "vision_config": {
+        "deepstack_visual_indexes": [],
+        "depth": 27,
+        "hidden_act": "gelu_pytorch_tanh",
+        "hidden_size": 1152,
+        "in_channels": 3,
+        "intermediate_size": 4304,
+        "model_type": "qwen3_5_moe",
+        "num_heads": 16,
+        "num_position_embeddings": 2304,
+        "out_hidden_size": 2048,
+        "patch_size": 16,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+    },
 }
 
 
@@ -141,3 +158,4 @@ def test_registry_unknown_between_read_releases(a100) -> None:  # type: ignore[n
         predict(spec, a100, ServingArgs(), vllm_version="0.10.0", available_override=[40 * GiB])
     prediction = predict(spec, a100, ServingArgs(), vllm_version="0.15.0", available_override=[40 * GiB])
     assert Code.ARCHITECTURE_SUPPORT_UNKNOWN in [w.code for w in prediction.warnings]
+
