@@ -218,9 +218,10 @@ def _qwen_items(vision: VisionSpec, max_model_len: int, kwargs: dict[str, Any], 
     assert vision.encoder is not None and vision.patch_size is not None
     patch, merge, temporal = vision.patch_size, vision.spatial_merge_size, vision.temporal_patch_size
     unit = patch * merge
-    size = kwargs.get("size") if isinstance(kwargs.get("size"), dict) else {}
-    override = kwargs.get("max_pixels") or (size or {}).get("longest_edge")
-    max_pixels = int(override) if override else vision.max_pixels or _QWEN_MAX_PIXELS[vision.encoder]
+    size = kwargs.get("size")
+    size_edge = _pixels(size.get("longest_edge")) if isinstance(size, dict) else None
+    override = _pixels(kwargs.get("max_pixels")) or size_edge
+    max_pixels = override or vision.max_pixels or _QWEN_MAX_PIXELS[vision.encoder]
     if override:
         notes.append(f"max_pixels {max_pixels:,} from --mm-processor-kwargs")
     per_slice = _qwen_grid_tokens(max_pixels, unit)
@@ -229,8 +230,9 @@ def _qwen_items(vision: VisionSpec, max_model_len: int, kwargs: dict[str, Any], 
         tokens=per_slice, patches=per_slice * merge * merge, input_elements=per_slice * merge * merge * per_patch_input
     )
     if vision.encoder == "qwen3_vl":
-        # Qwen3-VL dummy video: 2 frames at the video processor's size.longest_edge / temporal_patch_size.
-        video_pixels = (vision.video_max_pixels or _QWEN3_VIDEO_MAX_PIXELS) // temporal
+        # Qwen3-VL dummy video: 2 frames at the video processor's size.longest_edge / temporal_patch_size; only a
+        # "size" override reaches it (qwen3_vl.py get_max_video_tokens: mm_kwargs.get("size", video_processor.size)).
+        video_pixels = (size_edge or vision.video_max_pixels or _QWEN3_VIDEO_MAX_PIXELS) // temporal
         slice_tokens = _qwen_grid_tokens(video_pixels, unit)
         video = _Item(slice_tokens, slice_tokens * merge * merge, slice_tokens * merge * merge * per_patch_input)
     else:
@@ -246,6 +248,18 @@ def _qwen_items(vision: VisionSpec, max_model_len: int, kwargs: dict[str, Any], 
         slices = tokens(frames) // per_slice
         video = _Item(tokens(frames), slices * image.patches, slices * image.input_elements)
     return {"image": image, "video": video}
+
+
+def _pixels(value: Any) -> int | None:
+    """A pixel count from --mm-processor-kwargs (vLLM passes it to the HF processor, which wants an integer)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise InvalidArgumentError(
+            f"argument --mm-processor-kwargs: a pixel count must be a positive number, got {value!r}",
+            flag="--mm-processor-kwargs",
+        )
+    return int(value)
 
 
 def _fixed_items(vision: VisionSpec) -> dict[str, _Item] | None:
@@ -273,8 +287,10 @@ def _layer_width(vision: VisionSpec, t: int, sdpa: bool) -> float:
     """Elements per patch alive at one encoder layer's peak (see the module docstring; vLLM 0.23 forwards)."""
     d = float(vision.hidden_size or 0)
     i = float(vision.intermediate_size or 4 * d)
-    concat = d / t if sdpa else 0.0
     family = vision.encoder
+    # torch_sdpa_wrapper runs packed (cu_seqlens) sequences one at a time and concatenates the outputs; batched
+    # towers (SigLIP, CLIP) call SDPA once.
+    concat = d / t if sdpa and family in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llama4") else 0.0
     if family in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llama4"):
         # x_in, norm1 out, proj out + qkv (3), rotated q/k copy and result (2 + 2), attention out (1)
         attention = 3 * d + 8 * d / t + concat
@@ -357,7 +373,9 @@ def encoder_profile(
     notes: list[str] = []
     modelled = vision.encoder is not None and engine == "v1"
     items_by_modality: dict[str, _Item] | None = None
-    if vision.encoder in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl") and vision.patch_size:
+    if vision.encoder is not None and not (vision.hidden_size and vision.patch_size and vision.num_heads):
+        modelled = False  # a family whose width or patch the config does not give: the generic estimate below
+    elif vision.encoder in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"):
         items_by_modality = _qwen_items(vision, max_model_len, kwargs, notes)
     elif vision.encoder is not None:
         items_by_modality = _fixed_items(vision)

@@ -259,6 +259,9 @@ def test_limits_parse_as_vllm_reads_them() -> None:
     for bad in ('{"image": -1}', "image", "[1]"):
         with pytest.raises(InvalidArgumentError):
             parse_limits(bad)
+    for kwargs in ('{"max_pixels": "lots"}', '{"max_pixels": -5}', "max_pixels=5", "[1]"):
+        with pytest.raises(InvalidArgumentError):
+            _profile("Qwen/Qwen3-VL-8B-Instruct", mm_processor_kwargs=kwargs)
 
 
 def test_config_parsing_reads_the_encoder_facts() -> None:
