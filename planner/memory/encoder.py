@@ -36,17 +36,14 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from planner.errors import InvalidArgumentError
 from planner.findings import Code, Finding
-from planner.gpus.spec import GpuSpec
-from planner.models.memo import IdentityMemo
 from planner.models.spec import ModelSpec, VisionSpec
-from planner.units import DTYPE_BYTES, GiB
-from planner.vllm.args import ServingArgs
-from planner.vllm.releases import Release
+from planner.units import GiB
 
 # Qwen processors' size.longest_edge as the published checkpoints ship it (preprocessor_config.json of
 # Qwen2-VL / Qwen2.5-VL: max_pixels 12845056; Qwen3-VL and Qwen3.5: size.longest_edge 16777216, video
@@ -55,7 +52,29 @@ _QWEN_MAX_PIXELS = {"qwen2_vl": 12_845_056, "qwen2_5_vl": 12_845_056, "qwen3_vl"
 _QWEN3_VIDEO_MAX_PIXELS = 25_165_824
 # qwen2_vl.py _MAX_FRAMES_PER_VIDEO: the most frames of a Qwen2-VL / Qwen2.5-VL dummy video.
 _QWEN2_MAX_FRAMES = 14
-_DEFAULT_LIMIT = {"cdiv_limit_1": 1, "floor_limit_999": 999}
+
+
+@dataclass(frozen=True)
+class EncoderRun:
+    """How vLLM runs the tower in its profile, from the serving flags and the release (built by
+    :func:`planner.plan.multimodal.encoder_run`)."""
+
+    limits: Mapping[str, int] = field(default_factory=dict)
+    """--limit-mm-per-prompt counts; a modality not given gets ``default_limit``."""
+    processor_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    default_limit: int = 999
+    items_cdiv: bool = False
+    """0.7.3: cdiv(budget, tokens) items instead of budget // tokens (Release.mm_items_rule)."""
+    chunked_prefill: bool = True
+    tensor_parallel_size: int = 1
+    data_parallel: bool = False
+    """--mm-encoder-tp-mode data: every rank runs the whole tower on its share of the items."""
+    attention: str = "FLASH_ATTN"
+    """The ViT attention backend: FLASH_ATTN, XFORMERS or TORCH_SDPA (:func:`vit_backend`)."""
+    pixtral_block_mask: bool = False
+    inputs_held: bool = True
+    """The V1 runner keeps the batched inputs through the text forward; Model Runner V2 does not."""
+    engine: str = "v1"
 
 
 @dataclass(frozen=True)
@@ -151,40 +170,9 @@ def parse_processor_kwargs(text: str | None) -> dict[str, Any]:
     return raw
 
 
-def _modalities(vision: VisionSpec) -> tuple[str, ...]:
+def modalities(vision: VisionSpec) -> tuple[str, ...]:
+    """The modalities that run through the tower (the Qwen processors also take videos)."""
     return ("image", "video") if vision.encoder in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl") else ("image",)
-
-
-def vision_tower_disabled(model: ModelSpec, args: ServingArgs, release: Release) -> bool:
-    """Every modality of the tower has limit 0 (or ``--language-model-only``): vLLM runs text only, without
-    the tower (from 0.10.2 it is not even built: :attr:`Release.vision_tower_skipped_at_zero_limit`)."""
-    if model.vision is None:
-        return False
-    if args.language_model_only:
-        return True
-    limits = parse_limits(args.limit_mm_per_prompt)
-    return all(limits.get(m, 1) == 0 for m in _modalities(model.vision))
-
-
-_TEXT_ONLY: IdentityMemo[ModelSpec] = IdentityMemo()
-
-
-def text_only(model: ModelSpec, args: ServingArgs, release: Release) -> ModelSpec:
-    """``model`` without its vision tower when vLLM does not build it (all limits 0 from 0.10.2): the tower's
-    weights are not loaded. An exact checkpoint size loses the tower's (estimated) bytes."""
-    if not (release.vision_tower_skipped_at_zero_limit and vision_tower_disabled(model, args, release)):
-        return model
-    vision = model.vision
-    assert vision is not None
-
-    def strip() -> ModelSpec:
-        checkpoint = model.checkpoint_bytes
-        if checkpoint is not None:
-            checkpoint = max(0, checkpoint - vision.parameters * DTYPE_BYTES[model.dtype])
-        parameters = model.parameters - vision.parameters if model.parameters is not None else None
-        return model.model_copy(update={"vision": None, "checkpoint_bytes": checkpoint, "parameters": parameters})
-
-    return _TEXT_ONLY.get(model, None, strip)
 
 
 def _closest_factor_pair(n: int) -> tuple[int, int]:
@@ -214,7 +202,9 @@ class _Item:
     input_elements: int
 
 
-def _qwen_items(vision: VisionSpec, max_model_len: int, kwargs: dict[str, Any], notes: list[str]) -> dict[str, _Item]:
+def _qwen_items(
+    vision: VisionSpec, max_model_len: int, kwargs: Mapping[str, Any], notes: list[str]
+) -> dict[str, _Item]:
     assert vision.encoder is not None and vision.patch_size is not None
     patch, merge, temporal = vision.patch_size, vision.spatial_merge_size, vision.temporal_patch_size
     unit = patch * merge
@@ -323,53 +313,34 @@ def _baseline_width(vision: VisionSpec) -> float:
     return rotary
 
 
-def _vit_backend(gpu: GpuSpec, args: ServingArgs, release: Release) -> str:
-    forced = (args.mm_encoder_attn_backend or args.env.get("VLLM_ATTENTION_BACKEND") or "").upper()
-    if forced in ("TORCH_SDPA", "SDPA"):
+def vit_backend(compute_capability: str | None, forced: str | None, xformers: bool) -> str:
+    """The ViT attention backend (0.23 platforms/cuda.py get_vit_attn_backend: FlashAttention needs compute
+    capability 8.0; below it xformers while vLLM requires it, else TORCH_SDPA); ``forced``:
+    --mm-encoder-attn-backend."""
+    if (forced or "").upper() in ("TORCH_SDPA", "SDPA"):
         return "TORCH_SDPA"
-    major = (gpu.compute_capability or "8.0").split(".")[0]
-    ampere = major.isdigit() and int(major) >= 8
-    if ampere:
+    major = (compute_capability or "8.0").split(".")[0]
+    if major.isdigit() and int(major) >= 8:
         return "FLASH_ATTN"
-    return "XFORMERS" if release.vit_xformers else "TORCH_SDPA"
+    return "XFORMERS" if xformers else "TORCH_SDPA"
 
 
 def encoder_profile(
     model: ModelSpec,
-    gpu: GpuSpec,
-    args: ServingArgs,
-    release: Release,
+    run: EncoderRun,
     *,
     max_num_batched_tokens: int,
     max_num_seqs: int,
     max_model_len: int,
     dtype_bytes: int,
     text_hidden_size: int,
-    runner_v2: bool,
-    engine: str,
 ) -> tuple[EncoderProfile | None, list[Finding]]:
-    """The encoder part of the profile run for ``model`` (None when vLLM does not run it), with the findings
-    that say what was planned (KVP130) or that it is not derived for this model or engine (KVP131)."""
+    """The encoder part of the profile run for ``model`` (None when nothing runs through the tower), with the
+    findings that say what was planned (KVP130) or that it is not derived for this model or engine (KVP131)."""
     vision = model.vision
-    if vision is None or vision_tower_disabled(model, args, release):
+    if vision is None:
         return None, []
-    if args.skip_mm_profiling:
-        return None, [
-            Finding.of(
-                Code.ENCODER_PROFILE,
-                "--skip-mm-profiling: vLLM does not profile the vision encoder, so its first image batches need "
-                "memory the KV budget did not reserve",
-            )
-        ]
-    if runner_v2 and not release.runner_v2_mm_profile:
-        return None, [
-            Finding.of(
-                Code.ENCODER_PROFILE,
-                f"Model Runner V2 in vLLM {release.since} profiles the text forward only (no vision encoder run)",
-            )
-        ]
-    limits = parse_limits(args.limit_mm_per_prompt)
-    kwargs = parse_processor_kwargs(args.mm_processor_kwargs)
+    limits, kwargs, engine = run.limits, run.processor_kwargs, run.engine
     notes: list[str] = []
     modelled = vision.encoder is not None and engine == "v1"
     items_by_modality: dict[str, _Item] | None = None
@@ -387,7 +358,7 @@ def encoder_profile(
         modelled = False
         if items_by_modality is None:
             return None, [_not_modelled(model, engine, None)]
-    default_limit = _DEFAULT_LIMIT[release.mm_items_rule]
+    default_limit = run.default_limit
     active = {m: item for m, item in items_by_modality.items() if limits.get(m, default_limit) > 0}
     if not active:
         return None, []
@@ -396,22 +367,21 @@ def encoder_profile(
     budget = max(max_num_batched_tokens, tokens)
     per_prompt = max(1, min(limits.get(modality, default_limit), max_model_len // tokens if max_model_len else 1))
     reqs = max_num_seqs
-    if args.enable_chunked_prefill is False:
+    if not run.chunked_prefill:
         reqs = min(reqs, max_num_batched_tokens // tokens)
-    by_budget = -(-budget // tokens) if release.mm_items_rule == "cdiv_limit_1" else budget // tokens
+    by_budget = -(-budget // tokens) if run.items_cdiv else budget // tokens
     items = max(1, min(by_budget, reqs * per_prompt))
-    tp = args.tensor_parallel_size
-    data_parallel = (args.mm_encoder_tp_mode or "weights") == "data"
-    t = 1 if data_parallel else tp
-    rank_items = -(-items // tp) if data_parallel else items
-    backend = _vit_backend(gpu, args, release)
+    tp = run.tensor_parallel_size
+    t = 1 if run.data_parallel else tp
+    rank_items = -(-items // tp) if run.data_parallel else items
+    backend = run.attention
     sdpa = backend == "TORCH_SDPA"
     patches = rank_items * item.patches
     width = _layer_width(vision, t, sdpa) + _baseline_width(vision)
     inputs = rank_items * item.input_elements * dtype_bytes
     peak = inputs + patches * width * dtype_bytes
     attention = backend
-    if vision.encoder == "pixtral" and release.pixtral_block_mask and not release.vit_xformers:
+    if vision.encoder == "pixtral" and run.pixtral_block_mask and backend != "XFORMERS":
         # generate_block_attention_mask: a (patches x patches) additive mask in the model dtype.
         peak += patches * patches * dtype_bytes
         attention = "TORCH_SDPA with a block mask"
@@ -419,7 +389,7 @@ def encoder_profile(
     outputs = rank_items * tokens * out_hidden * (1 + vision.deepstack_layers) * dtype_bytes
     # Deepstack features (Qwen3-VL) are taken from early layers and held while the later ones run.
     peak += rank_items * tokens * out_hidden * vision.deepstack_layers * dtype_bytes
-    held = outputs + (0 if runner_v2 else inputs)
+    held = outputs + (inputs if run.inputs_held else 0)
     profile = EncoderProfile(
         modality=modality,
         tokens_per_item=tokens,

@@ -20,7 +20,7 @@ from planner.kv.specs import RankLayout, build_layer_caches, deepseek_v4_caches
 from planner.memory.activation import activation_peak, sampler_kernel_in_force
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.memory.cudagraph import cuda_graph_bytes
-from planner.memory.encoder import EncoderProfile, combined_peak, deepstack_buffer_bytes, encoder_profile, text_only
+from planner.memory.encoder import EncoderProfile, combined_peak, deepstack_buffer_bytes
 from planner.memory.mxfp4 import padding_bytes_per_moe_layer
 from planner.memory.nontorch import non_torch_bytes
 from planner.models.memo import IdentityMemo
@@ -28,6 +28,7 @@ from planner.models.quantization import scheme_quantization
 from planner.models.spec import ModelSpec
 from planner.models.weights import WeightEstimate, estimate_weights, pp_partition
 from planner.plan.drafter import engine_drafter, with_drafter_layers
+from planner.plan.multimodal import multimodal_profile, text_only
 from planner.plan.speculative import DrafterCost, async_refused, drafter_turns_async_off, runner_v2_takes
 from planner.units import DTYPE_BYTES, GiB
 from planner.vllm.args import ServingArgs
@@ -595,7 +596,7 @@ def compute_engine(
         per_stage[-1] += drafter.weights_bytes  # loaded by the runner with the target (last stage)
     dtype_bytes = DTYPE_BYTES[resolved.dtype]
     per_stage[0] += deepstack_buffer_bytes(model, resolved.max_num_batched_tokens, dtype_bytes, model.hidden_size)
-    encoder, encoder_notes = encoder_profile(
+    encoder, encoder_notes = multimodal_profile(
         model,
         gpu,
         args,
@@ -604,7 +605,6 @@ def compute_engine(
         max_num_seqs=resolved.max_num_seqs,
         max_model_len=resolved.max_model_len or model.derived_max_model_len,
         dtype_bytes=dtype_bytes,
-        text_hidden_size=model.hidden_size,
         runner_v2=runner_v2,
         engine=resolved.engine,
     )

@@ -16,16 +16,11 @@ from planner.errors import InvalidArgumentError
 from planner.findings import Code, Finding
 from planner.gpus.catalog import lookup_gpu
 from planner.memory.coefficients import GiB
-from planner.memory.encoder import (
-    EncoderProfile,
-    combined_peak,
-    encoder_profile,
-    parse_limits,
-    vision_tower_disabled,
-)
+from planner.memory.encoder import EncoderProfile, combined_peak, parse_limits
 from planner.models.catalog import lookup_model
 from planner.models.config import parse_config
 from planner.plan.build import predict
+from planner.plan.multimodal import multimodal_profile, vision_tower_disabled
 from planner.vllm.args import ServingArgs
 from planner.vllm.releases import Release, resolve_release
 
@@ -47,7 +42,7 @@ def _profile(
     **flags: Any,
 ) -> tuple[EncoderProfile | None, list[Finding]]:
     model = lookup_model(model_id)
-    return encoder_profile(
+    return multimodal_profile(
         model,
         lookup_gpu(gpu),
         ServingArgs(**flags),
@@ -56,7 +51,6 @@ def _profile(
         max_num_seqs=seqs,
         max_model_len=length or model.derived_max_model_len,
         dtype_bytes=2,
-        text_hidden_size=model.hidden_size,
         runner_v2=runner_v2,
         engine=engine,
     )
@@ -138,9 +132,9 @@ def test_items_per_batch_follow_the_budget_and_the_per_prompt_limit() -> None:
 def test_zero_limits_and_skip_mm_profiling_remove_the_encoder() -> None:
     model = lookup_model("Qwen/Qwen3.5-4B")
     off = ServingArgs(limit_mm_per_prompt='{"image": 0, "video": 0}')
-    assert vision_tower_disabled(model, off, _release("0.23.0"))
-    assert vision_tower_disabled(model, ServingArgs(language_model_only=True), _release("0.23.0"))
-    assert not vision_tower_disabled(model, ServingArgs(limit_mm_per_prompt='{"image": 0}'), _release("0.23.0"))
+    assert vision_tower_disabled(model, off)
+    assert vision_tower_disabled(model, ServingArgs(language_model_only=True))
+    assert not vision_tower_disabled(model, ServingArgs(limit_mm_per_prompt='{"image": 0}'))
     gpu = lookup_gpu("RTX-4090")
     full = predict(model, gpu, ServingArgs(max_model_len=4096), vllm_version="0.23.0")
     text = predict(model, gpu, off.model_copy(update={"max_model_len": 4096}), vllm_version="0.23.0")
