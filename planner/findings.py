@@ -347,6 +347,18 @@ class Code(str, Enum):
         'each request holds window-capped KV blocks whatever its length: the logged "GPU KV cache size" '
         "(concurrency x max_model_len) is not a per-token capacity",
     )
+    ENCODER_PROFILE = (
+        "KVP130",
+        _INFO,
+        "multimodal model: vLLM profiles the vision encoder at startup (dummy batch, its peak, what it holds)",
+    )
+    ENCODER_NOT_MODELLED = (
+        "KVP131",
+        _WARN,
+        "the vision encoder's profile run is not derived for this model or engine: estimated, safety band widened",
+        '`--limit-mm-per-prompt \'{"image": 0, "video": 0}\'` to serve text only, or a calibration file '
+        "measured on this model",
+    )
     SPECULATIVE_NOT_MODELLED = (
         "KVP201",
         _INFO,

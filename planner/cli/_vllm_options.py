@@ -101,6 +101,21 @@ Mxfp4Backend = Annotated[
         "with other extras.",
     ),
 ]
+LimitMmPerPrompt = Annotated[
+    str | None,
+    typer.Option(
+        "--limit-mm-per-prompt",
+        rich_help_panel=_V,
+        help='Multimodal items per prompt, JSON ({"image": 0, "video": 0} serves text only).',
+    ),
+]
+MmProcessorKwargs = Annotated[
+    str | None,
+    typer.Option("--mm-processor-kwargs", rich_help_panel=_V, help='Processor overrides, JSON ({"max_pixels": N}).'),
+]
+SkipMmProfiling = Annotated[
+    bool, typer.Option("--skip-mm-profiling", rich_help_panel=_V, help="vLLM does not profile the vision encoder.")
+]
 VllmEnv = Annotated[
     list[str] | None,
     typer.Option(
@@ -148,6 +163,9 @@ def serving_args(
     kv_offloading_backend: str | None = None,
     moe_backend: str | None = None,
     mxfp4_backend: str | None = None,
+    limit_mm_per_prompt: str | None = None,
+    mm_processor_kwargs: str | None = None,
+    skip_mm_profiling: bool = False,
     env: list[str] | None = None,
 ) -> ServingArgs:
     """Build ServingArgs from CLI values, with vLLM's value syntax and error messages."""
@@ -194,6 +212,9 @@ def serving_args(
             kv_offloading_backend=kv_offloading_backend,
             moe_backend=moe_backend,
             mxfp4_backend=mxfp4_backend,
+            limit_mm_per_prompt=limit_mm_per_prompt,
+            mm_processor_kwargs=mm_processor_kwargs,
+            skip_mm_profiling=skip_mm_profiling,
             env=parse_env(env),
         )
     except ValidationError as error:

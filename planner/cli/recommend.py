@@ -191,6 +191,9 @@ def recommend(
     kv_offloading_backend: v.KvOffloadingBackend = None,
     moe_backend: v.MoeBackend = None,
     mxfp4_backend: v.Mxfp4Backend = None,
+    limit_mm_per_prompt: v.LimitMmPerPrompt = None,
+    mm_processor_kwargs: v.MmProcessorKwargs = None,
+    skip_mm_profiling: v.SkipMmProfiling = False,
     env: v.VllmEnv = None,
     gpu_share: Annotated[
         str | None,
@@ -244,6 +247,9 @@ def recommend(
         kv_offloading_backend=kv_offloading_backend,
         moe_backend=moe_backend,
         mxfp4_backend=mxfp4_backend,
+        limit_mm_per_prompt=limit_mm_per_prompt,
+        mm_processor_kwargs=mm_processor_kwargs,
+        skip_mm_profiling=skip_mm_profiling,
         env=env,
     )
     corrections = _corrections(calibration)

@@ -710,8 +710,126 @@ def derived_max_model_len(context: ContextSpec, model_type: str, *, rules: str) 
     return int(length), key
 
 
+# Top-level model_type -> the vision tower family planner/memory/encoder.py derives the profile of.
+_VISION_FAMILIES = {
+    "qwen2_vl": "qwen2_vl",
+    "qwen2_5_vl": "qwen2_5_vl",
+    "qwen3_vl": "qwen3_vl",
+    "qwen3_vl_moe": "qwen3_vl",
+    "qwen3_5": "qwen3_vl",
+    "qwen3_5_moe": "qwen3_vl",
+    "gemma3": "siglip",
+    "llava_next": "clip_anyres",
+    "mistral3": "pixtral",
+    "llama4": "llama4",
+}
+
+
+def _positive(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def _vision(config: Config) -> VisionSpec | None:
+    """The vision tower: its parameter estimate and the encoder-profile facts of the families vLLM's profile is
+    derived for (field names as each family's transformers config spells them)."""
     vision = config.get("vision_config")
     if not isinstance(vision, Mapping):
         return None
-    return VisionSpec(parameters=estimate_vision_parameters(vision, config))
+    parameters = estimate_vision_parameters(vision, config)
+    family = _VISION_FAMILIES.get(str(config.get("model_type") or ""))
+    if family is None:
+        return VisionSpec(parameters=parameters, **_generic_vision_facts(vision, config))
+    text = text_config_of(config)
+    facts: dict[str, Any] = {"encoder": family}
+    if family in ("qwen2_vl", "qwen2_5_vl", "qwen3_vl"):
+        # Qwen2-VL names the ViT width embed_dim (its hidden_size is the merger's output) and sizes the MLP by
+        # mlp_ratio; Qwen2.5-VL / Qwen3-VL give hidden_size, intermediate_size and out_hidden_size.
+        width = _positive(vision.get("embed_dim")) if family == "qwen2_vl" else _positive(vision.get("hidden_size"))
+        ratio = vision.get("mlp_ratio")
+        inter = (
+            int(width * ratio)
+            if family == "qwen2_vl" and width and isinstance(ratio, (int, float))
+            else _positive(vision.get("intermediate_size"))
+        )
+        out = _positive(vision.get("hidden_size")) if family == "qwen2_vl" else _positive(vision.get("out_hidden_size"))
+        deepstack = vision.get("deepstack_visual_indexes")
+        facts.update(
+            depth=_positive(vision.get("depth")),
+            hidden_size=width,
+            num_heads=_positive(vision.get("num_heads")),
+            intermediate_size=inter,
+            patch_size=_positive(vision.get("patch_size")) or (16 if family == "qwen3_vl" else 14),
+            in_channels=_positive(vision.get("in_channels") or vision.get("in_chans")) or 3,
+            temporal_patch_size=_positive(vision.get("temporal_patch_size")) or 2,
+            spatial_merge_size=_positive(vision.get("spatial_merge_size")) or 2,
+            out_hidden_size=out,
+            deepstack_layers=len(deepstack) if isinstance(deepstack, list) else 0,
+        )
+        return VisionSpec(parameters=parameters, **facts)
+    facts.update(
+        depth=_positive(vision.get("num_hidden_layers")),
+        hidden_size=_positive(vision.get("hidden_size")),
+        num_heads=_positive(vision.get("num_attention_heads")),
+        intermediate_size=_positive(vision.get("intermediate_size")),
+        patch_size=_positive(vision.get("patch_size")),
+        in_channels=_positive(vision.get("num_channels")) or 3,
+        image_size=_positive(vision.get("image_size")),
+        out_hidden_size=_positive(text.get("hidden_size")),
+    )
+    if family == "siglip":
+        facts["tokens_per_image"] = _positive(config.get("mm_tokens_per_image")) or 256
+    elif family == "pixtral":
+        facts["spatial_merge_size"] = _positive(config.get("spatial_merge_size")) or 1
+    elif family == "clip_anyres":
+        layer = config.get("vision_feature_layer", -2)
+        if isinstance(layer, int) and layer < 0 and facts["depth"]:
+            # vLLM builds the CLIP tower only up to the feature layer (num_hidden_layers_override).
+            facts["depth"] = facts["depth"] + layer + 1
+        tiles_tokens = _llava_next_largest(config.get("image_grid_pinpoints"), facts["image_size"], facts["patch_size"])
+        if tiles_tokens is not None:
+            facts["max_tiles"], facts["tokens_per_image"] = tiles_tokens
+    elif family == "llama4":
+        ratio = vision.get("pixel_shuffle_ratio", 0.5)
+        side = (facts["image_size"] or 336) // (facts["patch_size"] or 14)
+        if isinstance(ratio, (int, float)) and ratio > 0:
+            # Llama4ImageProcessor max_patches (16) chunks plus the global tile, each pixel-shuffled
+            # (mllama4.py get_patch_per_chunk, get_image_size_with_most_features: a 16:1 image).
+            per_tile = side * side // round(1.0 / ratio**2)
+            facts["max_tiles"] = 17
+            facts["tokens_per_image"] = 17 * per_tile
+    return VisionSpec(parameters=parameters, **facts)
+
+
+def _generic_vision_facts(vision: Config, top: Config) -> dict[str, Any]:
+    """Fields of an unrecognised vision_config for the generic ViT estimate (planner/memory/encoder.py): its width
+    and depth, and either a fixed image size or a fixed token count per image with the patches pooled into one
+    token (Gemma-4: image_seq_length / vision_soft_tokens_per_image, pooling_kernel_size)."""
+    tokens = _positive(vision.get("image_seq_length") or top.get("vision_soft_tokens_per_image"))
+    return {
+        "depth": _positive(vision.get("num_hidden_layers") or vision.get("depth")),
+        "hidden_size": _positive(vision.get("hidden_size") or vision.get("embed_dim") or vision.get("width")),
+        "num_heads": _positive(vision.get("num_attention_heads") or vision.get("num_heads")),
+        "intermediate_size": _positive(vision.get("intermediate_size")),
+        "patch_size": _positive(vision.get("patch_size")),
+        "image_size": _positive(vision.get("image_size")),
+        "tokens_per_image": tokens,
+        "spatial_merge_size": _positive(vision.get("spatial_merge_size") or vision.get("pooling_kernel_size")) or 1,
+    }
+
+
+def _llava_next_largest(pinpoints: Any, image_size: int | None, patch: int | None) -> tuple[int, int] | None:
+    """(tiles, tokens) of LLaVA-NeXT's largest item: vLLM's get_image_size_with_most_features tries every
+    pinpoint; one of h x w pixels gives (h/s x w/s) tiles plus the base tile, and features of the unpadded grid
+    (h/s x n by w/s x n), one newline per row and the base tile's n x n (llava_next.py get_num_image_tokens)."""
+    if not (isinstance(pinpoints, list) and image_size and patch):
+        return None
+    n = image_size // patch
+    best: tuple[int, int] | None = None
+    for point in pinpoints:
+        if not (isinstance(point, list) and len(point) == 2 and all(isinstance(v, int) and v > 0 for v in point)):
+            continue
+        rows, cols = point[0] // image_size, point[1] // image_size
+        tokens = rows * n * cols * n + rows * n + n * n
+        if best is None or tokens > best[1]:
+            best = (rows * cols + 1, tokens)
+    return best

@@ -172,10 +172,46 @@ class ContextSpec(_Spec):
     rope_original_max_position: int | None = None
 
 
+VisionEncoder = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "siglip", "clip_anyres", "pixtral", "llama4"]
+
+
 class VisionSpec(_Spec):
-    """A multimodal model's non-text towers: counted in weights only."""
+    """A multimodal model's vision tower: its weights, and the facts vLLM's encoder profile run depends on
+    (:mod:`planner.memory.encoder`). ``encoder`` names the tower family whose profile kv-planner derives;
+    None means the profile is not modelled for this architecture (the plan says so, KVP131)."""
 
     parameters: int = Field(ge=0)
+    encoder: VisionEncoder | None = Field(
+        default=None,
+        description="vision tower vLLM builds: qwen2_vl, qwen2_5_vl (window attention, gated MLP), qwen3_vl "
+        "(also Qwen3.5), siglip (fixed resolution, Gemma-3), clip_anyres (LLaVA-NeXT tiles), pixtral "
+        "(Mistral-3), llama4 (tiles); None: not modelled",
+    )
+    depth: int | None = Field(default=None, ge=1, description="encoder layers vLLM runs")
+    hidden_size: int | None = Field(default=None, ge=1)
+    num_heads: int | None = Field(default=None, ge=1)
+    intermediate_size: int | None = Field(default=None, ge=1)
+    patch_size: int | None = Field(default=None, ge=1)
+    in_channels: int = Field(default=3, ge=1)
+    temporal_patch_size: int = Field(default=1, ge=1, description="frames folded into one patch (Qwen: 2)")
+    spatial_merge_size: int = Field(default=1, ge=1, description="patches merged per side into one token")
+    out_hidden_size: int | None = Field(default=None, ge=1, description="width of one encoder output token")
+    deepstack_layers: int = Field(default=0, ge=0, description="Qwen3-VL deepstack_visual_indexes (extra outputs)")
+    image_size: int | None = Field(
+        default=None, ge=1, description="fixed input side (SigLIP/CLIP/Llama-4 tile, Pixtral's largest image)"
+    )
+    tokens_per_image: int | None = Field(
+        default=None, ge=1, description="fixed tokens per image or tile (Gemma-3 mm_tokens_per_image)"
+    )
+    max_tiles: int | None = Field(default=None, ge=1, description="tiles of the largest image, base tile included")
+    max_pixels: int | None = Field(
+        default=None,
+        ge=1,
+        description="Qwen family: the image processor's size.longest_edge / max_pixels (preprocessor_config.json)",
+    )
+    video_max_pixels: int | None = Field(
+        default=None, ge=1, description="Qwen3-VL family: the video processor's size.longest_edge"
+    )
 
 
 class ModelSpec(_Spec):

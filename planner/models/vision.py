@@ -16,8 +16,43 @@ def _int(value: Any, default: int) -> int:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
 
 
+def qwen_vision_parameters(vision: Mapping[str, Any], family: str) -> int:
+    """Parameters of the Qwen2.5-VL / Qwen3-VL (and Qwen3.5) vision towers as vLLM builds them
+    (``Qwen2_5_VisionTransformer``, ``Qwen3_VisionTransformer``): per block two norms, fused QKV and output
+    projection with biases and the MLP (gated SiLU for Qwen2.5-VL, fc1/fc2 for Qwen3-VL); the Conv3d patch
+    embedding; Qwen3-VL's learned position table; the patch merger (norm, merged-width fc1, fc2 to
+    ``out_hidden_size``) and Qwen3-VL's deepstack mergers (one per deepstack layer, same shape)."""
+    d = _int(vision.get("hidden_size"), 1024)
+    i = _int(vision.get("intermediate_size"), 4 * d)
+    depth = _int(vision.get("depth"), 24)
+    patch = _int(vision.get("patch_size"), 14)
+    temporal = _int(vision.get("temporal_patch_size"), 2)
+    channels = _int(vision.get("in_channels") or vision.get("in_chans"), 3)
+    merge = _int(vision.get("spatial_merge_size"), 2)
+    out = _int(vision.get("out_hidden_size"), d)
+    merged = d * merge * merge
+    attention = (d * 3 * d + 3 * d) + (d * d + d)
+    if family == "qwen2_5_vl":  # RMSNorm (weight only), gated MLP with biases, no patch-embed bias
+        block = 2 * d + attention + (d * 2 * i + 2 * i) + (i * d + d)
+        embed = channels * temporal * patch * patch * d
+        merger = d + (merged * merged + merged) + (merged * out + out)
+        return depth * block + embed + merger
+    block = 4 * d + attention + (d * i + i) + (i * d + d)  # two LayerNorms with bias
+    embed = channels * temporal * patch * patch * d + d + _int(vision.get("num_position_embeddings"), 2304) * d
+    merger = 2 * d + (merged * merged + merged) + (merged * out + out)
+    deepstack = vision.get("deepstack_visual_indexes")
+    extra = len(deepstack) if isinstance(deepstack, list) else 0
+    return depth * block + embed + merger + extra * (2 * merged + (merged * merged + merged) + (merged * out + out))
+
+
 def estimate_vision_parameters(vision: Mapping[str, Any], top: Mapping[str, Any]) -> int:
-    hidden = _int(vision.get("hidden_size") or vision.get("width") or vision.get("embed_dim"), 1024)
+    family = str(top.get("model_type") or "")
+    if family == "qwen2_5_vl":
+        return qwen_vision_parameters(vision, "qwen2_5_vl")
+    if family in ("qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe"):
+        return qwen_vision_parameters(vision, "qwen3_vl")
+    # Qwen2-VL's hidden_size is its merger's output; the ViT width is embed_dim there.
+    hidden = _int(vision.get("embed_dim") or vision.get("hidden_size") or vision.get("width"), 1024)
     layers = _int(vision.get("num_hidden_layers") or vision.get("depth") or vision.get("num_layers"), 24)
     inter = _int(vision.get("intermediate_size") or vision.get("mlp_dim"), 4 * hidden)
     patch = _int(vision.get("patch_size"), 14)

@@ -120,7 +120,7 @@ def _attention(spec: ModelSpec, tp: int, index: int = 0) -> _Tensors:
         t.sharded_quantizable += mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim) / tp
         t.sharded_quantizable += heads * mla.v_head_dim * hidden / tp
         return t
-    q_out = heads * spec.head_dim * (2 if spec.model_type == "qwen3_next" else 1)  # gated attention
+    q_out = heads * spec.head_dim * (2 if spec.model_type in _GATED_ATTENTION_TYPES else 1)  # gated attention
     kv_rank = max(1, spec.num_kv_heads // tp) if spec.num_kv_heads >= tp else 1
     kv_out_rank = kv_rank * (spec.head_dim + spec.head_size_v)
     t.sharded_quantizable += hidden * q_out / tp + heads * spec.head_size_v * hidden / tp
@@ -131,9 +131,23 @@ def _attention(spec: ModelSpec, tp: int, index: int = 0) -> _Tensors:
     return t
 
 
+# Qwen3NextAttention with attn_output_gate: the q projection also yields the output gate (Qwen3.5's decoder
+# layers reuse it, vllm 0.23 qwen3_5.py).
+_GATED_ATTENTION_TYPES = {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"}
+
 # Families with four norms per layer (pre/post attention and MLP) and per-head q/k norms.
 _FOUR_NORM_TYPES = {"gemma2", "gemma3", "gemma3_text", "olmo2", "glm4"}
-_QK_NORM_TYPES = {"qwen3", "qwen3_moe", "qwen3_next", "gemma3", "gemma3_text", "olmo2", "cohere2"}
+_QK_NORM_TYPES = {
+    "qwen3",
+    "qwen3_moe",
+    "qwen3_next",
+    "qwen3_5_text",
+    "qwen3_5_moe_text",
+    "gemma3",
+    "gemma3_text",
+    "olmo2",
+    "cohere2",
+}
 
 
 # Families whose LayerNorms carry a bias (the final norm counts weight + bias).

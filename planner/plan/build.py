@@ -402,6 +402,7 @@ def margin_band(
         version_spread_bytes=spread,
         tp_across_nodes=args.tensor_parallel_across_nodes,
         mxfp4_spread_bytes=prediction.engine.mxfp4_spread_bytes,
+        encoder_estimate_bytes=prediction.engine.encoder_band_bytes,
     )
     low = [stage.available_bytes - band.down_bytes for stage in prediction.layout.stages]
     layout = kv_layout(prediction.engine, prediction.release, prediction.resolved, args, low)

@@ -26,6 +26,7 @@ from planner.memory.activation import (
 )
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.memory.cudagraph import cuda_graph_bytes
+from planner.memory.encoder import EncoderProfile, combined_peak, deepstack_buffer_bytes
 from planner.memory.mxfp4 import BackendChoice, choose_backend, padding_bytes_per_moe_layer, parse_capability
 from planner.memory.nontorch import non_torch_bytes
 from planner.models.memo import IdentityMemo
@@ -33,6 +34,7 @@ from planner.models.quantization import scheme_quantization
 from planner.models.spec import ModelSpec
 from planner.models.weights import WeightEstimate, estimate_weights, pp_partition
 from planner.plan.drafter import engine_drafter, with_drafter_layers
+from planner.plan.multimodal import multimodal_profile, text_only
 from planner.plan.speculative import DrafterCost, async_refused, drafter_turns_async_off, runner_v2_takes
 from planner.units import DTYPE_BYTES, GiB
 from planner.vllm.args import ServingArgs
@@ -104,6 +106,14 @@ class EngineLayout:
     """The MXFP4 MoE kernel planned (MXFP4 models on CUDA GPUs)."""
     mxfp4_spread_bytes: int = 0
     """How many more weight bytes (heaviest stage) the heaviest candidate kernel would hold."""
+    encoder: EncoderProfile | None = None
+    """The vision encoder part of vLLM's profile run (multimodal models; None when vLLM skips it)."""
+
+    @property
+    def encoder_band_bytes(self) -> int:
+        """How much more activation an encoder profile that is only estimated (KVP131) may need: its peak."""
+        encoder = self.encoder
+        return encoder.encoder_peak_bytes if encoder is not None and not encoder.modelled else 0
 
 
 def mxfp4_choice(model: ModelSpec, gpu: GpuSpec, args: ServingArgs, release: Release) -> BackendChoice:
@@ -342,6 +352,7 @@ def stage_memory(
     coefficients: MemoryCoefficients,
     deltas: TermDeltas | None = None,
     runner_v2: bool = False,
+    encoder: EncoderProfile | None = None,
 ) -> list[StageMemory]:
     """Each PP stage's budget terms (every TP rank of a stage is alike). ``deltas`` are measured-minus-
     predicted corrections from a calibration file, added to every stage. ``runner_v2``: Model Runner V2
@@ -415,7 +426,14 @@ def stage_memory(
                     + sampler_state
                     + d.non_torch_bytes,
                 ),
-                activation_peak_bytes=max(0, peak.peak_bytes + d.activation_peak_bytes),
+                activation_peak_bytes=max(
+                    # Model Runner V2 runs the encoder on the first pipeline stage only; the V1 runner on every one.
+                    0,
+                    combined_peak(
+                        encoder if stage == 0 or not runner_v2 else None, peak.forward_bytes, peak.sampler_bytes
+                    )
+                    + d.activation_peak_bytes,
+                ),
                 cuda_graph_bytes=max(0, graphs + d.cuda_graph_bytes),
                 cuda_graph_counted=counted,
             )
@@ -527,6 +545,7 @@ def compute_engine(
     """``version`` and ``draft`` (the resolved drafter) size ``--speculative-config``."""
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     model = with_online_quantization(model, args)
+    model = text_only(model, args, release)
     if model.compressed_attention is not None:
         check_deepseek_v4(gpu, args, release, resolved)
     if model.mamba is not None and model.mamba.kind == "kda":
@@ -630,6 +649,21 @@ def compute_engine(
         first += count
     if drafter is not None:
         per_stage[-1] += drafter.weights_bytes  # loaded by the runner with the target (last stage)
+    dtype_bytes = DTYPE_BYTES[resolved.dtype]
+    per_stage[0] += deepstack_buffer_bytes(model, resolved.max_num_batched_tokens, dtype_bytes, model.hidden_size)
+    encoder, encoder_notes = multimodal_profile(
+        model,
+        gpu,
+        args,
+        release,
+        max_num_batched_tokens=resolved.max_num_batched_tokens,
+        max_num_seqs=resolved.max_num_seqs,
+        max_model_len=resolved.max_model_len or model.derived_max_model_len,
+        dtype_bytes=dtype_bytes,
+        runner_v2=runner_v2,
+        engine=resolved.engine,
+    )
+    notes += encoder_notes
     memory = stage_memory(
         model,
         gpu,
@@ -641,6 +675,7 @@ def compute_engine(
         coefficients=coefficients,
         deltas=deltas,
         runner_v2=runner_v2,
+        encoder=encoder,
     )
     return EngineLayout(
         kv_dtype=kv_dtype,
@@ -659,6 +694,7 @@ def compute_engine(
         drafter_layers=drafter_layers,
         model_runner_v2=runner_v2,
         async_scheduling=asynchronous,
+        encoder=encoder,
     )
 
 

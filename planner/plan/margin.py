@@ -21,6 +21,8 @@ is built per term, in each direction, from the largest relative miss measured on
   run only where the optional ``triton_kernels`` package was installed, and up to 0.11.0 FlashInfer was an
   optional extra, so the plan takes the default install's kernel and keeps the weights the heaviest
   other candidate would hold (planner/memory/mxfp4.py ``choose_backend``); 0 where the kernel is known;
+* a multimodal model whose vision-encoder profile is not derived (planner/memory/encoder.py, KVP131): the
+  estimated encoder peak, below;
 * the 0.01 GiB the log prints, so a band is never tighter than the evidence.
 
 A release without calibration records gets the widest bounds measured on any release. With
@@ -141,6 +143,7 @@ def kv_band(
     tp_across_nodes: bool = False,
     mxfp4_spread_bytes: int = 0,
     model: MarginModel | None = None,
+    encoder_estimate_bytes: int = 0,
 ) -> KvBand:
     """The band around ``memory.kv_cache_bytes``. ``version_spread_bytes`` is how much less KV memory the
     checked releases compute for the same flags when the release is unknown (None: release known)."""
@@ -226,6 +229,16 @@ def kv_band(
                 low_bytes=mxfp4_spread_bytes,
                 high_bytes=0,
                 basis="the MXFP4 MoE kernel depends on the install's extras: the heaviest candidate's weights",
+            )
+        )
+    if encoder_estimate_bytes > 0:
+        terms.append(
+            MarginTerm(
+                name="vision_encoder",
+                low_bytes=encoder_estimate_bytes,
+                high_bytes=0,
+                basis="the vision encoder's profile run is not derived for this model or engine (KVP131): "
+                "its estimated peak",
             )
         )
     if version_spread_bytes is not None:

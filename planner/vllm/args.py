@@ -148,6 +148,15 @@ class ServingArgs(BaseModel):
         "'Using ... backend' line, or what the image has installed); None: the release's choice for the GPU, "
         "and the safety band covers the kernels an install with other extras would run",
     )
+    # Multimodal models: what vLLM's encoder profile run sizes (planner/memory/encoder.py).
+    limit_mm_per_prompt: str | None = Field(
+        default=None, description='--limit-mm-per-prompt, JSON ({"image": 0}) or the old "image=2,video=0" form'
+    )
+    mm_processor_kwargs: str | None = Field(default=None, description="--mm-processor-kwargs, JSON")
+    skip_mm_profiling: bool = False
+    language_model_only: bool = False
+    mm_encoder_tp_mode: str | None = Field(default=None, description="weights (default) | data")
+    mm_encoder_attn_backend: str | None = None
     # Features that change capacity in ways kv-planner does not model: each gets a named warning.
     speculative_config: str | None = None
     kv_transfer_config: str | None = None

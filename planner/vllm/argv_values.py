@@ -35,6 +35,8 @@ _BOOL = {
     "async_scheduling",
     "disable_hybrid_kv_cache_manager",
     "enable_lora",
+    "skip_mm_profiling",
+    "language_model_only",
 }
 _STR = {
     "kv_cache_dtype",
@@ -47,6 +49,10 @@ _STR = {
     "kv_transfer_config",
     "kv_offloading_backend",
     "moe_backend",
+    "limit_mm_per_prompt",
+    "mm_processor_kwargs",
+    "mm_encoder_tp_mode",
+    "mm_encoder_attn_backend",
 }
 
 

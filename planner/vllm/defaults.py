@@ -32,6 +32,9 @@ class ResolvedArgs:
     block_size_given: bool
     enable_prefix_caching: bool
     async_scheduling: bool
+    max_model_len: int = 0
+    """The context vLLM profiles with (the model's or --max-model-len; the derived one for auto-fit): the
+    multimodal dummy batch depends on it (MultiModalBudget). 0 where not known."""
 
 
 def resolve_dtype(requested: str, model: ModelSpec, gpu: GpuSpec) -> str:
@@ -157,4 +160,5 @@ def resolve_args(
         block_size_given=args.block_size is not None,
         enable_prefix_caching=prefix,
         async_scheduling=asynchronous,
+        max_model_len=max_model_len,
     )

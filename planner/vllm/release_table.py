@@ -45,6 +45,11 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("deepseek_v4_grouping", "DeepSeek-V4 grouping"),
     ("v0_non_torch_scope", "V0 non-torch scope"),
     ("v1_non_torch_scope", "V1 non-torch scope"),
+    ("mm_items_rule", "multimodal dummy items"),
+    ("runner_v2_mm_profile", "V2 runner profiles the encoder"),
+    ("vit_xformers", "ViT xformers"),
+    ("pixtral_block_mask", "Pixtral ViT block mask"),
+    ("vision_tower_skipped_at_zero_limit", "no tower at zero mm limits"),
 )
 
 

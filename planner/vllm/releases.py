@@ -31,6 +31,7 @@ DeepseekV4Grouping = Literal["unified", "packed"]
 NonKvAccounting = Literal["profile_peak", "consumed_since_init"]
 Mxfp4Rule = Literal["v0_10_1", "v0_10_2", "v0_11_1", "v0_12", "v0_19", "v0_24"]
 Mxfp4TritonLayout = Literal["strided", "mma", "mma_pad64", "mma_groups4"]
+MmItemsRule = Literal["cdiv_limit_1", "floor_limit_999"]
 
 
 @total_ordering
@@ -220,6 +221,32 @@ class Release(BaseModel):
         "v1/core/kv_cache_utils.py group_and_unify_kv_cache_specs, not modelled: plans are refused), packed "
         "(0.29+ _get_packed_kv_cache_groups, block-outermost layout)",
     )
+    mm_items_rule: MmItemsRule = Field(
+        default="floor_limit_999",
+        description="items of the multimodal dummy batch (planner/memory/encoder.py): cdiv_limit_1 (0.7.3 "
+        "v1/worker/gpu_model_runner.py profile_run: cdiv(budget, tokens per item), one item per prompt by "
+        "default), floor_limit_999 (0.10.2+ MultiModalBudget: budget // tokens, 999 per prompt by default)",
+    )
+    runner_v2_mm_profile: bool = Field(
+        default=True,
+        description="Model Runner V2 profiles the vision encoder (v1/worker/gpu/model_runner.py profile_run): no "
+        "in 0.26 (text forward only), yes from 0.27 (encoder_runner.profile_encoder_cache)",
+    )
+    vit_xformers: bool = Field(
+        default=False,
+        description="xformers is a dependency, so ViTs without FlashAttention take its kernels (<= 0.11: "
+        "the 0.10.2 and 0.11.2 wheels require it); from 0.12 they take chunked torch SDPA",
+    )
+    pixtral_block_mask: bool = Field(
+        default=False,
+        description="Pixtral's ViT without xformers builds one additive mask over all patches of the dummy batch "
+        "(model_executor/models/pixtral.py generate_block_attention_mask, 0.12-0.28); 0.29+ runs varlen attention",
+    )
+    vision_tower_skipped_at_zero_limit: bool = Field(
+        default=False,
+        description="a vision tower whose modalities all have --limit-mm-per-prompt 0 is not built, so its weights "
+        "are not loaded (0.10.2 qwen2_5_vl.py, 0.15+ _mark_tower_model; 0.7.3 always builds it)",
+    )
     swap_space_flag: bool
     kv_cache_memory_bytes_flag: bool
     kv_cache_dtypes: tuple[str, ...]
@@ -290,6 +317,8 @@ _V0_ONLY = Release(
     kv_cache_dtypes=_D0,
     v0_non_torch_scope="init_free",
     v1_non_torch_scope="device",
+    mm_items_rule="cdiv_limit_1",
+    vit_xformers=True,
     evidence="0.6.3.post1 and 0.6.0: worker/worker.py init_device (init_gpu_memory), "
     "determine_num_available_blocks (peak = init_gpu_memory - free after profile_run); the other fields "
     "read in 0.6.6.post1: config.py SchedulerConfig, engine/arg_utils.py",
@@ -324,6 +353,8 @@ _BASE = Release(
     kv_cache_memory_bytes_flag=False,
     kv_cache_dtypes=_D0,
     v1_non_torch_scope="device",
+    mm_items_rule="cdiv_limit_1",
+    vit_xformers=True,
     evidence="0.8.5.post1: v1/core/kv_cache_utils.py, v1/worker/gpu_worker.py, config.py, engine/arg_utils.py",
 )
 
@@ -369,9 +400,13 @@ _R_0_10_2 = _row(
     _R_0_10,
     "0.10.2",
     "0.10.2: v1/worker/gpu_worker.py (kv_cache_memory_bytes), quantization/mxfp4.py get_mxfp4_backend, "
-    "quantization/utils/mxfp4_utils.py _swizzle_mxfp4 (strided below torch 2.8.1), METADATA (torch==2.8.0)",
+    "quantization/utils/mxfp4_utils.py _swizzle_mxfp4 (strided below torch 2.8.1), METADATA (torch==2.8.0), "
+    "v1/worker/utils.py MultiModalBudget, model_executor/models/qwen2_5_vl.py (no tower at zero limits), "
+    "the wheel's requirements (xformers)",
     kv_cache_memory_bytes_flag=True,
     mxfp4_rule="v0_10_2",
+    mm_items_rule="floor_limit_999",
+    vision_tower_skipped_at_zero_limit=True,
 )
 _R_0_11 = _row(
     _R_0_10_2,
@@ -402,7 +437,8 @@ _R_0_12 = _row(
     "0.12.0",
     "0.12.0: v1/core/kv_cache_utils.py, config/vllm.py, engine/arg_utils.py, model_executor/models/config.py "
     "HybridAttentionMambaModelConfig (MLA hybrids: 64), quantization/mxfp4.py get_mxfp4_backend (Triton on "
-    "SM 9.0-10.x), utils/import_utils.py has_triton_kernels, third_party/triton_kernels (in the wheel)",
+    "SM 9.0-10.x), utils/import_utils.py has_triton_kernels, third_party/triton_kernels (in the wheel), "
+    "the wheel's requirements (no xformers), model_executor/models/pixtral.py (generate_block_attention_mask)",
     group_size_threshold=1.25,
     clamp_batched_tokens=True,
     capture_rule="v0_12",
@@ -410,6 +446,8 @@ _R_0_12 = _row(
     mamba_prefix_mode="per_block",
     sampler_kernel="sort_scatter",
     mxfp4_rule="v0_12",
+    vit_xformers=False,
+    pixtral_block_mask=True,
 )
 _R_0_13 = _row(_R_0_12, "0.13.0", "0.13.0: v1/core/kv_cache_utils.py (error text)", fit_error_style="e2")
 _R_0_14 = _row(
@@ -530,12 +568,13 @@ _R_0_26 = _row(
     "0.26.0",
     "0.26.0: config/vllm.py max_in_flight_tokens, max_concurrent_batches, _is_default_v2_model_runner_model, "
     "v1/kv_cache_interface.py, v1/core/kv_cache_utils.py (error text), platforms/interface.py "
-    "_align_hybrid_block_size (MLA hybrids: still the backend's block), v1/worker/gpu/model_runner.py profile_run, "
-    "_dummy_sampler_run, load_model, v1/worker/gpu/sample/sampler.py, states.py, penalties.py, "
+    "_align_hybrid_block_size (MLA hybrids: still the backend's block), v1/worker/gpu/model_runner.py profile_run "
+    "(no encoder profile), _dummy_sampler_run, load_model, v1/worker/gpu/sample/sampler.py, states.py, penalties.py, "
     "quantization/utils/mxfp4_utils.py _swizzle_mxfp4 (Hopper scale groups to 4)",
     sliding_in_flight="concurrent_batches",
     mxfp4_triton_layout="mma_groups4",
     model_runner_v2_default="dense",
+    runner_v2_mm_profile=False,
 )
 _R_0_27 = _row(
     _R_0_26,
@@ -543,10 +582,12 @@ _R_0_27 = _row(
     "0.27.1: model_executor/layers/fused_moe/oracle/mxfp4.py (TRT-LLM intermediate to 128), "
     "utils/mem_utils.py memory_profiling and v1/worker/gpu_worker.py determine_available_memory (total_consumed "
     "+ transient_peak_headroom), v1/core/kv_cache_utils.py, v1/kv_cache_interface.py, engine/arg_utils.py, "
-    "platforms/interface.py _align_hybrid_block_size (MLA hybrids: at least 128)",
+    "platforms/interface.py _align_hybrid_block_size (MLA hybrids: at least 128), "
+    "v1/worker/gpu/mm/encoder_runner.py profile_encoder_cache",
     mxfp4_blackwell_intermediate_align=128,
     mla_hybrid_block_align="128",
     non_kv_accounting="consumed_since_init",
+    runner_v2_mm_profile=True,
 )
 _R_0_28 = _row(
     _R_0_27,
@@ -569,11 +610,12 @@ _R_0_29 = _row(
     "SlidingWindowSpec; config/cache.py; engine/arg_utils.py; v1/worker/utils.py request_memory; "
     "v1/sample/ops/topk_topp_sampler.py; fused_moe/oracle/mxfp4.py; platforms/cuda.py; "
     "models/deepseek_v4/attention.py, compressor.py, v1/attention/backends/mla/sparse_swa.py (DeepSeek-V4 caches "
-    "as 0.33)",
+    "as 0.33), model_executor/models/pixtral.py (MMEncoderAttention)",
     fit_check="all_groups_null_block",
     model_runner_v2_default="all",
     runner_v2_graph_estimate=True,
     deepseek_v4_grouping="packed",
+    pixtral_block_mask=False,
 )
 _R_0_30 = _row(
     _R_0_29,

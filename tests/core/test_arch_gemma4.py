@@ -72,6 +72,20 @@ def _config(text: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# vision_config of NVIDIA's quantized copy of gemma-4-31B-it, the fields the planner reads (ai-dynamo/aiconfigurator
+# @095f58a51 aic-core/src/aiconfigurator_core/model_configs/nvidia--Gemma-4-31B-IT-NVFP4_config.json).
+GEMMA4_VISION = {
+    "hidden_size": 1152,
+    "image_seq_length": 280,
+    "intermediate_size": 4304,
+    "model_type": "gemma4_vision",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 27,
+    "patch_size": 16,
+    "pooling_kernel_size": 3,
+    "position_embedding_size": 10240,
+}
+
 GEMMA4_31B = _config(
     {
         "attention_k_eq_v": True,
@@ -88,7 +102,7 @@ GEMMA4_31B = _config(
         "sliding_window": 1024,
         "use_bidirectional_attention": "vision",
     }
-)
+) | {"vision_config": GEMMA4_VISION}
 
 GEMMA4_E2B = _config(
     {

@@ -29,6 +29,7 @@ import pytest
 
 from planner.models.catalog import lookup_model
 from planner.models.config import parse_config
+from planner.models.weights import estimate_weights
 from planner.plan.build import kv_report, predict
 from planner.vllm.args import ServingArgs
 
@@ -74,6 +75,23 @@ QWEN35_35B_A3B: dict[str, Any] = {
         "shared_expert_intermediate_size": 512,
         "tie_word_embeddings": False,
         "vocab_size": 248320,
+    },
+    # ai-dynamo/aiconfigurator@095f58a51
+    # aic-core/src/aiconfigurator_core/model_configs/Qwen--Qwen3.5-35B-A3B_config.json
+    "vision_config": {
+        "deepstack_visual_indexes": [],
+        "depth": 27,
+        "hidden_act": "gelu_pytorch_tanh",
+        "hidden_size": 1152,
+        "in_channels": 3,
+        "intermediate_size": 4304,
+        "model_type": "qwen3_5_moe",
+        "num_heads": 16,
+        "num_position_embeddings": 2304,
+        "out_hidden_size": 2048,
+        "patch_size": 16,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
     },
 }
 
@@ -141,3 +159,35 @@ def test_registry_unknown_between_read_releases(a100) -> None:  # type: ignore[n
         predict(spec, a100, ServingArgs(), vllm_version="0.10.0", available_override=[40 * GiB])
     prediction = predict(spec, a100, ServingArgs(), vllm_version="0.15.0", available_override=[40 * GiB])
     assert Code.ARCHITECTURE_SUPPORT_UNKNOWN in [w.code for w in prediction.warnings]
+
+
+def test_weights_count_the_gated_attention_and_qk_norms() -> None:
+    """Qwen3.5's full-attention layers are Qwen3NextAttention (vllm 0.23 qwen3_5.py): the q projection also yields
+    the output gate (attn_output_gate) and q/k are RMS-normed per head. With them the architecture reproduces
+    Qwen/Qwen3.5-397B-A17B's HF safetensors total, 403,397,928,944 parameters at revision 8472618 (the HF API as
+    BrendanJamesLynskey/llm-architectures-explained@203a8742 data/hf/Qwen__Qwen3.5-397B-A17B.json records it, with
+    that revision's config.json), less the MTP layer vLLM does not load (skip_prefixes=["mtp."])."""
+    text = {
+        **QWEN35_35B_A3B["text_config"],
+        "hidden_size": 4096,
+        "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 15,
+        "linear_num_value_heads": 64,
+        "moe_intermediate_size": 1024,
+        "num_attention_heads": 32,
+        "num_experts": 512,
+        "num_experts_per_tok": 10,
+        "num_hidden_layers": 60,
+        "shared_expert_intermediate_size": 1024,
+    }
+    vision = {**QWEN35_35B_A3B["vision_config"], "out_hidden_size": 4096}
+    spec = parse_config(
+        {**QWEN35_35B_A3B, "text_config": text, "vision_config": vision}, model_id="Qwen/Qwen3.5-397B-A17B"
+    )
+    hidden = 4096
+    attention = hidden * (32 * 256 * 2 + 2 * 2 * 256) + 32 * 256 * hidden + 2 * 256
+    moe = 512 * 3 * hidden * 1024 + 3 * hidden * 1024 + hidden * 512 + hidden
+    mtp = 2 * hidden * hidden + 3 * hidden + attention + moe + 2 * hidden  # fc, three norms, one layer
+    loaded = 403_397_928_944 - mtp
+    planned = estimate_weights(spec, dtype="bfloat16").parameters
+    # The planner leaves out each layer's one-output shared-expert gate (60 x 4096).
+    assert loaded - planned == 60 * hidden
