@@ -28,6 +28,7 @@ from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.memory.cudagraph import cuda_graph_bytes
 from planner.memory.mxfp4 import padding_bytes_per_moe_layer
 from planner.memory.nontorch import non_torch_bytes
+from planner.models.allocation import weight_blocks_overhead
 from planner.models.memo import IdentityMemo
 from planner.models.quantization import scheme_quantization
 from planner.models.spec import ModelSpec
@@ -494,6 +495,15 @@ def check_kimi_delta_attention(args: ServingArgs, release: Release) -> None:
     )
 
 
+def _native_fp8(gpu: GpuSpec) -> bool:
+    """SM 8.9+ (Ada, Hopper, Blackwell) has fp8 tensor cores; older GPUs run fp8 checkpoints with Marlin."""
+    major, _, minor = (gpu.compute_capability or "0.0").partition(".")
+    try:
+        return (int(major), int(minor or 0)) >= (8, 9)
+    except ValueError:
+        return False
+
+
 def compute_engine(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -508,6 +518,7 @@ def compute_engine(
 ) -> EngineLayout:
     """``version`` and ``draft`` (the resolved drafter) size ``--speculative-config``."""
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
+    quantized_online = model.quantization is None and with_online_quantization(model, args) is not model
     model = with_online_quantization(model, args)
     if model.compressed_attention is not None:
         check_deepseek_v4(gpu, args, release, resolved)
@@ -595,9 +606,21 @@ def compute_engine(
     )
     per_stage = []
     first = 0
-    for stage_bytes, count in zip(weights.bytes_per_stage, partition, strict=True):
+    for stage, (stage_bytes, count) in enumerate(zip(weights.bytes_per_stage, partition, strict=True)):
         moe_layers = moe_layer_count(model, first, count)
-        per_stage.append(stage_bytes + extra + padding * moe_layers)
+        # The caching allocator's blocks around each tensor, which "Model loading took" counts.
+        blocks = weight_blocks_overhead(
+            model,
+            dtype=resolved.dtype,
+            tp=tp,
+            partition=partition,
+            stage=stage,
+            max_split_mb=release.weights_max_split_mb,
+            online_quantization=quantized_online,
+            native_fp8=_native_fp8(gpu),
+            expert_ranks=expert_shards if args.enable_expert_parallel else None,
+        )
+        per_stage.append(stage_bytes + extra + padding * moe_layers + blocks)
         first += count
     if drafter is not None:
         per_stage[-1] += drafter.weights_bytes  # loaded by the runner with the target (last stage)
