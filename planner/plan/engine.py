@@ -6,6 +6,7 @@ This is the arithmetic core shared by ``make_plan`` (predictions from the GPU al
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -222,6 +223,7 @@ def _mamba_blocks_and_alignment(
 # Per-model invariants: the weights of one parallel layout and the MoE layer flags do not depend on the
 # GPU or the release, so a sweep (and the release spread of every plan) computes them once per model.
 _WEIGHTS: IdentityMemo[WeightEstimate] = IdentityMemo()
+_BLOCKS: IdentityMemo[int] = IdentityMemo()
 _MOE_FLAGS: IdentityMemo[tuple[int, ...]] = IdentityMemo()
 # The KV specs and their grouping of one model: GPU-independent, shared by every release with the same
 # group-size rule (the layout is read, never changed; a drafter's layers make a new one).
@@ -604,21 +606,29 @@ def compute_engine(
         architecture=gpu.architecture,
         blackwell_intermediate_align=release.mxfp4_blackwell_intermediate_align,
     )
+    ranks = expert_shards if args.enable_expert_parallel else None
+    fp8 = _native_fp8(gpu)
     per_stage = []
     first = 0
     for stage, (stage_bytes, count) in enumerate(zip(weights.bytes_per_stage, partition, strict=True)):
         moe_layers = moe_layer_count(model, first, count)
         # The caching allocator's blocks around each tensor, which "Model loading took" counts.
-        blocks = weight_blocks_overhead(
+        key = (resolved.dtype, tp, tuple(partition), stage, release.weights_max_split_mb, quantized_online, fp8, ranks)
+        blocks = _BLOCKS.get(
             model,
-            dtype=resolved.dtype,
-            tp=tp,
-            partition=partition,
-            stage=stage,
-            max_split_mb=release.weights_max_split_mb,
-            online_quantization=quantized_online,
-            native_fp8=_native_fp8(gpu),
-            expert_ranks=expert_shards if args.enable_expert_parallel else None,
+            key,
+            functools.partial(
+                weight_blocks_overhead,
+                model,
+                dtype=resolved.dtype,
+                tp=tp,
+                partition=partition,
+                stage=stage,
+                max_split_mb=release.weights_max_split_mb,
+                online_quantization=quantized_online,
+                native_fp8=fp8,
+                expert_ranks=ranks,
+            ),
         )
         per_stage.append(stage_bytes + extra + padding * moe_layers + blocks)
         first += count
