@@ -6,6 +6,7 @@ This is the arithmetic core shared by ``make_plan`` (predictions from the GPU al
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from planner.memory.cudagraph import cuda_graph_bytes
 from planner.memory.encoder import EncoderProfile, combined_peak, deepstack_buffer_bytes
 from planner.memory.mxfp4 import BackendChoice, choose_backend, padding_bytes_per_moe_layer, parse_capability
 from planner.memory.nontorch import non_torch_bytes
+from planner.models.allocation import weight_blocks_overhead
 from planner.models.memo import IdentityMemo
 from planner.models.quantization import scheme_quantization
 from planner.models.spec import ModelSpec
@@ -249,6 +251,7 @@ def _mamba_blocks_and_alignment(
 # Per-model invariants: the weights of one parallel layout and the MoE layer flags do not depend on the
 # GPU or the release, so a sweep (and the release spread of every plan) computes them once per model.
 _WEIGHTS: IdentityMemo[WeightEstimate] = IdentityMemo()
+_BLOCKS: IdentityMemo[int] = IdentityMemo()
 _MOE_FLAGS: IdentityMemo[tuple[int, ...]] = IdentityMemo()
 # The KV specs and their grouping of one model: GPU-independent, shared by every release with the same
 # group-size rule (the layout is read, never changed; a drafter's layers make a new one).
@@ -530,6 +533,15 @@ def check_kimi_delta_attention(args: ServingArgs, release: Release) -> None:
     )
 
 
+def _native_fp8(gpu: GpuSpec) -> bool:
+    """SM 8.9+ (Ada, Hopper, Blackwell) has fp8 tensor cores; older GPUs run fp8 checkpoints with Marlin."""
+    major, _, minor = (gpu.compute_capability or "0.0").partition(".")
+    try:
+        return (int(major), int(minor or 0)) >= (8, 9)
+    except ValueError:
+        return False
+
+
 def compute_engine(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -544,6 +556,7 @@ def compute_engine(
 ) -> EngineLayout:
     """``version`` and ``draft`` (the resolved drafter) size ``--speculative-config``."""
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
+    quantized_online = model.quantization is None and with_online_quantization(model, args) is not model
     model = with_online_quantization(model, args)
     model = text_only(model, args, release)
     if model.compressed_attention is not None:
@@ -639,12 +652,32 @@ def compute_engine(
     padding = paddings[mxfp4.backend]
     # The heaviest kernel an install with other extras may run instead (0 when the kernel is known).
     spread_per_layer = max(paddings.values()) - padding
+    ranks = expert_shards if args.enable_expert_parallel else None
+    fp8 = _native_fp8(gpu)
     per_stage = []
     spread = 0
     first = 0
-    for stage_bytes, count in zip(weights.bytes_per_stage, partition, strict=True):
+    for stage, (stage_bytes, count) in enumerate(zip(weights.bytes_per_stage, partition, strict=True)):
         moe_layers = moe_layer_count(model, first, count)
-        per_stage.append(stage_bytes + extra + padding * moe_layers)
+        # The caching allocator's blocks around each tensor, which "Model loading took" counts.
+        key = (resolved.dtype, tp, tuple(partition), stage, release.weights_max_split_mb, quantized_online, fp8, ranks)
+        blocks = _BLOCKS.get(
+            model,
+            key,
+            functools.partial(
+                weight_blocks_overhead,
+                model,
+                dtype=resolved.dtype,
+                tp=tp,
+                partition=partition,
+                stage=stage,
+                max_split_mb=release.weights_max_split_mb,
+                online_quantization=quantized_online,
+                native_fp8=fp8,
+                expert_ranks=ranks,
+            ),
+        )
+        per_stage.append(stage_bytes + extra + padding * moe_layers + blocks)
         spread = max(spread, spread_per_layer * moe_layers)
         first += count
     if drafter is not None:

@@ -35,6 +35,7 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("moe_workspace_held", "MoE workspace held at sampling"),
     ("mxfp4_rule", "MXFP4 kernel choice"),
     ("mxfp4_triton_layout", "MXFP4 Triton layout H100"),
+    ("weights_max_split_mb", "max_split_size_mb at load"),
     ("mxfp4_blackwell_intermediate_align", "MXFP4 B200 intermediate align"),
     ("model_runner_v2_default", "Model Runner V2 default"),
     ("runner_v2_graph_estimate", "V2 runner graph estimate"),
@@ -58,7 +59,8 @@ def _cell(release: Release, field: str) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if value is None:
-        return "min"
+        # group-size rule: no threshold means the minimum bucket size; allocator split limit: none set.
+        return "unset" if field == "weights_max_split_mb" else "min"
     return str(value)
 
 

@@ -159,6 +159,13 @@ class Release(BaseModel):
         "the loaded tensors in place), mma (0.11.1-0.16, 0.22-0.25: tile packs, a second copy of the scales), "
         "mma_pad64 (0.17-0.21: both dims to 64 first), mma_groups4 (0.26+: scale groups to 4)",
     )
+    weights_max_split_mb: int | None = Field(
+        default=None,
+        description="the caching allocator's max_split_size_mb while the model loads: unset (<= 0.20: a "
+        "block is split when more than 1 MiB remains), 20 (0.21+: v1/worker/gpu_worker.py load_model under "
+        "_scoped_allocator_max_split(20), so tensors of 20 MiB or more keep their whole 2 MiB-rounded "
+        "segment; planner/models/allocation.py)",
+    )
     moe_workspace_held: bool = Field(
         default=False,
         description="unquantized fused MoE allocates its workspaces from the persistent WorkspaceManager "
@@ -534,8 +541,10 @@ _R_0_20_2 = _row(
 _R_0_21 = _row(
     _R_0_20_2,
     "0.21.0",
-    "0.21.0: v1/core/kv_cache_utils.py, v1/kv_cache_interface.py, envs.py (FlashInfer sampler on by default)",
+    "0.21.0: v1/core/kv_cache_utils.py, v1/kv_cache_interface.py, envs.py (FlashInfer sampler on by default), "
+    "v1/worker/gpu_worker.py load_model (_scoped_allocator_max_split: max_split_size_mb 20 while loading)",
     sampler_kernel="flashinfer",
+    weights_max_split_mb=20,
 )
 _R_0_22 = _row(
     _R_0_21,
