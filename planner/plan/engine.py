@@ -16,7 +16,7 @@ from planner.gpus.spec import GpuSpec
 from planner.kv.capacity import KvLayout, StageKv
 from planner.kv.dtypes import KvDtype, resolve_kv_dtype
 from planner.kv.grouping import Grouping, group_layers, group_packed, stage_group_size
-from planner.kv.specs import RankLayout, build_layer_caches, deepseek_v4_caches
+from planner.kv.specs import KERNEL_BLOCK_ALIGNMENT, RankLayout, build_layer_caches, deepseek_v4_caches
 from planner.memory.activation import activation_peak, sampler_kernel_in_force
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.memory.cudagraph import cuda_graph_bytes
@@ -254,6 +254,8 @@ def build_rank_layout(
     fixed = model.mla is not None and "M" in model.layer_pattern and release.mla_hybrid_block_align == "64"
     tp, block_size = args.tensor_parallel_size, resolved.block_size
     threshold, strided = release.group_size_threshold, release.strided_groups
+    sliding_block = KERNEL_BLOCK_ALIGNMENT if release.sliding_window_kernel_block else None
+    pad = release.pad_unaligned_pages
 
     def build() -> tuple[RankLayout, Grouping]:
         if model.compressed_attention is not None:
@@ -274,10 +276,25 @@ def build_rank_layout(
             mamba_blocks_per_request=mamba_blocks,
             hybrid_alignment=alignment,
             fixed_hybrid_alignment=fixed,
+            sliding_block_size=sliding_block,
         )
-        return rank, group_layers(rank.layers, group_size_threshold=threshold, strided=strided)
+        return rank, group_layers(rank.layers, group_size_threshold=threshold, strided=strided, pad_pages=pad)
 
-    key = (kv_dtype, tp, block_size, hybrid, conv, ssm, mamba_blocks, alignment, fixed, threshold, strided)
+    key = (
+        kv_dtype,
+        tp,
+        block_size,
+        hybrid,
+        conv,
+        ssm,
+        mamba_blocks,
+        alignment,
+        fixed,
+        threshold,
+        strided,
+        sliding_block,
+        pad,
+    )
     return _RANK_LAYOUTS.get(model, key, build)
 
 

@@ -39,6 +39,8 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("nemotron_h_ssm_default", "NemotronH SSM default"),
     ("mla_hybrid_block_align", "MLA + Mamba block align"),
     ("deepseek_v4_grouping", "DeepSeek-V4 grouping"),
+    ("sliding_window_kernel_block", "window block = kernel block"),
+    ("pad_unaligned_pages", "pad unaligned pages"),
     ("v0_non_torch_scope", "V0 non-torch scope"),
     ("v1_non_torch_scope", "V1 non-torch scope"),
 )

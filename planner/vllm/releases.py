@@ -184,6 +184,18 @@ class Release(BaseModel):
         "v1/core/kv_cache_utils.py group_and_unify_kv_cache_specs, not modelled: plans are refused), packed "
         "(0.29+ _get_packed_kv_cache_groups, block-outermost layout)",
     )
+    sliding_window_kernel_block: bool = Field(
+        default=False,
+        description="sliding-window layers pick their own block size, the attention backend's smallest kernel "
+        "block (16 on the CUDA backends), whatever --block-size says (0.25+ model_executor/layers/attention/"
+        "attention.py get_kv_cache_spec, _largest_kernel_block_within); before, --block-size for every layer",
+    )
+    pad_unaligned_pages: bool = Field(
+        default=False,
+        description="an attention page that does not divide the largest page is padded to it instead of the "
+        "unification failing (0.29+ v1/core/kv_cache_utils.py unify_kv_cache_spec_page_size, any non-MLA "
+        "attention layer; 0.24-0.28 only for backends that index KV by the block stride, not modelled)",
+    )
     swap_space_flag: bool
     kv_cache_memory_bytes_flag: bool
     kv_cache_dtypes: tuple[str, ...]
@@ -453,8 +465,10 @@ _R_0_24 = _row(
 _R_0_25 = _row(
     _R_0_24,
     "0.25.0",
-    "0.25.1: config/cache.py CacheDType (int4_per_token_head), v1/kv_cache_interface.py (window still + mnbt)",
+    "0.25.1: config/cache.py CacheDType (int4_per_token_head), v1/kv_cache_interface.py (window still + mnbt); "
+    "0.25.0: model_executor/layers/attention/attention.py get_kv_cache_spec (sliding windows on the kernel block)",
     kv_cache_dtypes=_D6,
+    sliding_window_kernel_block=True,
 )
 _R_0_26 = _row(
     _R_0_25,
@@ -500,6 +514,7 @@ _R_0_29 = _row(
     model_runner_v2_default="all",
     runner_v2_graph_estimate=True,
     deepseek_v4_grouping="packed",
+    pad_unaligned_pages=True,
 )
 _R_0_30 = _row(
     _R_0_29,
