@@ -59,6 +59,11 @@ class Deployment(_Strict):
         description="false: FlashInfer's top-k/top-p sampler was not used (the log warns 'FlashInfer is not "
         "available', or VLLM_USE_FLASHINFER_SAMPLER=0); null: the release's default",
     )
+    async_scheduling: bool | None = Field(
+        default=None,
+        description="false: --no-async-scheduling (the log's non-default args say 'async_scheduling': False), "
+        "which halves the tokens in flight a sliding window keeps from 0.26; null: the release's default",
+    )
     speculative_config: str | None = Field(
         default=None, description="--speculative-config as given (JSON); its drafter is part of the weights"
     )
@@ -109,6 +114,7 @@ class Startup(_Strict):
             block_size=d.block_size,
             enforce_eager=d.eager,
             flashinfer_sampler=d.flashinfer_sampler,
+            async_scheduling=d.async_scheduling,
             total_gpu_memory_gib=m.total_gib,
             weights_gib=m.weights_gib,
             non_torch_gib=m.non_torch_gib,

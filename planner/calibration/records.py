@@ -43,6 +43,8 @@ class StartupRecord(BaseModel):
     # False: the startup ran without FlashInfer's sampler (not installed: the log warns "FlashInfer is not
     # available", or VLLM_USE_FLASHINFER_SAMPLER=0); None: the release's default.
     flashinfer_sampler: bool | None = None
+    # False: --no-async-scheduling; None: the release's default.
+    async_scheduling: bool | None = None
     total_gpu_memory_gib: float | None = None
     weights_gib: float | None = None
     non_torch_gib: float | None = None

@@ -112,6 +112,7 @@ def serving_args(record: StartupRecord, *, online_quantization: bool) -> Serving
         dtype=record.dtype or "auto",
         quantization=record.quantization if online_quantization else None,
         enforce_eager=bool(record.enforce_eager),
+        async_scheduling=record.async_scheduling,
         env=record_env(record),
     )
 
