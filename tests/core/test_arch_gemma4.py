@@ -38,6 +38,7 @@ from planner.errors import InvalidModelConfigError, UnsupportedArchitectureError
 from planner.findings import Code
 from planner.models.catalog import lookup_model
 from planner.models.config import parse_config
+from planner.models.weights import estimate_weights
 from planner.plan.build import kv_report, predict
 from planner.vllm.args import ServingArgs
 
@@ -283,3 +284,22 @@ def test_unaligned_sliding_pages_are_padded_from_0_29(a100) -> None:  # type: ig
     # 0.28.0 pads only for backends that index KV by the block stride: not modelled, refused.
     with pytest.raises(UnsupportedArchitectureError, match="cannot be unified"):
         _plan(GEMMA4_26B_A4B, "google/gemma-4-26B-A4B-it", a100, kv_bytes, "0.28.0", **args)
+
+
+def test_26b_a4b_weights_keep_the_dense_mlp_beside_the_moe_block() -> None:
+    # vllm 0.29 models/gemma4.py Gemma4DecoderLayer: every layer has self.mlp (3 x 2816 x 2112 = 17,842,176)
+    # and, with enable_moe_block, a router (2816 x 128 = 360,448) and 128 experts (128 x 3 x 2816 x 704 =
+    # 761,266,176). Gemma4Attention takes each layer's own shape: sliding q/k/v/o 2816 x 16 x 256,
+    # 2816 x 8 x 512, 16 x 256 x 2816 = 34,603,008; full 2816 x 16 x 512, 2816 x 2 x 1024, 16 x 512 x 2816 =
+    # 51,904,512 (k_eq_v still allocates the V slot). Two norms of 2816 a layer as the planner counts them.
+    # 25 x 814,077,440 + 5 x 831,378,944 + 262,144 x 2816 embeddings (tied) + the final norm = 25,247,031,040.
+    # RoPE caches: 262,144 x 256 (sliding, default) + 262,144 x 512 (full, Gemma4RotaryEmbedding over the
+    # whole head) bf16 = 402,653,184 B.
+    spec = parse_config(GEMMA4_26B_A4B, model_id="google/gemma-4-26B-A4B-it")
+    weights = estimate_weights(spec, dtype="bfloat16")
+    assert weights.parameters == 25_247_031_040
+    assert weights.bytes_per_stage == [2 * 25_247_031_040 + 402_653_184]
+    entry = lookup_model("gemma-4-26b-a4b-it")
+    assert entry.model_dump(exclude={"source", "aliases", "notes"}) == spec.model_dump(
+        exclude={"source", "aliases", "notes"}
+    )
