@@ -216,6 +216,13 @@ _MOE_FLAGS: IdentityMemo[tuple[int, ...]] = IdentityMemo()
 _RANK_LAYOUTS: IdentityMemo[tuple[RankLayout, Grouping]] = IdentityMemo()
 
 
+def capture_limit(release: Release, gpu: GpuSpec) -> int:
+    """The default largest CUDA-graph capture size: 512, or the release's SM10x ceiling on B200/B300/GB200
+    (platforms/interface.py is_device_capability_family(100): compute capability 10.x)."""
+    major = (gpu.compute_capability or "").split(".")[0]
+    return release.capture_limit_sm100 if gpu.vendor == "nvidia" and major == "10" else 512
+
+
 def moe_layer_count(model: ModelSpec, first: int, count: int) -> int:
     """MoE layers among decoder layers ``first .. first + count - 1``."""
     if model.moe is None:
@@ -369,6 +376,9 @@ def stage_memory(
             enforce_eager=args.enforce_eager,
             coefficients=coefficients,
             rule=release.capture_rule,
+            limit=capture_limit(release, gpu),
+            explicit_max=args.max_cudagraph_capture_size,
+            interactivity=args.performance_mode == "interactivity",
         )
         counted = (
             release.cuda_graphs_counted

@@ -25,6 +25,7 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("mla_block_size_blackwell", "MLA block B200"),
     ("clamp_batched_tokens", "mnbt ≤ seqs×len"),
     ("capture_rule", "graph sizes"),
+    ("capture_limit_sm100", "graph ceiling SM10x"),
     ("mamba_prefix_mode", "Mamba + prefix caching"),
     ("hybrid_prefix_caching_default", "hybrid PC default"),
     ("auto_kv_from_checkpoint", "auto KV from checkpoint"),

@@ -112,6 +112,12 @@ class Release(BaseModel):
     batch_defaults: tuple[BatchDefaults, ...]
     clamp_batched_tokens: bool = Field(description="max_num_batched_tokens = min(max_num_seqs x max_model_len, ..)")
     capture_rule: CaptureRule
+    capture_limit_sm100: int = Field(
+        default=512,
+        description="the default largest CUDA-graph capture size on SM10x GPUs (B200/B300/GB200): 512 (<= 0.27, "
+        "as every GPU), 1024 (0.28+, config/vllm.py _set_cudagraph_sizes: default_max_graph_size = 1024 if "
+        "current_platform.is_device_capability_family(100) else 512)",
+    )
     hybrid_prefix_caching_default: bool = Field(description="prefix caching on by default for Mamba hybrids")
     mamba_prefix_mode: MambaPrefixMode = Field(
         description="Mamba blocks per request with prefix caching on: one_block (<= 0.11), per_block "
@@ -350,8 +356,17 @@ _R_0_11 = _row(
     strided_groups=True,
     kv_cache_dtypes=_D2,
 )
-_R_0_12 = _row(
+# 0.11.1 moved the capture sizes to CompilationConfig.max_cudagraph_capture_size (--max-cudagraph-capture-size)
+# with the 8-then-16 step grid that 0.12.0 keeps unchanged (config/vllm.py _set_cudagraph_sizes, alike in
+# 0.11.1, 0.11.2 and 0.12.0).
+_R_0_11_1 = _row(
     _R_0_11,
+    "0.11.1",
+    "0.11.1 and 0.11.2: config/vllm.py _set_cudagraph_sizes (max_cudagraph_capture_size, steps of 8 then 16)",
+    capture_rule="v0_12",
+)
+_R_0_12 = _row(
+    _R_0_11_1,
     "0.12.0",
     "0.12.0: v1/core/kv_cache_utils.py, config/vllm.py, engine/arg_utils.py, model_executor/models/config.py "
     "HybridAttentionMambaModelConfig (MLA hybrids: 64)",
@@ -493,11 +508,13 @@ _R_0_28 = _row(
     "0.28.0",
     "0.28.0: engine/arg_utils.py (hybrid prefix caching on, >=160 GiB tier), model_executor/models/config.py "
     "(mamba_cache_mode defaults to align), v1/kv_cache_interface.py MambaSpec, config/cache.py, "
-    "v1/core/kv_cache_utils.py group_and_unify_kv_cache_specs (DeepSeek-V4, as 0.20)",
+    "v1/core/kv_cache_utils.py group_and_unify_kv_cache_specs (DeepSeek-V4, as 0.20), config/vllm.py "
+    "_set_cudagraph_sizes (1024 on SM10x)",
     batch_defaults=_BATCH_0_33,
     hybrid_prefix_caching_default=True,
     mamba_prefix_mode="align_2",
     kv_cache_dtypes=_D6_28,
+    capture_limit_sm100=1024,
 )
 _R_0_29 = _row(
     _R_0_28,
@@ -586,6 +603,7 @@ RELEASES: tuple[Release, ...] = (
     _R_0_10,
     _R_0_10_2,
     _R_0_11,
+    _R_0_11_1,
     _R_0_12,
     _R_0_13,
     _R_0_14,
