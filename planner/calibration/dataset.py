@@ -64,6 +64,12 @@ class Deployment(_Strict):
         description="false: --no-async-scheduling (the log's non-default args say 'async_scheduling': False), "
         "which halves the tokens in flight a sliding window keeps from 0.26; null: the release's default",
     )
+    max_cudagraph_capture_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="--max-cudagraph-capture-size as given (0.11.1+; the log's non-default args or "
+        "compilation_config 'max_cudagraph_capture_size'); null: the default, min(2 x max_num_seqs, 512)",
+    )
     speculative_config: str | None = Field(
         default=None, description="--speculative-config as given (JSON); its drafter is part of the weights"
     )
@@ -115,6 +121,7 @@ class Startup(_Strict):
             enforce_eager=d.eager,
             flashinfer_sampler=d.flashinfer_sampler,
             async_scheduling=d.async_scheduling,
+            max_cudagraph_capture_size=d.max_cudagraph_capture_size,
             total_gpu_memory_gib=m.total_gib,
             weights_gib=m.weights_gib,
             non_torch_gib=m.non_torch_gib,

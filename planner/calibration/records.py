@@ -45,6 +45,8 @@ class StartupRecord(BaseModel):
     flashinfer_sampler: bool | None = None
     # False: --no-async-scheduling; None: the release's default.
     async_scheduling: bool | None = None
+    # --max-cudagraph-capture-size as given; None: the default.
+    max_cudagraph_capture_size: int | None = None
     total_gpu_memory_gib: float | None = None
     weights_gib: float | None = None
     non_torch_gib: float | None = None
