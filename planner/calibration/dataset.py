@@ -65,6 +65,17 @@ class Deployment(_Strict):
         description="--enable-prefix-caching / --no-enable-prefix-caching as given; null: the release's default "
         "(on a hybrid Mamba model it decides how many state blocks a request keeps)",
     )
+    async_scheduling: bool | None = Field(
+        default=None,
+        description="false: --no-async-scheduling (the log's non-default args say 'async_scheduling': False), "
+        "which halves the tokens in flight a sliding window keeps from 0.26; null: the release's default",
+    )
+    max_cudagraph_capture_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="--max-cudagraph-capture-size as given (0.11.1+; the log's non-default args or "
+        "compilation_config 'max_cudagraph_capture_size'); null: the default, min(2 x max_num_seqs, 512)",
+    )
     speculative_config: str | None = Field(
         default=None, description="--speculative-config as given (JSON); its drafter is part of the weights"
     )
@@ -122,6 +133,8 @@ class Startup(_Strict):
             flashinfer_sampler=d.flashinfer_sampler,
             enable_prefix_caching=d.prefix_caching,
             mxfp4_backend=d.mxfp4_backend,
+            async_scheduling=d.async_scheduling,
+            max_cudagraph_capture_size=d.max_cudagraph_capture_size,
             total_gpu_memory_gib=m.total_gib,
             weights_gib=m.weights_gib,
             non_torch_gib=m.non_torch_gib,

@@ -96,7 +96,10 @@ def observe(record: StartupRecord, spec: ModelSpec, gpu: GpuSpec) -> Observation
     tokens = resolved.max_num_batched_tokens
     first_stage_layers = prediction.engine.partition[0]
     moe_layers = first_stage_layers if model.moe is not None else 0
-    sizes = len(capture_sizes(resolved.max_num_seqs)) / DEFAULT_COEFFICIENTS.cudagraph_reference_sizes
+    sizes = (
+        len(capture_sizes(resolved.max_num_seqs, explicit_max=args.max_cudagraph_capture_size))
+        / DEFAULT_COEFFICIENTS.cudagraph_reference_sizes
+    )
     gib = float(GiB)
     release = prediction.release
     num_reqs = min(resolved.max_num_seqs, tokens)

@@ -49,6 +49,10 @@ class StartupRecord(BaseModel):
     enable_prefix_caching: bool | None = None
     # The MXFP4 MoE kernel the log names ("Using Marlin backend"); None: the release's choice for the GPU.
     mxfp4_backend: Mxfp4Backend | None = None
+    # False: --no-async-scheduling; None: the release's default.
+    async_scheduling: bool | None = None
+    # --max-cudagraph-capture-size as given; None: the default.
+    max_cudagraph_capture_size: int | None = None
     total_gpu_memory_gib: float | None = None
     weights_gib: float | None = None
     non_torch_gib: float | None = None

@@ -113,6 +113,8 @@ def serving_args(record: StartupRecord, *, online_quantization: bool) -> Serving
         quantization=record.quantization if online_quantization else None,
         enforce_eager=bool(record.enforce_eager),
         enable_prefix_caching=record.enable_prefix_caching,
+        async_scheduling=record.async_scheduling,
+        max_cudagraph_capture_size=record.max_cudagraph_capture_size,
         env=record_env(record),
         mxfp4_backend=record.mxfp4_backend,
     )

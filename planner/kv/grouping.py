@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from planner.errors import UnsupportedArchitectureError
 from planner.findings import Code, Finding
 from planner.kv.specs import CacheKind, LayerCache
 from planner.units import cdiv
@@ -70,8 +71,9 @@ class Grouping:
         return max((group.stage_bytes(stage_layers) for group in self.groups), default=0)
 
 
-def _unify_page_sizes(specs: list[LayerCache]) -> list[LayerCache]:
-    """Scale the block size of layers with smaller pages so every page has the same bytes."""
+def _unify_page_sizes(specs: list[LayerCache], *, pad: bool = False) -> list[LayerCache]:
+    """Scale the block size of layers with smaller pages so every page has the same bytes; with ``pad``
+    (vLLM 0.29+), an attention page that does not divide the largest keeps its block size and is padded."""
     largest = max(spec.page_bytes for spec in specs)
     unified = []
     for spec in specs:
@@ -79,7 +81,14 @@ def _unify_page_sizes(specs: list[LayerCache]) -> list[LayerCache]:
             unified.append(spec)
             continue
         if largest % spec.page_bytes:
-            raise ValueError("KV page sizes cannot be unified by adjusting the block size")
+            if pad and spec.kind != "mamba":
+                unified.append(LayerCache(spec.kind, largest, spec.block_size, spec.window, spec.const_blocks))
+                continue
+            raise UnsupportedArchitectureError(
+                f"KV page sizes ({spec.page_bytes} and {largest} bytes per block) cannot be unified by adjusting "
+                "the block size in this vLLM release; kv-planner does not model its padding",
+                field="--block-size",
+            )
         ratio = largest // spec.page_bytes
         unified.append(LayerCache(spec.kind, largest, spec.block_size * ratio, spec.window, spec.const_blocks))
     return unified
@@ -90,8 +99,10 @@ def group_layers(
     *,
     group_size_threshold: float | None,
     strided: bool,
+    pad_pages: bool = False,
 ) -> Grouping:
-    """Group the layers of the whole model (TP rank 0 shapes) like vLLM."""
+    """Group the layers of the whole model (TP rank 0 shapes) like vLLM (``pad_pages``: see
+    :func:`_unify_page_sizes`)."""
     indexed = [(i, spec) for i, spec in enumerate(layers) if spec is not None]
     if not indexed:
         return Grouping(groups=[], group_size=0)
@@ -99,7 +110,7 @@ def group_layers(
     if len(set(specs)) == 1:
         return Grouping(groups=[KvGroup(specs[0], tuple(i for i, _ in indexed))], group_size=len(indexed))
 
-    specs = _unify_page_sizes(specs)
+    specs = _unify_page_sizes(specs, pad=pad_pages)
     buckets: dict[LayerCache, list[int]] = {}
     for (index, _), spec in zip(indexed, specs, strict=True):
         buckets.setdefault(spec, []).append(index)

@@ -234,10 +234,13 @@ def build_layer_caches(
     mamba_blocks_per_request: int | None,
     hybrid_alignment: int = KERNEL_BLOCK_ALIGNMENT,
     fixed_hybrid_alignment: bool = False,
+    sliding_block_size: int | None = None,
 ) -> RankLayout:
     """The per-layer specs of one rank. ``unify_hybrid`` is vLLM's "hybrid KV cache manager disabled":
     sliding-window and chunked layers become full attention when full layers exist too.
-    ``mamba_blocks_per_request`` None is vLLM's "all" mode: Mamba groups keep a block per block of tokens."""
+    ``mamba_blocks_per_request`` None is vLLM's "all" mode: Mamba groups keep a block per block of tokens.
+    ``sliding_block_size``: the block sliding-window layers take whatever ``block_size`` is (vLLM 0.25+, the
+    backend's smallest kernel block); None: ``block_size``."""
     per_token = attention_bytes_per_token(model, kv, tp) if model.num_kv_heads or model.mla else 0
     state = mamba_state_bytes(model, tp, mamba_conv_bytes, mamba_ssm_bytes) if "M" in model.layer_pattern else 0
     if state and per_token:
@@ -260,7 +263,8 @@ def build_layer_caches(
         elif letter == "F":
             spec = LayerCache("full", full_page, block_size)
         elif letter == "S":
-            spec = LayerCache("sliding_window", attention_page, block_size, window=model.sliding_window)
+            window_block = sliding_block_size or block_size
+            spec = LayerCache("sliding_window", per_token * window_block, window_block, window=model.sliding_window)
         else:
             spec = LayerCache("chunked_local", attention_page, block_size, window=model.attention_chunk_size)
         raw.append(spec)

@@ -11,16 +11,28 @@ from planner.memory.coefficients import MemoryCoefficients
 
 
 def capture_sizes(
-    max_num_seqs: int, max_num_batched_tokens: int | None = None, rule: str = "v0_20", limit: int = 512
+    max_num_seqs: int,
+    max_num_batched_tokens: int | None = None,
+    rule: str = "v0_20",
+    limit: int = 512,
+    *,
+    explicit_max: int | None = None,
+    interactivity: bool = False,
 ) -> list[int]:
     """vLLM's default CUDA-graph capture sizes (``VllmConfig._set_cudagraph_sizes``), by release rule:
 
     * ``v0_8`` (0.8): ``[1, 2, 4] + range(8, 513, 8)``, at most max_num_batched_tokens;
-    * ``v0_10`` (0.10-0.11): ``[1, 2, 4] + range(8, N + 1, 8)`` with ``N = min(2 x max_num_seqs, 512)``;
-    * ``v0_12`` (0.12-0.19): ``[1, 2, 4] + range(8, 256, 8) + range(256, N + 1, 16)``;
+    * ``v0_10`` (0.10-0.11.0): ``[1, 2, 4] + range(8, N + 1, 8)`` with ``N = min(2 x max_num_seqs, 512)``;
+    * ``v0_12`` (0.11.1-0.19): ``[1, 2, 4] + range(8, 256, 8) + range(256, N + 1, 16)``;
     * ``v0_20`` (0.20-0.30): the same, plus max_num_batched_tokens when it is at most N;
-    * ``v0_31`` (0.31+): also max_num_seqs (a uniform decode batch) when it is at most 512 and at most
-      max_num_batched_tokens.
+    * ``v0_31`` (0.31+): also max_num_seqs (a uniform decode batch) when it is at most the default
+      ceiling and at most max_num_batched_tokens.
+
+    ``limit``: the default ceiling (512; 1024 on SM10x from 0.28, ``Release.capture_limit_sm100``).
+    ``explicit_max``: ``--max-cudagraph-capture-size`` (0.11.1+), which replaces ``min(2 x max_num_seqs,
+    limit)`` and drops 0.31's appended max_num_seqs (config/vllm.py computes the decode sizes only for the
+    default). ``interactivity``: ``--performance-mode interactivity`` (0.17+) captures every size from 1 to
+    ``min(N, 32)`` instead of ``[1, 2, 4]``.
     """
     tokens = max_num_batched_tokens if max_num_batched_tokens is not None else 1 << 30
     if rule == "v0_8":
@@ -28,8 +40,13 @@ def capture_sizes(
     largest = min(2 * max_num_seqs, limit)
     if rule == "v0_10":
         return [s for s in [1, 2, 4, *range(8, largest + 1, 8)] if s <= min(largest, tokens)]
+    if explicit_max is not None:
+        largest = explicit_max
     largest = min(largest, tokens)
-    sizes = [s for s in [1, 2, 4, *range(8, min(largest + 1, 256), 8), *range(256, largest + 1, 16)] if s <= largest]
+    small = range(1, min(largest, 32) + 1) if interactivity else [1, 2, 4]
+    sizes = sorted(
+        {s for s in [*small, *range(8, min(largest + 1, 256), 8), *range(256, largest + 1, 16)] if s <= largest}
+    )
     if (
         rule in ("v0_20", "v0_31")
         and max_num_batched_tokens is not None
@@ -37,7 +54,13 @@ def capture_sizes(
         and max_num_batched_tokens not in sizes
     ):
         sizes.append(max_num_batched_tokens)
-    if rule == "v0_31" and max_num_seqs <= limit and max_num_seqs <= tokens and max_num_seqs not in sizes:
+    if (
+        rule == "v0_31"
+        and explicit_max is None
+        and max_num_seqs <= limit
+        and max_num_seqs <= tokens
+        and max_num_seqs not in sizes
+    ):
         sizes.append(max_num_seqs)
     return sorted(sizes)
 
@@ -52,10 +75,15 @@ def cuda_graph_bytes(
     enforce_eager: bool,
     coefficients: MemoryCoefficients,
     rule: str = "v0_20",
+    limit: int = 512,
+    explicit_max: int | None = None,
+    interactivity: bool = False,
 ) -> int:
     if enforce_eager or layers_on_rank == 0:
         return 0
-    sizes = capture_sizes(max_num_seqs, max_num_batched_tokens, rule)
+    sizes = capture_sizes(
+        max_num_seqs, max_num_batched_tokens, rule, limit, explicit_max=explicit_max, interactivity=interactivity
+    )
     scale = len(sizes) / coefficients.cudagraph_reference_sizes
     per_rank_base = coefficients.cudagraph_base_bytes / max(1.0, tp**0.5)
     depth = coefficients.cudagraph_bytes_per_layer * layers_on_rank

@@ -120,14 +120,19 @@ def _attention(spec: ModelSpec, tp: int, index: int = 0) -> _Tensors:
         t.sharded_quantizable += mla.kv_lora_rank * heads * (mla.qk_nope_head_dim + mla.v_head_dim) / tp
         t.sharded_quantizable += heads * mla.v_head_dim * hidden / tp
         return t
-    q_out = heads * spec.head_dim * (2 if spec.model_type in _GATED_ATTENTION_TYPES else 1)  # gated attention
-    kv_rank = max(1, spec.num_kv_heads // tp) if spec.num_kv_heads >= tp else 1
-    kv_out_rank = kv_rank * (spec.head_dim + spec.head_size_v)
-    t.sharded_quantizable += hidden * q_out / tp + heads * spec.head_size_v * hidden / tp
+    head, head_v, kv_heads = spec.head_dim, spec.head_size_v, spec.num_kv_heads
+    if spec.heterogeneous_attention and spec.layer_pattern[index] == "F":
+        # Gemma-4 full layers (vllm models/gemma4.py Gemma4DecoderLayer, gemma4_layer_config): their own head
+        # size and KV heads for q/k/v/o; with attention_k_eq_v the V slot of qkv_proj is still allocated.
+        head, head_v, kv_heads = spec.full_head_size, spec.full_head_size_v, spec.full_kv_heads
+    q_out = heads * head * (2 if spec.model_type in _GATED_ATTENTION_TYPES else 1)  # gated attention
+    kv_rank = max(1, kv_heads // tp) if kv_heads >= tp else 1
+    kv_out_rank = kv_rank * (head + head_v)
+    t.sharded_quantizable += hidden * q_out / tp + heads * head_v * hidden / tp
     # KV projections: split by TP down to one head per rank, then replicated.
     t.sharded_quantizable += hidden * kv_out_rank
     if spec.attention_bias:
-        t.replicated_plain += (q_out + spec.num_kv_heads * (spec.head_dim + spec.head_size_v)) / tp
+        t.replicated_plain += (q_out + kv_heads * (head + head_v)) / tp
     return t
 
 
@@ -239,6 +244,10 @@ def _layer(spec: ModelSpec, index: int, tp: int, expert_shards: int | None = Non
     t = _mamba(spec, tp) if kind == "M" else _attention(spec, tp, index)
     if spec.is_moe_layer(index):
         _moe_mlp(spec, tp, t, expert_shards or tp)
+        if spec.model_type == "gemma4_text" and spec.intermediate_size:
+            # Gemma-4's MoE block runs beside the layer's dense MLP, not instead of it (vllm models/gemma4.py
+            # Gemma4DecoderLayer: self.mlp always, self.router + self.moe with enable_moe_block).
+            t.sharded_quantizable += _dense_mlp(spec, tp, spec.intermediate_size)
     elif spec.intermediate_size:
         t.sharded_quantizable += _dense_mlp(spec, tp, spec.intermediate_size)
     return t
@@ -294,7 +303,12 @@ def _rope_cache_bytes(spec: ModelSpec, dtype_bytes: int) -> int:
     rotary = spec.rotary_dim or (spec.mla.qk_rope_head_dim if spec.mla else spec.head_dim)
     # DeepSeek's YaRN scaling keeps its cache in float32.
     element = 4 if spec.mla is not None else dtype_bytes
-    return spec.max_position_embeddings * rotary * element
+    cache = spec.max_position_embeddings * rotary * element
+    if spec.model_type == "gemma4_text" and spec.heterogeneous_attention and "F" in spec.layer_pattern:
+        # Gemma-4 full layers build a second cache (rope_parameters["full_attention"], "proportional": vllm
+        # layers/rotary_embedding/gemma4_rope.py Gemma4RotaryEmbedding runs over rotary_dim = head_size).
+        cache += spec.max_position_embeddings * spec.full_head_size * element
+    return cache
 
 
 def estimate_weights(

@@ -69,6 +69,9 @@ def with_drafter_layers(
     extra: list[LayerCache | None] = [spec] * count
     new_rank = dataclasses.replace(rank, layers=[*rank.layers, *extra], raw_layers=[*rank.raw_layers, *extra])
     new_grouping = group_layers(
-        new_rank.layers, group_size_threshold=release.group_size_threshold, strided=release.strided_groups
+        new_rank.layers,
+        group_size_threshold=release.group_size_threshold,
+        strided=release.strided_groups,
+        pad_pages=release.pad_unaligned_pages,
     )
     return new_rank, new_grouping, count, notes

@@ -18,7 +18,7 @@ from planner.gpus.spec import GpuSpec
 from planner.kv.capacity import KvLayout, StageKv
 from planner.kv.dtypes import KvDtype, resolve_kv_dtype
 from planner.kv.grouping import Grouping, group_layers, group_packed, stage_group_size
-from planner.kv.specs import RankLayout, build_layer_caches, deepseek_v4_caches
+from planner.kv.specs import KERNEL_BLOCK_ALIGNMENT, RankLayout, build_layer_caches, deepseek_v4_caches
 from planner.memory.activation import (
     activation_peak,
     runner_v2_flashinfer_sampler,
@@ -258,6 +258,13 @@ _MOE_FLAGS: IdentityMemo[tuple[int, ...]] = IdentityMemo()
 _RANK_LAYOUTS: IdentityMemo[tuple[RankLayout, Grouping]] = IdentityMemo()
 
 
+def capture_limit(release: Release, gpu: GpuSpec) -> int:
+    """The default largest CUDA-graph capture size: 512, or the release's SM10x ceiling on B200/B300/GB200
+    (platforms/interface.py is_device_capability_family(100): compute capability 10.x)."""
+    major = (gpu.compute_capability or "").split(".")[0]
+    return release.capture_limit_sm100 if gpu.vendor == "nvidia" and major == "10" else 512
+
+
 def moe_layer_count(model: ModelSpec, first: int, count: int) -> int:
     """MoE layers among decoder layers ``first .. first + count - 1``."""
     if model.moe is None:
@@ -296,6 +303,8 @@ def build_rank_layout(
     fixed = model.mla is not None and "M" in model.layer_pattern and release.mla_hybrid_block_align == "64"
     tp, block_size = args.tensor_parallel_size, resolved.block_size
     threshold, strided = release.group_size_threshold, release.strided_groups
+    sliding_block = KERNEL_BLOCK_ALIGNMENT if release.sliding_window_kernel_block else None
+    pad = release.pad_unaligned_pages
 
     def build() -> tuple[RankLayout, Grouping]:
         if model.compressed_attention is not None:
@@ -316,10 +325,25 @@ def build_rank_layout(
             mamba_blocks_per_request=mamba_blocks,
             hybrid_alignment=alignment,
             fixed_hybrid_alignment=fixed,
+            sliding_block_size=sliding_block,
         )
-        return rank, group_layers(rank.layers, group_size_threshold=threshold, strided=strided)
+        return rank, group_layers(rank.layers, group_size_threshold=threshold, strided=strided, pad_pages=pad)
 
-    key = (kv_dtype, tp, block_size, hybrid, conv, ssm, mamba_blocks, alignment, fixed, threshold, strided)
+    key = (
+        kv_dtype,
+        tp,
+        block_size,
+        hybrid,
+        conv,
+        ssm,
+        mamba_blocks,
+        alignment,
+        fixed,
+        threshold,
+        strided,
+        sliding_block,
+        pad,
+    )
     return _RANK_LAYOUTS.get(model, key, build)
 
 
@@ -409,6 +433,9 @@ def stage_memory(
             enforce_eager=args.enforce_eager,
             coefficients=coefficients,
             rule=release.capture_rule,
+            limit=capture_limit(release, gpu),
+            explicit_max=args.max_cudagraph_capture_size,
+            interactivity=args.performance_mode == "interactivity",
         )
         counted = (
             release.cuda_graphs_counted

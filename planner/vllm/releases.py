@@ -116,6 +116,12 @@ class Release(BaseModel):
     batch_defaults: tuple[BatchDefaults, ...]
     clamp_batched_tokens: bool = Field(description="max_num_batched_tokens = min(max_num_seqs x max_model_len, ..)")
     capture_rule: CaptureRule
+    capture_limit_sm100: int = Field(
+        default=512,
+        description="the default largest CUDA-graph capture size on SM10x GPUs (B200/B300/GB200): 512 (<= 0.27, "
+        "as every GPU), 1024 (0.28+, config/vllm.py _set_cudagraph_sizes: default_max_graph_size = 1024 if "
+        "current_platform.is_device_capability_family(100) else 512)",
+    )
     hybrid_prefix_caching_default: bool = Field(description="prefix caching on by default for Mamba hybrids")
     mamba_prefix_mode: MambaPrefixMode = Field(
         description="Mamba blocks per request with prefix caching on: one_block (<= 0.11), per_block "
@@ -253,6 +259,18 @@ class Release(BaseModel):
         default=False,
         description="a vision tower whose modalities all have --limit-mm-per-prompt 0 is not built, so its weights "
         "are not loaded (0.10.2 qwen2_5_vl.py, 0.15+ _mark_tower_model; 0.7.3 always builds it)",
+    )
+    sliding_window_kernel_block: bool = Field(
+        default=False,
+        description="sliding-window layers pick their own block size, the attention backend's smallest kernel "
+        "block (16 on the CUDA backends), whatever --block-size says (0.25+ model_executor/layers/attention/"
+        "attention.py get_kv_cache_spec, _largest_kernel_block_within); before, --block-size for every layer",
+    )
+    pad_unaligned_pages: bool = Field(
+        default=False,
+        description="an attention page that does not divide the largest page is padded to it instead of the "
+        "unification failing (0.29+ v1/core/kv_cache_utils.py unify_kv_cache_spec_page_size, any non-MLA "
+        "attention layer; 0.24-0.28 only for backends that index KV by the block stride, not modelled)",
     )
     swap_space_flag: bool
     kv_cache_memory_bytes_flag: bool
@@ -423,6 +441,8 @@ _R_0_11 = _row(
     strided_groups=True,
     kv_cache_dtypes=_D2,
 )
+# 0.11.1 also moved the capture sizes to CompilationConfig.max_cudagraph_capture_size with the 8-then-16 step
+# grid 0.12.0 keeps (config/vllm.py _set_cudagraph_sizes, alike in 0.11.1, 0.11.2 and 0.12.0).
 # 0.11.1 made FlashInfer's top-k/top-p sampler opt-in (v1/sample/ops/topk_topp_sampler.py: forward_cuda only
 # when VLLM_USE_FLASHINFER_SAMPLER is set true, else forward_native -> apply_top_k_top_p, the sort + scatter
 # path 0.12 also takes); 0.11.0 still took FlashInfer whenever it was installed and the switch was not false.
@@ -434,10 +454,12 @@ _R_0_11_1 = _row(
     "0.11.0, 0.11.1 and 0.11.2: v1/sample/ops/topk_topp_sampler.py (TopKTopPSampler.__init__), envs.py; "
     "quantization/mxfp4.py get_mxfp4_backend (VLLM_MXFP4_USE_MARLIN), "
     "quantization/utils/mxfp4_utils.py _swizzle_mxfp4, utils/import_utils.py has_triton_kernels, METADATA "
-    "(torch==2.9.0, flashinfer-python required, no triton_kernels; no vllm/third_party/triton_kernels)",
+    "(torch==2.9.0, flashinfer-python required, no triton_kernels; no vllm/third_party/triton_kernels); "
+    "0.11.1 and 0.11.2: config/vllm.py _set_cudagraph_sizes (max_cudagraph_capture_size, steps of 8 then 16)",
     sampler_kernel="sort_scatter",
     mxfp4_rule="v0_11_1",
     mxfp4_triton_layout="mma",
+    capture_rule="v0_12",
 )
 _R_0_12 = _row(
     _R_0_11_1,
@@ -569,8 +591,10 @@ _R_0_24 = _row(
 _R_0_25 = _row(
     _R_0_24,
     "0.25.0",
-    "0.25.1: config/cache.py CacheDType (int4_per_token_head), v1/kv_cache_interface.py (window still + mnbt)",
+    "0.25.1: config/cache.py CacheDType (int4_per_token_head), v1/kv_cache_interface.py (window still + mnbt); "
+    "0.25.0: model_executor/layers/attention/attention.py get_kv_cache_spec (sliding windows on the kernel block)",
     kv_cache_dtypes=_D6,
+    sliding_window_kernel_block=True,
 )
 _R_0_26 = _row(
     _R_0_25,
@@ -603,11 +627,13 @@ _R_0_28 = _row(
     "0.28.0",
     "0.28.0: engine/arg_utils.py (hybrid prefix caching on, >=160 GiB tier), model_executor/models/config.py "
     "(mamba_cache_mode defaults to align), v1/kv_cache_interface.py MambaSpec, config/cache.py, "
-    "v1/core/kv_cache_utils.py group_and_unify_kv_cache_specs (DeepSeek-V4, as 0.20)",
+    "v1/core/kv_cache_utils.py group_and_unify_kv_cache_specs (DeepSeek-V4, as 0.20), config/vllm.py "
+    "_set_cudagraph_sizes (1024 on SM10x)",
     batch_defaults=_BATCH_0_33,
     hybrid_prefix_caching_default=True,
     mamba_prefix_mode="align_2",
     kv_cache_dtypes=_D6_28,
+    capture_limit_sm100=1024,
 )
 _R_0_29 = _row(
     _R_0_28,
@@ -625,6 +651,7 @@ _R_0_29 = _row(
     runner_v2_graph_estimate=True,
     deepseek_v4_grouping="packed",
     pixtral_block_mask=False,
+    pad_unaligned_pages=True,
 )
 _R_0_30 = _row(
     _R_0_29,

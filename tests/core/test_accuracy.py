@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from planner.calibration.dataset import dataset_records
+from planner.calibration.dataset import Startup, dataset_records
 from planner.calibration.fit import fit_report
 from planner.calibration.records import StartupRecord, load_records
-from planner.calibration.validate import ValidationReport, validate_records
+from planner.calibration.validate import ValidationReport, serving_args, validate_records
 from planner.gpus.catalog import lookup_gpu
 from planner.models.catalog import lookup_model
 
@@ -115,3 +115,35 @@ def test_multi_node_records_are_layout_only_and_say_why(report: ValidationReport
     assert {r.id for r in multi} >= {"d102", "d103"}
     for result in multi:
         assert result.layout is not None and result.layout.exact and result.full is None
+
+
+def test_a_record_can_say_async_scheduling_was_off() -> None:
+    """``--no-async-scheduling`` halves the tokens a sliding window keeps in flight from 0.26
+    (``VllmConfig.max_concurrent_batches``), so a record names it; null is the release's default."""
+    base = {
+        "id": "x",
+        "deployment": {"model": "google/gemma-4-31B-it", "gpu": "H100-80GB", "vllm": "0.29.0"},
+        "measured": {"kv_gib": 10.0},
+        "source": {"url": "https://example.invalid/log"},
+    }
+    plain = Startup.model_validate(base).to_record()
+    assert serving_args(plain, online_quantization=False).async_scheduling is None
+    off = Startup.model_validate({**base, "deployment": {**base["deployment"], "async_scheduling": False}})
+    assert serving_args(off.to_record(), online_quantization=False).async_scheduling is False
+
+
+def test_a_record_can_give_max_cudagraph_capture_size() -> None:
+    """``--max-cudagraph-capture-size`` sets the capture ceiling (0.11.1+), so the graph estimate a 0.20+
+    budget subtracts follows it; null is the default, min(2 x max_num_seqs, 512)."""
+    base = {
+        "id": "x",
+        "deployment": {"model": "google/gemma-4-31B-it", "gpu": "H100-80GB", "vllm": "0.29.0"},
+        "measured": {"kv_gib": 10.0},
+        "source": {"url": "https://example.invalid/log"},
+    }
+    plain = Startup.model_validate(base).to_record()
+    assert serving_args(plain, online_quantization=False).max_cudagraph_capture_size is None
+    given = Startup.model_validate({**base, "deployment": {**base["deployment"], "max_cudagraph_capture_size": 16}})
+    assert serving_args(given.to_record(), online_quantization=False).max_cudagraph_capture_size == 16
+    with pytest.raises(ValueError, match="max_cudagraph_capture_size"):
+        Startup.model_validate({**base, "deployment": {**base["deployment"], "max_cudagraph_capture_size": 0}})

@@ -38,6 +38,7 @@ from planner.errors import InvalidModelConfigError, UnsupportedArchitectureError
 from planner.findings import Code
 from planner.models.catalog import lookup_model
 from planner.models.config import parse_config
+from planner.models.weights import estimate_weights
 from planner.plan.build import kv_report, predict
 from planner.vllm.args import ServingArgs
 
@@ -230,3 +231,89 @@ def test_releases_without_gemma4_refuse_it(a100) -> None:  # type: ignore[no-unt
 def test_hybrid_manager_off_is_refused_not_misplanned(a100) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(UnsupportedArchitectureError, match="hybrid KV cache manager off"):
         _plan(GEMMA4_31B, "google/gemma-4-31B-it", a100, 50 * GiB, "0.33.0", disable_hybrid_kv_cache_manager=True)
+
+
+# google/gemma-4-26B-A4B-it (the catalog entry's facts): 30 layers, 5 sliding + 1 full, 8 KV heads of 256 on
+# sliding layers, 2 global KV heads of 512 (attention_k_eq_v) on full ones, window 1024, 128 experts of 704.
+GEMMA4_26B_A4B = _config(
+    {
+        "attention_k_eq_v": True,
+        "enable_moe_block": True,
+        "hidden_size": 2816,
+        "hidden_size_per_layer_input": 0,
+        "intermediate_size": 2112,
+        "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 5,
+        "max_position_embeddings": 262144,
+        "moe_intermediate_size": 704,
+        "num_attention_heads": 16,
+        "num_experts": 128,
+        "num_global_key_value_heads": 2,
+        "num_hidden_layers": 30,
+        "num_key_value_heads": 8,
+        "num_kv_shared_layers": 0,
+        "sliding_window": 1024,
+        "top_k_experts": 8,
+    }
+)
+
+
+def test_sliding_layers_keep_the_kernel_block_from_0_25(a100) -> None:  # type: ignore[no-untyped-def]
+    # --block-size 128 (calibration record g010, vLLM 0.29.0, 15.64 GiB, async scheduling off, 512 batched
+    # tokens). 0.25+ model_executor/layers/attention/attention.py get_kv_cache_spec: a sliding layer takes the
+    # backend's smallest kernel block (_largest_kernel_block_within: MultipleOf(16) -> 16), not --block-size.
+    # Sliding page 16 x 8 x (256 + 256) x 2 = 131,072; full 128 x 2 x (512 + 512) x 2 = 524,288, so the
+    # sliding block is scaled x4 to 64. Groups of 5 (25 >= 1.5 x 5): 5 sliding + 1 full; a block id is
+    # 5 x 524,288 = 2,621,440 B; int(15.64 GiB) // that = 6,406 blocks. Per request at 4,096 tokens: full
+    # cdiv(4096, 128) = 32, each sliding group cdiv(min(1023 + 512, 4096), 64) + 1 = 25 -> 157;
+    # int(6,406 / 157 x 4,096) = 167,127, the logged "GPU KV cache size".
+    args = dict(max_model_len=4096, max_num_batched_tokens=512, block_size=128, async_scheduling=False)
+    kv_bytes = int(15.64 * GiB)
+    _, _, kv = _plan(GEMMA4_26B_A4B, "google/gemma-4-26B-A4B-it", a100, kv_bytes, "0.29.0", **args)
+    kinds = [(g.kind, g.num_layers, g.page_bytes, g.block_size) for g in kv.groups]
+    assert kinds == [("sliding_window", 5, 524_288, 64)] * 5 + [("full", 5, 524_288, 128)]
+    assert kv.num_gpu_blocks == 6_406
+    assert kv.blocks_per_request == 157
+    assert kv.tokens == 167_127
+    # 0.24.0 sized sliding layers at --block-size: page 1,048,576, the full block scaled to 256.
+    _, _, old = _plan(GEMMA4_26B_A4B, "google/gemma-4-26B-A4B-it", a100, kv_bytes, "0.24.0", **args)
+    assert [(g.page_bytes, g.block_size) for g in old.groups] == [(1_048_576, 128)] * 5 + [(1_048_576, 256)]
+    assert old.num_gpu_blocks == kv_bytes // (5 * 1_048_576) == 3_203
+
+
+def test_unaligned_sliding_pages_are_padded_from_0_29(a100) -> None:  # type: ignore[no-untyped-def]
+    # --block-size 48 (record g009, 8.56 GiB, async scheduling: 2 x 2048 tokens in flight). Sliding page at the
+    # kernel block 16 x 8,192 = 131,072 B does not divide the full page 48 x 4,096 = 196,608 B: 0.29.0
+    # v1/core/kv_cache_utils.py unify_kv_cache_spec_page_size pads it (page_size_padded) and keeps block 16.
+    # A block id is 5 x 196,608 = 983,040 B; int(8.56 GiB) // that = 9,349. Per request: full
+    # cdiv(4096, 48) = 86, sliding cdiv(min(1023 + 4096, 4096), 16) + 1 = 257 x 5 -> 1,371;
+    # int(9,349 / 1,371 x 4,096) = 27,931.
+    args = dict(max_model_len=4096, max_num_batched_tokens=2048, block_size=48)
+    kv_bytes = int(8.56 * GiB)
+    _, _, kv = _plan(GEMMA4_26B_A4B, "google/gemma-4-26B-A4B-it", a100, kv_bytes, "0.29.0", **args)
+    kinds = [(g.kind, g.page_bytes, g.block_size) for g in kv.groups]
+    assert kinds == [("sliding_window", 196_608, 16)] * 5 + [("full", 196_608, 48)]
+    assert kv.num_gpu_blocks == 9_349
+    assert kv.blocks_per_request == 1_371
+    assert kv.tokens == 27_931
+    # 0.28.0 pads only for backends that index KV by the block stride: not modelled, refused.
+    with pytest.raises(UnsupportedArchitectureError, match="cannot be unified"):
+        _plan(GEMMA4_26B_A4B, "google/gemma-4-26B-A4B-it", a100, kv_bytes, "0.28.0", **args)
+
+
+def test_26b_a4b_weights_keep_the_dense_mlp_beside_the_moe_block() -> None:
+    # vllm 0.29 models/gemma4.py Gemma4DecoderLayer: every layer has self.mlp (3 x 2816 x 2112 = 17,842,176)
+    # and, with enable_moe_block, a router (2816 x 128 = 360,448) and 128 experts (128 x 3 x 2816 x 704 =
+    # 761,266,176). Gemma4Attention takes each layer's own shape: sliding q/k/v/o 2816 x 16 x 256,
+    # 2816 x 8 x 512, 16 x 256 x 2816 = 34,603,008; full 2816 x 16 x 512, 2816 x 2 x 1024, 16 x 512 x 2816 =
+    # 51,904,512 (k_eq_v still allocates the V slot). Two norms of 2816 a layer as the planner counts them.
+    # 25 x 814,077,440 + 5 x 831,378,944 + 262,144 x 2816 embeddings (tied) + the final norm = 25,247,031,040.
+    # RoPE caches: 262,144 x 256 (sliding, default) + 262,144 x 512 (full, Gemma4RotaryEmbedding over the
+    # whole head) bf16 = 402,653,184 B.
+    spec = parse_config(GEMMA4_26B_A4B, model_id="google/gemma-4-26B-A4B-it")
+    weights = estimate_weights(spec, dtype="bfloat16")
+    assert weights.parameters == 25_247_031_040
+    assert weights.bytes_per_stage == [2 * 25_247_031_040 + 402_653_184]
+    entry = lookup_model("gemma-4-26b-a4b-it")
+    assert entry.model_dump(exclude={"source", "aliases", "notes"}) == spec.model_dump(
+        exclude={"source", "aliases", "notes"}
+    )

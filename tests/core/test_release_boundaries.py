@@ -7,9 +7,10 @@ from types import SimpleNamespace
 import pytest
 
 from planner.errors import InvalidArgumentError
+from planner.gpus.catalog import lookup_gpu
 from planner.memory.cudagraph import capture_sizes
 from planner.plan.build import predict
-from planner.plan.engine import mamba_blocks_and_alignment
+from planner.plan.engine import capture_limit, mamba_blocks_and_alignment
 from planner.vllm.args import ServingArgs
 from planner.vllm.defaults import default_block_size
 from planner.vllm.releases import resolve_release
@@ -131,6 +132,57 @@ def test_0_31_captures_max_num_seqs() -> None:
     assert 100 not in capture_sizes(100, 64, "v0_31")  # beyond max_num_batched_tokens
     assert resolve_release("0.30.0")[1].capture_rule == "v0_20"
     assert resolve_release("0.31.0")[1].capture_rule == resolve_release("0.33.0")[1].capture_rule == "v0_31"
+
+
+def test_0_11_1_captures_in_steps_of_8_then_16() -> None:
+    # vllm 0.11.0 config/__init__.py _set_cudagraph_sizes: [1, 2, 4] + range(8, min(2 x seqs, 512) + 1, 8);
+    # 0.11.1 and 0.11.2 config/vllm.py (max_cudagraph_capture_size): steps of 8 below 256, then 16, as 0.12.0.
+    rules = [resolve_release(v)[1].capture_rule for v in ("0.11.0", "0.11.1", "0.11.2", "0.12.0")]
+    assert rules == ["v0_10", "v0_12", "v0_12", "v0_12"]
+    assert len(capture_sizes(256, 8192, "v0_10")) == 3 + 64
+    assert len(capture_sizes(256, 8192, "v0_12")) == 3 + 31 + 17
+
+
+def test_an_explicit_max_cudagraph_capture_size_replaces_the_default_ceiling() -> None:
+    # vllm 0.29.0 config/vllm.py _set_cudagraph_sizes: a given max_cudagraph_capture_size is used as is
+    # (then capped at max_num_batched_tokens), not min(2 x max_num_seqs, 512), and the uniform-decode sizes
+    # (0.31: max_num_seqs) are computed only for the default.
+    assert capture_sizes(256, 2048, "v0_20", explicit_max=16) == [1, 2, 4, 8, 16]
+    assert capture_sizes(8, 8192, "v0_20") == [1, 2, 4, 8, 16]
+    assert capture_sizes(8, 8192, "v0_20", explicit_max=64) == [1, 2, 4, *range(8, 65, 8)]
+    assert capture_sizes(256, 48, "v0_20", explicit_max=64) == [1, 2, 4, 8, 16, 24, 32, 40, 48]
+    assert 20 in capture_sizes(20, 8192, "v0_31") and 20 not in capture_sizes(20, 8192, "v0_31", explicit_max=64)
+
+
+def test_interactivity_mode_captures_every_small_batch() -> None:
+    # vllm 0.17.1 .. 0.29.0 config/vllm.py: --performance-mode interactivity captures range(1, min(max, 32) + 1)
+    # in place of [1, 2, 4], then the usual grid.
+    sizes = capture_sizes(256, 8192, "v0_20", interactivity=True)
+    assert sizes == [*range(1, 33), *range(40, 256, 8), *range(256, 513, 16)]
+    assert capture_sizes(8, 8192, "v0_20", interactivity=True) == list(range(1, 17))
+
+
+def test_0_28_captures_up_to_1024_on_sm100() -> None:
+    # vllm 0.28.0 config/vllm.py: default_max_graph_size = 1024 if is_device_capability_family(100) else 512
+    # (0.27.1: 512 everywhere); SM 12.0 (RTX PRO 6000) is not of that family.
+    b200, rtx = lookup_gpu("B200"), lookup_gpu("RTX-PRO-6000")
+    old, new = resolve_release("0.27.1")[1], resolve_release("0.28.0")[1]
+    assert (capture_limit(old, b200), capture_limit(new, b200), capture_limit(new, rtx)) == (512, 1024, 512)
+    assert capture_limit(new, lookup_gpu("MI355X")) == 512
+    assert capture_sizes(1024, 8192, "v0_20", 1024)[-1] == 1024
+    assert len(capture_sizes(1024, 8192, "v0_20", 1024)) == len(capture_sizes(1024, 8192, "v0_20")) + 32
+
+
+def test_graph_estimate_follows_the_capture_sizes(shared_model) -> None:  # type: ignore[no-untyped-def]
+    spec = shared_model("meta-llama--Llama-3.1-8B")
+    b200 = lookup_gpu("B200")
+
+    def graphs(version: str, **args: int) -> int:
+        return _predict(spec, b200, version, 20, max_model_len=8192, **args).engine.memory[0].cuda_graph_bytes
+
+    assert graphs("0.28.0", max_num_seqs=1024) > graphs("0.27.1", max_num_seqs=1024)
+    assert graphs("0.28.0", max_num_seqs=256) == graphs("0.27.1", max_num_seqs=256)
+    assert graphs("0.29.0", max_num_seqs=256, max_cudagraph_capture_size=16) < graphs("0.29.0", max_num_seqs=256)
 
 
 def test_0_31_graph_estimate_grows_only_for_an_off_grid_max_num_seqs(shared_model, h100) -> None:  # type: ignore[no-untyped-def]
