@@ -115,6 +115,7 @@ def serving_args(record: StartupRecord, *, online_quantization: bool) -> Serving
         enable_prefix_caching=record.enable_prefix_caching,
         env=record_env(record),
         mxfp4_backend=record.mxfp4_backend,
+        language_model_only=bool(record.language_model_only),
     )
 
 
