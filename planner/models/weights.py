@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner.models.spec import ModelSpec
+from planner.models.vision import qwen_vision_tp_sharded
 from planner.units import DTYPE_BYTES, cdiv
 
 
@@ -284,6 +285,21 @@ def _bytes(t: _Tensors, spec: ModelSpec, dtype_bytes: int) -> float:
     return quantized * qbytes + plain * dtype_bytes
 
 
+def _vision_tensors(spec: ModelSpec, tp: int, data_parallel: bool) -> _Tensors:
+    """The vision tower on one TP rank: whole with --mm-encoder-tp-mode data (its linears are built with
+    ``disable_tp``), else its column/row-parallel linears split (:func:`qwen_vision_tp_sharded`; an
+    unmodelled tower is split whole)."""
+    vision = spec.vision
+    if vision is None:
+        return _Tensors()
+    if data_parallel or tp == 1:
+        return _Tensors(replicated_plain=vision.parameters)
+    sharded = qwen_vision_tp_sharded(vision)
+    if sharded is None:
+        return _Tensors(sharded_plain=vision.parameters / tp)
+    return _Tensors(sharded_plain=sharded / tp, replicated_plain=vision.parameters - sharded)
+
+
 def _rope_cache_bytes(spec: ModelSpec, dtype_bytes: int) -> int:
     if spec.max_position_embeddings is None:
         return 0
@@ -306,17 +322,19 @@ def estimate_weights(
     expert_shards: int | None = None,
     pp_override: str | None = None,
     checkpoint_bytes: int | None = None,
+    vision_data_parallel: bool = False,
 ) -> WeightEstimate:
     """Bytes of weights on one TP rank of each PP stage, and the loaded parameter count.
 
     ``expert_shards``: ranks the MoE experts are spread over (TP by default; TP x DP with
-    ``--enable-expert-parallel``, where each rank holds whole experts instead of slices)."""
+    ``--enable-expert-parallel``, where each rank holds whole experts instead of slices).
+    ``vision_data_parallel``: --mm-encoder-tp-mode data on a tower that supports it, so every rank holds all of it."""
     dtype_bytes = DTYPE_BYTES[dtype]
     vocab = cdiv(spec.vocab_size, 64) * 64  # vLLM pads vocab-parallel embeddings to a multiple of 64
     embed = _Tensors(sharded_plain=vocab * spec.hidden_size / tp)
     final_norm = spec.hidden_size * (2 if spec.model_type in _LAYERNORM_BIAS_TYPES else 1)
     head = _Tensors(sharded_plain=vocab * spec.hidden_size / tp, replicated_plain=final_norm)
-    vision = _Tensors(sharded_plain=(spec.vision.parameters / tp) if spec.vision else 0.0)
+    vision = _vision_tensors(spec, tp, vision_data_parallel)
     layer_bytes = _layer_bytes(spec, tp, dtype_bytes, expert_shards)
     parts = pp_partition(spec.num_layers, pp, pp_override)
 

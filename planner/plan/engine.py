@@ -34,7 +34,7 @@ from planner.models.quantization import scheme_quantization
 from planner.models.spec import ModelSpec
 from planner.models.weights import WeightEstimate, estimate_weights, pp_partition
 from planner.plan.drafter import engine_drafter, with_drafter_layers
-from planner.plan.multimodal import multimodal_profile, text_only
+from planner.plan.multimodal import encoder_data_parallel, multimodal_profile, text_only
 from planner.plan.speculative import DrafterCost, async_refused, drafter_turns_async_off, runner_v2_takes
 from planner.units import DTYPE_BYTES, GiB
 from planner.vllm.args import ServingArgs
@@ -599,9 +599,10 @@ def compute_engine(
     partition = pp_partition(model.num_layers, pp, args.env.get("VLLM_PP_LAYER_PARTITION"))
     expert_shards = tp * args.data_parallel_size if args.enable_expert_parallel else tp
     pp_override = args.env.get("VLLM_PP_LAYER_PARTITION")
+    vision_whole = encoder_data_parallel(model, args, release)
     weights = _WEIGHTS.get(
         model,
-        (resolved.dtype, tp, pp, pp_override, expert_shards),
+        (resolved.dtype, tp, pp, pp_override, expert_shards, vision_whole),
         lambda: estimate_weights(
             model,
             dtype=resolved.dtype,
@@ -610,6 +611,7 @@ def compute_engine(
             pp_override=pp_override,
             checkpoint_bytes=model.checkpoint_bytes,
             expert_shards=expert_shards,
+            vision_data_parallel=vision_whole,
         ),
     )
     estimated = weights.estimated
