@@ -9,7 +9,8 @@ vLLM measures weights at load time ("Model loading took X GiB"); kv-planner pred
   ``get_pp_indices`` (embeddings on the first stage, final norm + LM head on the last; tied embeddings
   are materialised on both ends when PP > 1);
 * at the serving dtype, except quantized tensors at the checkpoint's bits per weight;
-* plus the RoPE cos/sin cache vLLM builds (``max_position x rotary_dim`` elements).
+* plus the RoPE cos/sin cache vLLM builds (``max_position x rotary_dim`` elements; MRoPE models' cache
+  spans ``mrope_cache_factor`` times the positions, see :func:`estimate_weights`).
 
 When the checkpoint's exact byte count is known, the architecture only decides how the total splits
 across ranks: the per-rank figures are scaled so the whole model equals the checkpoint (converted to
@@ -300,7 +301,7 @@ def _vision_tensors(spec: ModelSpec, tp: int, data_parallel: bool) -> _Tensors:
     return _Tensors(sharded_plain=sharded / tp, replicated_plain=vision.parameters - sharded)
 
 
-def _rope_cache_bytes(spec: ModelSpec, dtype_bytes: int) -> int:
+def _rope_cache_bytes(spec: ModelSpec, dtype_bytes: int, mrope_cache_factor: int = 1) -> int:
     if spec.max_position_embeddings is None:
         return 0
     if spec.compressed_attention is not None:
@@ -310,7 +311,8 @@ def _rope_cache_bytes(spec: ModelSpec, dtype_bytes: int) -> int:
     rotary = spec.rotary_dim or (spec.mla.qk_rope_head_dim if spec.mla else spec.head_dim)
     # DeepSeek's YaRN scaling keeps its cache in float32.
     element = 4 if spec.mla is not None else dtype_bytes
-    return spec.max_position_embeddings * rotary * element
+    positions = spec.max_position_embeddings * (mrope_cache_factor if spec.mrope else 1)
+    return positions * rotary * element
 
 
 def estimate_weights(
@@ -322,12 +324,15 @@ def estimate_weights(
     expert_shards: int | None = None,
     pp_override: str | None = None,
     checkpoint_bytes: int | None = None,
+    mrope_cache_factor: int = 1,
     vision_data_parallel: bool = False,
 ) -> WeightEstimate:
     """Bytes of weights on one TP rank of each PP stage, and the loaded parameter count.
 
     ``expert_shards``: ranks the MoE experts are spread over (TP by default; TP x DP with
     ``--enable-expert-parallel``, where each rank holds whole experts instead of slices).
+    ``mrope_cache_factor``: how many times ``max_position_embeddings`` an MRoPE model's cos/sin cache spans
+    (``MRotaryEmbedding.cache_max_position_num``; the release decides, planner/plan/engine.py).
     ``vision_data_parallel``: --mm-encoder-tp-mode data on a tower that supports it, so every rank holds all of it."""
     dtype_bytes = DTYPE_BYTES[dtype]
     vocab = cdiv(spec.vocab_size, 64) * 64  # vLLM pads vocab-parallel embeddings to a multiple of 64
@@ -366,7 +371,7 @@ def estimate_weights(
         scale = exact / whole_tp1
         stage_bytes = [b * scale for b in stage_bytes]
         estimated = False
-    rope = _rope_cache_bytes(spec, dtype_bytes)
+    rope = _rope_cache_bytes(spec, dtype_bytes, mrope_cache_factor)
     return WeightEstimate(
         parameters=int(params),
         bytes_per_stage=[int(b) + rope for b in stage_bytes],

@@ -179,6 +179,21 @@ def in_flight_tokens(release: Release, resolved: ResolvedArgs, pp: int, runner_v
 _RUNNER_V2_ARCHITECTURES = {"DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "Qwen2MoeForCausalLM"}
 
 
+# 0.32+ models/qwen3_vl.py mrope_positions_factor: the Qwen3-VL and Qwen3.5 decoders (qwen3_vl.py, qwen3_vl_moe.py,
+# qwen3_5.py) pass it to get_rope; video pruning (EVS, --video-pruning-rate), which Qwen3.5 does not support, is
+# what makes it 4, and kv-planner plans it off.
+_QWEN3_MROPE_PREFIXES = ("Qwen3VL", "Qwen3_5")
+
+
+def mrope_cache_factor(model: ModelSpec, release: Release) -> int:
+    """How many times ``max_position_embeddings`` the MRoPE cos/sin cache spans (``Release.mrope_cache``)."""
+    if release.mrope_cache == "x1":
+        return 1
+    if release.mrope_cache == "x4_qwen3_x1" and model.architecture.startswith(_QWEN3_MROPE_PREFIXES):
+        return 1
+    return 4
+
+
 def uses_model_runner_v2(model: ModelSpec, release: Release, env: Mapping[str, str] | None = None) -> bool:
     """Whether vLLM runs the model with Model Runner V2 (``VllmConfig.use_v2_model_runner``)."""
     if release.model_runner_v2_default == "never":
@@ -599,10 +614,11 @@ def compute_engine(
     partition = pp_partition(model.num_layers, pp, args.env.get("VLLM_PP_LAYER_PARTITION"))
     expert_shards = tp * args.data_parallel_size if args.enable_expert_parallel else tp
     pp_override = args.env.get("VLLM_PP_LAYER_PARTITION")
+    rope_factor = mrope_cache_factor(model, release)
     vision_whole = encoder_data_parallel(model, args, release)
     weights = _WEIGHTS.get(
         model,
-        (resolved.dtype, tp, pp, pp_override, expert_shards, vision_whole),
+        (resolved.dtype, tp, pp, pp_override, expert_shards, rope_factor, vision_whole),
         lambda: estimate_weights(
             model,
             dtype=resolved.dtype,
@@ -611,6 +627,7 @@ def compute_engine(
             pp_override=pp_override,
             checkpoint_bytes=model.checkpoint_bytes,
             expert_shards=expert_shards,
+            mrope_cache_factor=rope_factor,
             vision_data_parallel=vision_whole,
         ),
     )

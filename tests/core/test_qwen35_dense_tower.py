@@ -1,4 +1,4 @@
-"""Qwen3.5-27B / Qwen3.6-27B: the vision tower's weights and profile, cause by cause (issue 12).
+"""Qwen3.5-27B / Qwen3.6-27B: the vision tower's weights and profile, the MRoPE cache, cause by cause (issue 12).
 
 Facts: ``config.json`` of Qwen/Qwen3.5-27B as copied in ai-dynamo/aiconfigurator@095f58a51
 (aic-core/src/aiconfigurator_core/model_configs/Qwen--Qwen3.5-27B_config.json), the keys the planner reads;
@@ -26,6 +26,7 @@ from planner.models.spec import ModelSpec
 from planner.models.vision import qwen_vision_tp_sharded
 from planner.models.weights import estimate_weights
 from planner.plan.build import predict
+from planner.plan.engine import mrope_cache_factor
 from planner.plan.multimodal import encoder_data_parallel
 from planner.vllm.args import ServingArgs
 from planner.vllm.releases import resolve_release
@@ -107,6 +108,9 @@ def test_catalog_entries_are_the_config_parse() -> None:
         assert entry.layer_pattern == parsed.layer_pattern and entry.mamba == parsed.mamba
         assert entry.vision == parsed.vision
         assert entry.mtp_layers == parsed.mtp_layers == 1
+        # rope_parameters' partial_rotary_factor 0.25 of 256 and its mrope_section.
+        assert entry.rotary_dim == parsed.rotary_dim == 64
+        assert entry.mrope and parsed.mrope
     assert parsed.vision is not None and parsed.vision.parameters == TOWER == 460_730_096
 
 
@@ -153,6 +157,44 @@ def test_tower_weights_per_rank_follow_the_encoder_tp_mode() -> None:
     )
     assert not encoder_data_parallel(qwen2, data, resolve_release("0.10.2")[1])
     assert encoder_data_parallel(qwen2, data, resolve_release("0.11.0")[1])
+
+
+@pytest.mark.parametrize(
+    ("version", "model_id", "factor"),
+    [
+        # 0.6.4 / 0.7.1 rotary_embedding.py MRotaryEmbedding: the cache spans max_position_embeddings.
+        ("0.7.1", "Qwen/Qwen2.5-VL-7B-Instruct", 1),
+        # 0.7.2 - 0.31 (rotary_embedding/mrope.py): cache_max_position_num = max_position_embeddings * 4.
+        ("0.7.2", "Qwen/Qwen2.5-VL-7B-Instruct", 4),
+        ("0.19.0", "Qwen/Qwen3.5-27B", 4),
+        ("0.27.1", "Qwen/Qwen3.6-27B", 4),
+        ("0.31.0", "Qwen/Qwen3-VL-8B-Instruct", 4),
+        # 0.32: qwen3_vl.py mrope_positions_factor is 1 without video pruning (qwen3_5.py, qwen3_vl_moe.py pass
+        # it too); other MRoPE models keep positions_factor 4.
+        ("0.32.0", "Qwen/Qwen3.5-27B", 1),
+        ("0.33.0", "Qwen/Qwen3-VL-30B-A3B-Instruct", 1),
+        ("0.33.0", "Qwen/Qwen2.5-VL-7B-Instruct", 4),
+    ],
+)
+def test_mrope_cache_positions_per_release(version: str, model_id: str, factor: int) -> None:
+    assert mrope_cache_factor(lookup_model(model_id), resolve_release(version)[1]) == factor
+
+
+def test_mrope_cache_is_part_of_the_weights() -> None:
+    # One cos/sin cache shared by every full-attention layer (get_rope's _ROPE_DICT), max_positions x rotary_dim in
+    # bf16: 4 x 262144 x 64 x 2 = 128 MiB on each rank up to 0.31, 32 MiB without the enlargement; a model without
+    # an mrope_section keeps max_position_embeddings.
+    model = lookup_model("Qwen/Qwen3.5-27B")
+    x4 = estimate_weights(model, dtype="bfloat16", tp=4, mrope_cache_factor=4).bytes_per_stage[0]
+    x1 = estimate_weights(model, dtype="bfloat16", tp=4, mrope_cache_factor=1).bytes_per_stage[0]
+    assert x4 - x1 == 3 * 262144 * 64 * 2
+    plain = model.model_copy(update={"mrope": False})
+    assert estimate_weights(plain, dtype="bfloat16", tp=4, mrope_cache_factor=4).bytes_per_stage[0] == x1
+    gpu = lookup_gpu("RTX-3090")
+    args = ServingArgs(tensor_parallel_size=4, max_model_len=32768, enforce_eager=True)
+    old = predict(model, gpu, args, vllm_version="0.19.0").engine.memory[0].weights_bytes
+    new = predict(model, gpu, args, vllm_version="0.32.0").engine.memory[0].weights_bytes
+    assert old - new == 3 * 262144 * 64 * 2
 
 
 def _planned(record_id: str) -> Any:
