@@ -170,6 +170,9 @@ def _dense_mlp(spec: ModelSpec, tp: int, size: int) -> float:
     return matrices * spec.hidden_size * size / tp
 
 
+_SHARED_EXPERT_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}
+
+
 def _moe_mlp(spec: ModelSpec, tp: int, t: _Tensors, expert_shards: int) -> None:
     moe = spec.moe
     assert moe is not None
@@ -184,6 +187,9 @@ def _moe_mlp(spec: ModelSpec, tp: int, t: _Tensors, expert_shards: int) -> None:
         if moe.shared_expert_intermediate_size:
             shared *= moe.num_shared_experts
         t.sharded_quantizable += matrices * spec.hidden_size * shared / tp
+        if spec.model_type in _SHARED_EXPERT_GATE_TYPES:
+            # qwen2_moe.py / qwen3_next.py (Qwen3.5's MoE block): shared_expert_gate, ReplicatedLinear(hidden, 1).
+            t.replicated_plain += spec.hidden_size
 
 
 def _mamba(spec: ModelSpec, tp: int) -> _Tensors:

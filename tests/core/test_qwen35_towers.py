@@ -1,4 +1,5 @@
-"""Qwen3.5-27B / Qwen3.6-27B: the vision tower's weights and profile, the MRoPE cache, cause by cause (issue 12).
+"""Qwen3.5 / Qwen3.6: the vision tower's weights and profile, the MRoPE cache, the family's parameter counts
+(issue 12).
 
 Facts: ``config.json`` of Qwen/Qwen3.5-27B as copied in ai-dynamo/aiconfigurator@095f58a51
 (aic-core/src/aiconfigurator_core/model_configs/Qwen--Qwen3.5-27B_config.json), the keys the planner reads;
@@ -233,3 +234,34 @@ def test_language_model_only_record_has_no_tower() -> None:
     full = predict(spec, lookup_gpu(record.gpu), args, vllm_version="0.27.1")
     assert full.engine.encoder is not None
     assert full.engine.memory[0].weights_bytes - plan.engine.memory[0].weights_bytes == TOWER * 2
+
+
+@pytest.mark.parametrize(
+    ("model_id", "hf_count"),
+    [
+        # AlexsJones/llmfit@5bdc9df9 llmfit-core/data/hf_models.json (the HF API's safetensors totals).
+        ("Qwen/Qwen3.5-35B-A3B", 35_951_822_704),
+        ("Qwen/Qwen3.6-35B-A3B", 35_951_822_704),
+        ("Qwen/Qwen3.5-122B-A10B", 125_086_497_008),
+        ("Qwen/Qwen3.5-397B-A17B", 403_397_928_944),
+    ],
+)
+def test_moe_family_entries_reproduce_their_hf_counts(model_id: str, hf_count: int) -> None:
+    # The loaded model (text, each MoE layer's one-output shared_expert_gate as qwen3_next.py builds it, the tower)
+    # plus the MTP layer (qwen3_5_mtp.py: fc 2h -> h, three norms, one full-attention MoE decoder layer).
+    model = lookup_model(model_id)
+    assert model.moe is not None and model.mtp_layers == 1
+    h, heads, kv = model.hidden_size, model.num_attention_heads, model.num_kv_heads
+    attention = h * (heads * 256 * 2 + 2 * kv * 256) + heads * 256 * h + 2 * 256
+    experts, width = model.moe.num_experts, model.moe.moe_intermediate_size
+    shared = model.moe.shared_expert_intermediate_size or 0
+    moe = experts * 3 * h * width + 3 * h * shared + h * experts + h
+    mtp = 2 * h * h + 3 * h + attention + moe + 2 * h
+    assert estimate_weights(model, dtype="bfloat16").parameters + mtp == hf_count
+
+
+def test_qwen3_6_35b_is_the_qwen3_5_35b_architecture() -> None:
+    # nvidia/Qwen3.6-35B-A3B-NVFP4's config (its quantization_config left out) parses to Qwen3.5-35B-A3B's facts.
+    new, old = lookup_model("Qwen/Qwen3.6-35B-A3B"), lookup_model("Qwen/Qwen3.5-35B-A3B")
+    skip = {"id", "source", "aliases", "notes", "popular_rank"}
+    assert new.model_dump(exclude=skip) == old.model_dump(exclude=skip)
