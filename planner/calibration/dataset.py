@@ -79,6 +79,11 @@ class Deployment(_Strict):
     speculative_config: str | None = Field(
         default=None, description="--speculative-config as given (JSON); its drafter is part of the weights"
     )
+    language_model_only: bool | None = Field(
+        default=None,
+        description="--language-model-only as given: a multimodal model served as text only (no vision tower "
+        "weights, no encoder profile); null: off",
+    )
     mxfp4_backend: Mxfp4Backend | None = Field(
         default=None,
         description="the MXFP4 MoE kernel the log names ('Using Marlin backend', \"Using 'TRITON' Mxfp4 MoE "
@@ -132,6 +137,7 @@ class Startup(_Strict):
             enforce_eager=d.eager,
             flashinfer_sampler=d.flashinfer_sampler,
             enable_prefix_caching=d.prefix_caching,
+            language_model_only=d.language_model_only,
             mxfp4_backend=d.mxfp4_backend,
             async_scheduling=d.async_scheduling,
             max_cudagraph_capture_size=d.max_cudagraph_capture_size,

@@ -47,6 +47,9 @@ class StartupRecord(BaseModel):
     # As given on the command line (non-default args); None: the release's default. On a hybrid Mamba model it
     # decides how many state blocks vLLM counts per request (the "Maximum concurrency" figure).
     enable_prefix_caching: bool | None = None
+    # --language-model-only as given (the log's non-default args): vLLM builds no vision tower and profiles no
+    # encoder; None: off.
+    language_model_only: bool | None = None
     # The MXFP4 MoE kernel the log names ("Using Marlin backend"); None: the release's choice for the GPU.
     mxfp4_backend: Mxfp4Backend | None = None
     # False: --no-async-scheduling; None: the release's default.

@@ -117,6 +117,7 @@ def serving_args(record: StartupRecord, *, online_quantization: bool) -> Serving
         max_cudagraph_capture_size=record.max_cudagraph_capture_size,
         env=record_env(record),
         mxfp4_backend=record.mxfp4_backend,
+        language_model_only=bool(record.language_model_only),
     )
 
 

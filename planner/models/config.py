@@ -289,6 +289,7 @@ def parse_config(config: Config, *, model_id: str) -> ModelSpec:
         mtp_layers=reader.integer("num_nextn_predict_layers", 0) or reader.integer("mtp_num_hidden_layers", 0),
         single_block_layers=layer_kinds.nemotron_pattern(text, model_type) is not None,
         rotary_dim=compressed.rope_head_dim if compressed is not None else _rotary_dim(text, head_dim, mla),
+        mrope=_mrope(text),
         notes=notes,
     )
 
@@ -649,13 +650,27 @@ def _dtype(config: Config, text: Config) -> str:
     return "bfloat16"
 
 
+def _rope_parameters(text: Config) -> Mapping[str, Any]:
+    rope = text.get("rope_parameters") or text.get("rope_scaling")
+    return rope if isinstance(rope, Mapping) else {}
+
+
 def _rotary_dim(text: Config, head_dim: int, mla: MlaSpec | None) -> int | None:
     if mla is not None:
         return mla.qk_rope_head_dim
-    factor = text.get("partial_rotary_factor")
+    # transformers 5 moves partial_rotary_factor into rope_parameters (Qwen3.5's config.json has it only there);
+    # vLLM's get_rope reads it from rope_parameters, where its config patching puts the top-level one too.
+    factor = text.get("partial_rotary_factor", _rope_parameters(text).get("partial_rotary_factor"))
     if isinstance(factor, (int, float)) and 0 < factor < 1:
         return int(head_dim * factor)
     return None
+
+
+def _mrope(text: Config) -> bool:
+    """get_rope builds MRotaryEmbedding when the rope parameters have an mrope_section (Qwen2.5-VL's
+    ``"type": "mrope"`` is normalised to that by vLLM's config patching)."""
+    rope = _rope_parameters(text)
+    return "mrope_section" in rope or rope.get("type") == "mrope" or rope.get("rope_type") == "mrope"
 
 
 def _context(reader: _Reader, text: Config) -> ContextSpec:

@@ -274,6 +274,11 @@ class ModelSpec(_Spec):
         "only, N = an MLP or MoE layer (MoE where moe.layer_mask says so)",
     )
     rotary_dim: int | None = Field(default=None, description="rotary dims per head (partial rotary)")
+    mrope: bool = Field(
+        default=False,
+        description="the rope parameters carry an mrope_section (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5): vLLM "
+        "builds MRotaryEmbedding, whose cos/sin cache may span more positions (planner/models/weights.py)",
+    )
     parameters: int | None = Field(default=None, description="exact parameter count when known")
     checkpoint_bytes: int | None = Field(default=None, description="exact bytes of the weight files")
     source: CatalogSource | None = None

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from planner.models.spec import VisionSpec
+
 
 def _int(value: Any, default: int) -> int:
     return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
@@ -43,6 +45,25 @@ def qwen_vision_parameters(vision: Mapping[str, Any], family: str) -> int:
     deepstack = vision.get("deepstack_visual_indexes")
     extra = len(deepstack) if isinstance(deepstack, list) else 0
     return depth * block + embed + merger + extra * (2 * merged + (merged * merged + merged) + (merged * out + out))
+
+
+def qwen_vision_tp_sharded(vision: VisionSpec) -> int | None:
+    """Parameters of a Qwen2.5-VL / Qwen3-VL tower that tensor parallelism splits, as vLLM builds it
+    (``qwen2_5_vl.py`` / ``qwen3_vl.py``, --mm-encoder-tp-mode weights): the fused QKV (weight and bias) and the
+    MLP's up projections are column-parallel, the attention and MLP output projections and the mergers' second
+    linear row-parallel (their weights split, their biases whole on every rank); the norms, the patch embedding,
+    Qwen3-VL's position table and the rotary cache are replicated. None for other towers (the planner then
+    splits the whole tower)."""
+    if vision.encoder not in ("qwen2_5_vl", "qwen3_vl") or not (vision.hidden_size and vision.depth):
+        return None
+    d = vision.hidden_size
+    i = vision.intermediate_size or 4 * d
+    merged = d * vision.spatial_merge_size**2
+    qkv_and_proj = 3 * d * d + 3 * d + d * d
+    mlp = d * 2 * i + 2 * i + i * d if vision.encoder == "qwen2_5_vl" else d * i + i + i * d
+    merger = merged * merged + merged + merged * (vision.out_hidden_size or d)
+    mergers = 1 + (vision.deepstack_layers if vision.encoder == "qwen3_vl" else 0)
+    return min(vision.parameters, vision.depth * (qkv_and_proj + mlp) + mergers * merger)
 
 
 def estimate_vision_parameters(vision: Mapping[str, Any], top: Mapping[str, Any]) -> int:

@@ -9,7 +9,8 @@ vLLM measures weights at load time ("Model loading took X GiB"); kv-planner pred
   ``get_pp_indices`` (embeddings on the first stage, final norm + LM head on the last; tied embeddings
   are materialised on both ends when PP > 1);
 * at the serving dtype, except quantized tensors at the checkpoint's bits per weight;
-* plus the RoPE cos/sin cache vLLM builds (``max_position x rotary_dim`` elements).
+* plus the RoPE cos/sin cache vLLM builds (``max_position x rotary_dim`` elements; MRoPE models' cache
+  spans ``mrope_cache_factor`` times the positions, see :func:`estimate_weights`).
 
 When the checkpoint's exact byte count is known, the architecture only decides how the total splits
 across ranks: the per-rank figures are scaled so the whole model equals the checkpoint (converted to
@@ -21,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from planner.models.spec import ModelSpec
+from planner.models.vision import qwen_vision_tp_sharded
 from planner.units import DTYPE_BYTES, cdiv
 
 
@@ -173,6 +175,9 @@ def _dense_mlp(spec: ModelSpec, tp: int, size: int) -> float:
     return matrices * spec.hidden_size * size / tp
 
 
+_SHARED_EXPERT_GATE_TYPES = {"qwen2_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"}
+
+
 def _moe_mlp(spec: ModelSpec, tp: int, t: _Tensors, expert_shards: int) -> None:
     moe = spec.moe
     assert moe is not None
@@ -187,6 +192,9 @@ def _moe_mlp(spec: ModelSpec, tp: int, t: _Tensors, expert_shards: int) -> None:
         if moe.shared_expert_intermediate_size:
             shared *= moe.num_shared_experts
         t.sharded_quantizable += matrices * spec.hidden_size * shared / tp
+        if spec.model_type in _SHARED_EXPERT_GATE_TYPES:
+            # qwen2_moe.py / qwen3_next.py (Qwen3.5's MoE block): shared_expert_gate, ReplicatedLinear(hidden, 1).
+            t.replicated_plain += spec.hidden_size
 
 
 def _mamba(spec: ModelSpec, tp: int) -> _Tensors:
@@ -293,7 +301,22 @@ def _bytes(t: _Tensors, spec: ModelSpec, dtype_bytes: int) -> float:
     return quantized * qbytes + plain * dtype_bytes
 
 
-def _rope_cache_bytes(spec: ModelSpec, dtype_bytes: int) -> int:
+def _vision_tensors(spec: ModelSpec, tp: int, data_parallel: bool) -> _Tensors:
+    """The vision tower on one TP rank: whole with --mm-encoder-tp-mode data (its linears are built with
+    ``disable_tp``), else its column/row-parallel linears split (:func:`qwen_vision_tp_sharded`; an
+    unmodelled tower is split whole)."""
+    vision = spec.vision
+    if vision is None:
+        return _Tensors()
+    if data_parallel or tp == 1:
+        return _Tensors(replicated_plain=vision.parameters)
+    sharded = qwen_vision_tp_sharded(vision)
+    if sharded is None:
+        return _Tensors(sharded_plain=vision.parameters / tp)
+    return _Tensors(sharded_plain=sharded / tp, replicated_plain=vision.parameters - sharded)
+
+
+def _rope_cache_bytes(spec: ModelSpec, dtype_bytes: int, mrope_cache_factor: int = 1) -> int:
     if spec.max_position_embeddings is None:
         return 0
     if spec.compressed_attention is not None:
@@ -303,7 +326,8 @@ def _rope_cache_bytes(spec: ModelSpec, dtype_bytes: int) -> int:
     rotary = spec.rotary_dim or (spec.mla.qk_rope_head_dim if spec.mla else spec.head_dim)
     # DeepSeek's YaRN scaling keeps its cache in float32.
     element = 4 if spec.mla is not None else dtype_bytes
-    cache = spec.max_position_embeddings * rotary * element
+    positions = spec.max_position_embeddings * (mrope_cache_factor if spec.mrope else 1)
+    cache = positions * rotary * element
     if spec.model_type == "gemma4_text" and spec.heterogeneous_attention and "F" in spec.layer_pattern:
         # Gemma-4 full layers build a second cache (rope_parameters["full_attention"], "proportional": vllm
         # layers/rotary_embedding/gemma4_rope.py Gemma4RotaryEmbedding runs over rotary_dim = head_size).
@@ -320,17 +344,22 @@ def estimate_weights(
     expert_shards: int | None = None,
     pp_override: str | None = None,
     checkpoint_bytes: int | None = None,
+    mrope_cache_factor: int = 1,
+    vision_data_parallel: bool = False,
 ) -> WeightEstimate:
     """Bytes of weights on one TP rank of each PP stage, and the loaded parameter count.
 
     ``expert_shards``: ranks the MoE experts are spread over (TP by default; TP x DP with
-    ``--enable-expert-parallel``, where each rank holds whole experts instead of slices)."""
+    ``--enable-expert-parallel``, where each rank holds whole experts instead of slices).
+    ``mrope_cache_factor``: how many times ``max_position_embeddings`` an MRoPE model's cos/sin cache spans
+    (``MRotaryEmbedding.cache_max_position_num``; the release decides, planner/plan/engine.py).
+    ``vision_data_parallel``: --mm-encoder-tp-mode data on a tower that supports it, so every rank holds all of it."""
     dtype_bytes = DTYPE_BYTES[dtype]
     vocab = cdiv(spec.vocab_size, 64) * 64  # vLLM pads vocab-parallel embeddings to a multiple of 64
     embed = _Tensors(sharded_plain=vocab * spec.hidden_size / tp)
     final_norm = spec.hidden_size * (2 if spec.model_type in _LAYERNORM_BIAS_TYPES else 1)
     head = _Tensors(sharded_plain=vocab * spec.hidden_size / tp, replicated_plain=final_norm)
-    vision = _Tensors(sharded_plain=(spec.vision.parameters / tp) if spec.vision else 0.0)
+    vision = _vision_tensors(spec, tp, vision_data_parallel)
     layer_bytes = _layer_bytes(spec, tp, dtype_bytes, expert_shards)
     parts = pp_partition(spec.num_layers, pp, pp_override)
 
@@ -362,7 +391,7 @@ def estimate_weights(
         scale = exact / whole_tp1
         stage_bytes = [b * scale for b in stage_bytes]
         estimated = False
-    rope = _rope_cache_bytes(spec, dtype_bytes)
+    rope = _rope_cache_bytes(spec, dtype_bytes, mrope_cache_factor)
     return WeightEstimate(
         parameters=int(params),
         bytes_per_stage=[int(b) + rope for b in stage_bytes],

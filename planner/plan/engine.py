@@ -36,7 +36,7 @@ from planner.models.quantization import scheme_quantization
 from planner.models.spec import ModelSpec
 from planner.models.weights import WeightEstimate, estimate_weights, pp_partition
 from planner.plan.drafter import engine_drafter, with_drafter_layers
-from planner.plan.multimodal import multimodal_profile, text_only
+from planner.plan.multimodal import encoder_data_parallel, multimodal_profile, text_only
 from planner.plan.speculative import DrafterCost, async_refused, drafter_turns_async_off, runner_v2_takes
 from planner.units import DTYPE_BYTES, GiB
 from planner.vllm.args import ServingArgs
@@ -179,6 +179,21 @@ def in_flight_tokens(release: Release, resolved: ResolvedArgs, pp: int, runner_v
 # Architectures on Model Runner V2 by default whatever their MoE layers (vllm 0.26.0-0.28.0 config/vllm.py
 # DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES, the ones kv-planner can plan).
 _RUNNER_V2_ARCHITECTURES = {"DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "Qwen2MoeForCausalLM"}
+
+
+# 0.32+ models/qwen3_vl.py mrope_positions_factor: the Qwen3-VL and Qwen3.5 decoders (qwen3_vl.py, qwen3_vl_moe.py,
+# qwen3_5.py) pass it to get_rope; video pruning (EVS, --video-pruning-rate), which Qwen3.5 does not support, is
+# what makes it 4, and kv-planner plans it off.
+_QWEN3_MROPE_PREFIXES = ("Qwen3VL", "Qwen3_5")
+
+
+def mrope_cache_factor(model: ModelSpec, release: Release) -> int:
+    """How many times ``max_position_embeddings`` the MRoPE cos/sin cache spans (``Release.mrope_cache``)."""
+    if release.mrope_cache == "x1":
+        return 1
+    if release.mrope_cache == "x4_qwen3_x1" and model.architecture.startswith(_QWEN3_MROPE_PREFIXES):
+        return 1
+    return 4
 
 
 def uses_model_runner_v2(model: ModelSpec, release: Release, env: Mapping[str, str] | None = None) -> bool:
@@ -639,9 +654,11 @@ def compute_engine(
     partition = pp_partition(model.num_layers, pp, args.env.get("VLLM_PP_LAYER_PARTITION"))
     expert_shards = tp * args.data_parallel_size if args.enable_expert_parallel else tp
     pp_override = args.env.get("VLLM_PP_LAYER_PARTITION")
+    rope_factor = mrope_cache_factor(model, release)
+    vision_whole = encoder_data_parallel(model, args, release)
     weights = _WEIGHTS.get(
         model,
-        (resolved.dtype, tp, pp, pp_override, expert_shards),
+        (resolved.dtype, tp, pp, pp_override, expert_shards, rope_factor, vision_whole),
         lambda: estimate_weights(
             model,
             dtype=resolved.dtype,
@@ -650,6 +667,8 @@ def compute_engine(
             pp_override=pp_override,
             checkpoint_bytes=model.checkpoint_bytes,
             expert_shards=expert_shards,
+            mrope_cache_factor=rope_factor,
+            vision_data_parallel=vision_whole,
         ),
     )
     estimated = weights.estimated

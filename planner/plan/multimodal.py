@@ -18,7 +18,7 @@ from planner.models.memo import IdentityMemo
 from planner.models.spec import ModelSpec
 from planner.units import DTYPE_BYTES
 from planner.vllm.args import ServingArgs
-from planner.vllm.releases import Release
+from planner.vllm.releases import Release, Version
 
 _DEFAULT_LIMIT = {"cdiv_limit_1": 1, "floor_limit_999": 999}
 
@@ -56,7 +56,25 @@ def text_only(model: ModelSpec, args: ServingArgs, release: Release) -> ModelSpe
     return _TEXT_ONLY.get(model, None, strip)
 
 
-def encoder_run(gpu: GpuSpec, args: ServingArgs, release: Release, *, runner_v2: bool, engine: str) -> EncoderRun:
+# Towers whose vLLM model class sets supports_encoder_tp_data (0.10.2 qwen2_5_vl.py and mllama4.py; 0.11+ also
+# qwen2_vl.py and qwen3_vl.py, which Qwen3.5 inherits). Others fall back to weights mode with a warning
+# (config/model.py: "This model does not support `--mm-encoder-tp-mode data`").
+_DATA_MODE_TOWERS = {"qwen2_5_vl", "qwen3_vl", "llama4"}
+_DATA_MODE_TOWERS_0_11 = {*_DATA_MODE_TOWERS, "qwen2_vl"}
+
+
+def encoder_data_parallel(model: ModelSpec, args: ServingArgs, release: Release) -> bool:
+    """--mm-encoder-tp-mode data in force: every TP rank holds the whole tower and encodes its share of the
+    items (the tower's linears are built with ``disable_tp``)."""
+    if (args.mm_encoder_tp_mode or "weights") != "data" or model.vision is None:
+        return False
+    towers = _DATA_MODE_TOWERS_0_11 if Version.parse(release.since) >= Version.parse("0.11.0") else _DATA_MODE_TOWERS
+    return model.vision.encoder in towers
+
+
+def encoder_run(
+    model: ModelSpec, gpu: GpuSpec, args: ServingArgs, release: Release, *, runner_v2: bool, engine: str
+) -> EncoderRun:
     return EncoderRun(
         limits=parse_limits(args.limit_mm_per_prompt),
         processor_kwargs=parse_processor_kwargs(args.mm_processor_kwargs),
@@ -64,7 +82,7 @@ def encoder_run(gpu: GpuSpec, args: ServingArgs, release: Release, *, runner_v2:
         items_cdiv=release.mm_items_rule == "cdiv_limit_1",
         chunked_prefill=args.enable_chunked_prefill is not False,
         tensor_parallel_size=args.tensor_parallel_size,
-        data_parallel=(args.mm_encoder_tp_mode or "weights") == "data",
+        data_parallel=encoder_data_parallel(model, args, release),
         attention=vit_backend(gpu.compute_capability, args.mm_encoder_attn_backend, release.vit_xformers),
         pixtral_block_mask=release.pixtral_block_mask,
         inputs_held=not runner_v2,
@@ -106,7 +124,7 @@ def multimodal_profile(
         ]
     return encoder_profile(
         model,
-        encoder_run(gpu, args, release, runner_v2=runner_v2, engine=engine),
+        encoder_run(model, gpu, args, release, runner_v2=runner_v2, engine=engine),
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
         max_model_len=max_model_len,

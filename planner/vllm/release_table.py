@@ -54,6 +54,7 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("vit_xformers", "ViT xformers"),
     ("pixtral_block_mask", "Pixtral ViT block mask"),
     ("vision_tower_skipped_at_zero_limit", "no tower at zero mm limits"),
+    ("mrope_cache", "MRoPE cache positions"),
 )
 
 

@@ -32,6 +32,7 @@ NonKvAccounting = Literal["profile_peak", "consumed_since_init"]
 Mxfp4Rule = Literal["v0_10_1", "v0_10_2", "v0_11_1", "v0_12", "v0_19", "v0_24"]
 Mxfp4TritonLayout = Literal["strided", "mma", "mma_pad64", "mma_groups4"]
 MmItemsRule = Literal["cdiv_limit_1", "floor_limit_999"]
+MropeCache = Literal["x1", "x4", "x4_qwen3_x1"]
 
 
 @total_ordering
@@ -272,6 +273,13 @@ class Release(BaseModel):
         "unification failing (0.29+ v1/core/kv_cache_utils.py unify_kv_cache_spec_page_size, any non-MLA "
         "attention layer; 0.24-0.28 only for backends that index KV by the block stride, not modelled)",
     )
+    mrope_cache: MropeCache = Field(
+        default="x4",
+        description="positions the MRoPE cos/sin cache spans (MRotaryEmbedding.cache_max_position_num, built with "
+        "the weights): x1 (up to 0.7.1: max_position_embeddings), x4 (0.7.2-0.31: 4 x max_position_embeddings, for "
+        "Qwen2.5-VL's long videos), x4_qwen3_x1 (0.32+: Qwen3-VL and Qwen3.5 pass positions_factor 1 unless video "
+        "pruning is on, the other MRoPE models keep 4)",
+    )
     swap_space_flag: bool
     kv_cache_memory_bytes_flag: bool
     kv_cache_dtypes: tuple[str, ...]
@@ -344,6 +352,7 @@ _V0_ONLY = Release(
     v1_non_torch_scope="device",
     mm_items_rule="cdiv_limit_1",
     vit_xformers=True,
+    mrope_cache="x1",
     evidence="0.6.3.post1 and 0.6.0: worker/worker.py init_device (init_gpu_memory), "
     "determine_num_available_blocks (peak = init_gpu_memory - free after profile_run); the other fields "
     "read in 0.6.6.post1: config.py SchedulerConfig, engine/arg_utils.py",
@@ -675,9 +684,12 @@ _R_0_32 = _row(
     "0.32.0: model_executor/layers/mamba/mamba_mixer2.py get_kv_cache_spec (prefill checkpoint block), "
     "v1/kv_cache_interface.py MambaSpec, model_executor/models/config.py (no 'all' mode), config/cache.py "
     "CacheDType (ultraquant_4bit), v1/worker/utils.py request_memory, v1/core/kv_cache_utils.py, "
-    "v1/worker/workspace.py, platforms/interface.py _align_hybrid_block_size, models/deepseek_v4 and kimi_k3 (as 0.33)",
+    "v1/worker/workspace.py, platforms/interface.py _align_hybrid_block_size, models/deepseek_v4 and kimi_k3 "
+    "(as 0.33), models/qwen3_vl.py mrope_positions_factor (qwen3_vl_moe.py, qwen3_5.py), "
+    "layers/rotary_embedding/mrope.py",
     mamba_prefix_mode="align_mamba2_checkpoint",
     kv_cache_dtypes=_D6_32,
+    mrope_cache="x4_qwen3_x1",
 )
 _R_0_33 = _row(
     _R_0_32,
@@ -713,12 +725,21 @@ _R_0_7 = _row(
     "0.7.3: envs.py (VLLM_USE_V1 default 0), attention/backends/flashmla.py",
     mla_block_size_hopper=64,
 )
+# 0.7.1's MRotaryEmbedding caches max_position_embeddings positions; 0.7.2 enlarges the cache 4x.
+_R_0_7_2 = _row(
+    _R_0_7,
+    "0.7.2",
+    "0.7.2: model_executor/layers/rotary_embedding.py MRotaryEmbedding (cache_max_position_num = "
+    "max_position_embeddings * 4; 0.7.1 has none)",
+    mrope_cache="x4",
+)
 
 RELEASES: tuple[Release, ...] = (
     _V0_ONLY,
     _R_0_6_4,
     _R_0_6_5,
     _R_0_7,
+    _R_0_7_2,
     _BASE,
     _R_0_9,
     _R_0_9_1,
