@@ -43,6 +43,7 @@ from planner.memory.activation import (
 )
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.memory.cudagraph import capture_sizes
+from planner.memory.mxfp4 import parse_capability
 from planner.models.spec import ModelSpec
 from planner.plan.build import predict
 from planner.plan.engine import compiles_with_autotune_examples, with_online_quantization
@@ -137,7 +138,14 @@ def observe(record: StartupRecord, spec: ModelSpec, gpu: GpuSpec) -> Observation
         kernel = sampler_kernel_in_force(release.sampler_kernel, args.env)
         extra = sampler_bytes_per_logit(DEFAULT_COEFFICIENTS, kernel, num_reqs)
         sampler_fixed = (extra - DEFAULT_COEFFICIENTS.sampler_bytes_per_logit) * sampler_feature
-    if pp == 1 and release.moe_workspace_held and model.quantization is None:
+    quantization = model.quantization
+    fp8_held = (
+        release.fp8_moe_workspace_held
+        and quantization is not None
+        and quantization.method == "fp8"
+        and parse_capability(gpu.compute_capability) == (8, 9)
+    )
+    if pp == 1 and model.moe is not None and ((release.moe_workspace_held and quantization is None) or fp8_held):
         sampler_fixed += moe_workspace_bytes(model, tokens, tp, dtype_bytes)
     compiles = compiles_with_autotune_examples(model, args, release, resolved.engine)
     compile_bytes = (

@@ -231,12 +231,14 @@ def activation_peak(
     runner_v2: bool = False,
     runner_v2_sampler_warmup: bool = False,
     flashinfer_sampler: bool = True,
+    fp8_moe_workspace_held: bool = False,
     compiles_embedding: bool = False,
 ) -> ActivationPeak:
     """``eager_engine``: the V0 engine's profile run (eager forward, sort-path sampler). ``runner_v2``: Model
     Runner V2 runs the model: the same forward, its own sampler warm-up (:func:`runner_v2_sampler_bytes`;
     ``runner_v2_sampler_warmup`` is ``Release.runner_v2_sampler_warmup``, ``flashinfer_sampler`` whether
-    FlashInfer's sampler is on). ``compiles_embedding``: this stage
+    FlashInfer's sampler is on). ``fp8_moe_workspace_held``: an FP8 MoE's TritonExperts workspaces come from
+    the WorkspaceManager too (``Release.fp8_moe_workspace_held`` on SM 8.9). ``compiles_embedding``: this stage
     compiles cold with autotuning inputs and its compiled graph starts at the token embedding
     (:func:`compile_example_bytes`)."""
     tokens = max_num_batched_tokens
@@ -267,9 +269,13 @@ def activation_peak(
             )
         else:
             sampler = sampler_bytes_per_logit(coefficients, sampler_kernel, num_reqs) * num_reqs * model.vocab_size
-        if moe_workspace_held and model.quantization is None:
+        quantization = model.quantization
+        unquantized = moe_workspace_held and quantization is None
+        fp8 = fp8_moe_workspace_held and quantization is not None and quantization.method == "fp8"
+        if unquantized or fp8:
             # vllm 0.14+ model_executor/layers/fused_moe/modular_kernel.py: workspaces from
-            # current_workspace_manager() outlive the forward pass (quantized MoE kernels not verified).
+            # current_workspace_manager() outlive the forward pass; 0.29 FP8 MoE on SM 8.9 takes the same
+            # modular kernel with TritonExperts (other quantized MoE kernels not verified).
             sampler += moe_workspace_bytes(model, tokens, tp, dtype_bytes)
     compile_bytes = (
         compile_example_bytes(model, tokens=tokens, tp=tp, dtype_bytes=dtype_bytes) if compiles_embedding else 0

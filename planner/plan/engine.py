@@ -418,6 +418,8 @@ def stage_memory(
     scope = release.v0_non_torch_scope if resolved.engine == "v0" else release.v1_non_torch_scope
     device_scope = scope == "device"
     compiles = compiles_with_autotune_examples(model, args, release, resolved.engine)
+    # 0.29+ FP8 MoE workspaces come from the WorkspaceManager where TritonExperts is the only kernel (SM 8.9).
+    fp8_workspace = release.fp8_moe_workspace_held and parse_capability(gpu.compute_capability) == (8, 9)
     stages = []
     start = 0
     for stage, count in enumerate(partition):
@@ -441,6 +443,7 @@ def stage_memory(
             runner_v2=runner_v2,
             runner_v2_sampler_warmup=release.runner_v2_sampler_warmup,
             flashinfer_sampler=runner_v2_flashinfer_sampler(args.env),
+            fp8_moe_workspace_held=fp8_workspace,
             compiles_embedding=compiles and stage == 0,
         )
         # V2's per-slot sampler state is allocated at load: counted (as consumed memory) from 0.27 only.

@@ -177,6 +177,13 @@ class Release(BaseModel):
         description="unquantized fused MoE allocates its workspaces from the persistent WorkspaceManager "
         "(0.14+), so they are held during the sampler warm-up",
     )
+    fp8_moe_workspace_held: bool = Field(
+        default=False,
+        description="FP8 (W8A8) MoE on SM 8.9 runs the modular kernel with TritonExperts, whose workspaces "
+        "come from the same WorkspaceManager (read in 0.29.0-0.33.0: fused_moe/oracle/fp8.py "
+        "select_fp8_moe_backend leaves only TRITON below SM 9.0, make_fp8_moe_kernel, modular_kernel.py "
+        "_allocate_buffers, experts/triton_moe.py workspace_shapes); earlier releases not read",
+    )
     compile_autotune_examples: bool = Field(
         default=False,
         description="a cold torch.compile inside the profile run allocates Inductor's compile-time autotuning "
@@ -660,8 +667,11 @@ _R_0_29 = _row(
     "SlidingWindowSpec; config/cache.py; engine/arg_utils.py; v1/worker/utils.py request_memory; "
     "v1/sample/ops/topk_topp_sampler.py; fused_moe/oracle/mxfp4.py; platforms/cuda.py; "
     "models/deepseek_v4/attention.py, compressor.py, v1/attention/backends/mla/sparse_swa.py (DeepSeek-V4 caches "
-    "as 0.33), model_executor/models/pixtral.py (MMEncoderAttention)",
+    "as 0.33), model_executor/models/pixtral.py (MMEncoderAttention); fused_moe/oracle/fp8.py, "
+    "modular_kernel.py, experts/triton_moe.py, quantization/compressed_tensors/compressed_tensors_moe/"
+    "compressed_tensors_moe_w8a8_fp8.py (FP8 MoE workspaces from the WorkspaceManager on SM 8.9)",
     fit_check="all_groups_null_block",
+    fp8_moe_workspace_held=True,
     model_runner_v2_default="all",
     runner_v2_graph_estimate=True,
     deepseek_v4_grouping="packed",
