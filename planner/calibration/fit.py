@@ -5,7 +5,9 @@ records where that cause is the one visible in the logged term:
 
 * activation peak ``= max(a x tokens x dense width x dtype, c x tokens x MoE width x dtype,
   b x dummy requests x vocabulary)``: the branch that is largest for a record is fitted on it
-  (alternating least squares through the origin, a few rounds);
+  (alternating least squares through the origin, a few rounds); where a cold compile's autotuning
+  inputs (planner/memory/activation.py compile_example_bytes, derived, not fitted) exceed the branch,
+  the record informs no constant;
 * non-torch: the CUDA workspace from multi-process ranks without TP (PP), the single-process extra
   from TP=PP=1 minus that, NCCL/NVLS from TP>1 on NVSwitch GPUs (base at TP=2, slope per rank);
 * CUDA graphs: linear least squares of ``base/sqrt(tp) + sizes/51 x (p x layers + q x MoE layers)``.
@@ -29,6 +31,7 @@ from planner.calibration.validate import serving_args, validate_records
 from planner.errors import KvPlannerError
 from planner.gpus.spec import GpuSpec
 from planner.memory.activation import (
+    compile_example_bytes,
     dense_width,
     moe_width,
     moe_workspace_bytes,
@@ -40,9 +43,10 @@ from planner.memory.activation import (
 )
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.memory.cudagraph import capture_sizes
+from planner.memory.mxfp4 import parse_capability
 from planner.models.spec import ModelSpec
 from planner.plan.build import predict
-from planner.plan.engine import with_online_quantization
+from planner.plan.engine import compiles_with_autotune_examples, with_online_quantization
 from planner.units import DTYPE_BYTES, GiB
 
 ModelLookup = Callable[[str], ModelSpec]
@@ -80,6 +84,8 @@ class Observation:
     sampler_fixed: float
     """bytes held through the sampler warm-up that are not the fitted constant's: the sorted copy on
     the sort path, the persistent fused-MoE workspaces (0.14+), Model Runner V2's whole warm-up"""
+    compile_bytes: float
+    """a cold compile's autotuning inputs (0 where the release or the flags compile without them)"""
     activation: float | None
     non_torch: float | None
     graph_features: tuple[float, float, float]
@@ -132,8 +138,19 @@ def observe(record: StartupRecord, spec: ModelSpec, gpu: GpuSpec) -> Observation
         kernel = sampler_kernel_in_force(release.sampler_kernel, args.env)
         extra = sampler_bytes_per_logit(DEFAULT_COEFFICIENTS, kernel, num_reqs)
         sampler_fixed = (extra - DEFAULT_COEFFICIENTS.sampler_bytes_per_logit) * sampler_feature
-    if pp == 1 and release.moe_workspace_held and model.quantization is None:
+    quantization = model.quantization
+    fp8_held = (
+        release.fp8_moe_workspace_held
+        and quantization is not None
+        and quantization.method == "fp8"
+        and parse_capability(gpu.compute_capability) == (8, 9)
+    )
+    if pp == 1 and model.moe is not None and ((release.moe_workspace_held and quantization is None) or fp8_held):
         sampler_fixed += moe_workspace_bytes(model, tokens, tp, dtype_bytes)
+    compiles = compiles_with_autotune_examples(model, args, release, resolved.engine)
+    compile_bytes = (
+        float(compile_example_bytes(model, tokens=tokens, tp=tp, dtype_bytes=dtype_bytes)) if compiles else 0.0
+    )
 
     def logged(value: float | None) -> float | None:
         return None if value is None else value * gib
@@ -148,6 +165,7 @@ def observe(record: StartupRecord, spec: ModelSpec, gpu: GpuSpec) -> Observation
         moe_feature=tokens * moe_width(model, tp) * dtype_bytes,
         sampler_feature=sampler_feature,
         sampler_fixed=sampler_fixed,
+        compile_bytes=compile_bytes,
         activation=logged(record.activation_peak_gib),
         # 0.27+ logs print V2's sampler state inside "consumed memory": not the fitted non-torch causes.
         non_torch=None if record.non_torch_gib is None else record.non_torch_gib * gib - sampler_state,
@@ -177,6 +195,8 @@ def _fit_activation(obs: Sequence[Observation], prior: MemoryCoefficients) -> tu
                 "b": b * o.sampler_feature + o.sampler_fixed,
             }
             branch = max(candidates, key=lambda k: candidates[k])
+            if o.compile_bytes > candidates[branch]:
+                continue  # the compile's autotuning inputs are the peak: no fitted cause is visible
             feature = {"a": o.dense_feature, "c": o.moe_feature, "b": o.sampler_feature}[branch]
             fixed = o.sampler_fixed if branch == "b" else 0.0
             groups[branch][0].append(feature)

@@ -18,6 +18,13 @@ sampler warm-up on ``num_reqs`` rows of logits (``gpu_model_runner.profile_run``
   persistent ``WorkspaceManager`` (``v1/worker/workspace.py``: grows, never frees). They are still
   allocated when the sampler warms up, so that peak is ``workspace + sampler``, not the sampler alone.
 
+A cold torch.compile runs inside the profile run, before the forward (the first call of the compiled model
+is the profile batch): from 0.10.2 (not 0.11.0) Inductor autotunes at compile time on random copies of each
+Triton kernel's inputs (:func:`compile_example_bytes`, ``Release.compile_autotune_examples``), so the torch
+peak is at least the largest of those live at once: the embedding table's copy for the gather kernel. That
+happens before any workspace of the forward exists, so it is a third candidate of the peak, not an addend.
+A warm compile cache loads the compiled graphs and skips it (the plan's KV band says how much that frees).
+
 A pipeline stage after the first also holds the hidden states and residual it received
 (``IntermediateTensors``: ``2 x tokens x hidden x dtype_bytes``) through both peaks.
 
@@ -49,10 +56,12 @@ from planner.models.spec import ModelSpec
 class ActivationPeak:
     forward_bytes: int
     sampler_bytes: int
+    compile_bytes: int = 0
+    """a cold compile's autotuning inputs (:func:`compile_example_bytes`), 0 where nothing is compiled"""
 
     @property
     def peak_bytes(self) -> int:
-        return max(self.forward_bytes, self.sampler_bytes)
+        return max(self.forward_bytes, self.sampler_bytes, self.compile_bytes)
 
 
 def dense_width(model: ModelSpec, tp: int) -> float:
@@ -187,6 +196,25 @@ def moe_workspace_bytes(model: ModelSpec, tokens: int, tp: int, dtype_bytes: int
     return int(tokens * moe.experts_per_token * (max(inter, hidden) + max(2 * inter, hidden)) * dtype_bytes)
 
 
+def compile_example_bytes(model: ModelSpec, *, tokens: int, tp: int, dtype_bytes: int) -> int:
+    """Torch memory of Inductor's compile-time autotuning of the first compiled graph (a cold compile).
+
+    vLLM compiles with ``InductorStandaloneAdaptor`` (``compilation/backends.py``), and torch's
+    ``standalone_compile`` sets ``triton.autotune_at_compile_time`` (``_inductor/standalone_compile.py``,
+    torch 2.8-2.13), so codegen (``_inductor/codegen/wrapper.py`` ``generate_example_arg_value``,
+    ``generate_and_run_autotune_block``) runs each Triton kernel once on ``rand_strided`` copies of its inputs
+    and outputs, at the size hint of the first call (the profile batch, ``tokens``), each freed after the last
+    kernel that reads it. Graph inputs are copied too, weights included: the gather of the token embeddings
+    reads the whole table, one TP shard of the padded vocabulary (``VocabParallelEmbedding``,
+    :func:`_padded_vocab`) x hidden in the model dtype. Alive with it: the kernel's outputs, the gathered
+    rows that stay the residual stream and their RMS-normed copy for the first layer's input, two
+    ``[tokens, hidden]`` buffers. Matrix products are cuBLAS/vLLM custom ops, not Triton kernels, so their
+    weights are not copied; everything else a graph's kernels touch is the size of the forward's own live set.
+    """
+    table = _padded_vocab(model) // tp * model.hidden_size * dtype_bytes
+    return int(table + 2 * tokens * model.hidden_size * dtype_bytes)
+
+
 def activation_peak(
     model: ModelSpec,
     *,
@@ -203,11 +231,16 @@ def activation_peak(
     runner_v2: bool = False,
     runner_v2_sampler_warmup: bool = False,
     flashinfer_sampler: bool = True,
+    fp8_moe_workspace_held: bool = False,
+    compiles_embedding: bool = False,
 ) -> ActivationPeak:
     """``eager_engine``: the V0 engine's profile run (eager forward, sort-path sampler). ``runner_v2``: Model
     Runner V2 runs the model: the same forward, its own sampler warm-up (:func:`runner_v2_sampler_bytes`;
     ``runner_v2_sampler_warmup`` is ``Release.runner_v2_sampler_warmup``, ``flashinfer_sampler`` whether
-    FlashInfer's sampler is on)."""
+    FlashInfer's sampler is on). ``fp8_moe_workspace_held``: an FP8 MoE's TritonExperts workspaces come from
+    the WorkspaceManager too (``Release.fp8_moe_workspace_held`` on SM 8.9). ``compiles_embedding``: this stage
+    compiles cold with autotuning inputs and its compiled graph starts at the token embedding
+    (:func:`compile_example_bytes`)."""
     tokens = max_num_batched_tokens
     received = 2 * tokens * model.hidden_size * dtype_bytes if receives_from_previous_stage else 0
     if eager_engine:
@@ -236,10 +269,19 @@ def activation_peak(
             )
         else:
             sampler = sampler_bytes_per_logit(coefficients, sampler_kernel, num_reqs) * num_reqs * model.vocab_size
-        if moe_workspace_held and model.quantization is None:
+        quantization = model.quantization
+        unquantized = moe_workspace_held and quantization is None
+        fp8 = fp8_moe_workspace_held and quantization is not None and quantization.method == "fp8"
+        if unquantized or fp8:
             # vllm 0.14+ model_executor/layers/fused_moe/modular_kernel.py: workspaces from
-            # current_workspace_manager() outlive the forward pass (quantized MoE kernels not verified).
+            # current_workspace_manager() outlive the forward pass; 0.29 FP8 MoE on SM 8.9 takes the same
+            # modular kernel with TritonExperts (other quantized MoE kernels not verified).
             sampler += moe_workspace_bytes(model, tokens, tp, dtype_bytes)
+    compile_bytes = (
+        compile_example_bytes(model, tokens=tokens, tp=tp, dtype_bytes=dtype_bytes) if compiles_embedding else 0
+    )
     return ActivationPeak(
-        forward_bytes=int(forward) + received, sampler_bytes=int(sampler) + received if last_stage else 0
+        forward_bytes=int(forward) + received,
+        sampler_bytes=int(sampler) + received if last_stage else 0,
+        compile_bytes=compile_bytes,
     )

@@ -36,7 +36,7 @@ from planner.models.quantization import scheme_quantization
 from planner.models.spec import ModelSpec
 from planner.models.weights import WeightEstimate, estimate_weights, pp_partition
 from planner.plan.drafter import engine_drafter, with_drafter_layers
-from planner.plan.multimodal import encoder_data_parallel, multimodal_profile, text_only
+from planner.plan.multimodal import encoder_data_parallel, multimodal_profile, text_only, vision_tower_disabled
 from planner.plan.speculative import DrafterCost, async_refused, drafter_turns_async_off, runner_v2_takes
 from planner.units import DTYPE_BYTES, GiB
 from planner.vllm.args import ServingArgs
@@ -75,6 +75,8 @@ class StageMemory:
     activation_peak_bytes: int
     cuda_graph_bytes: int
     cuda_graph_counted: bool
+    cold_compile_bytes: int = 0
+    """how much of ``activation_peak_bytes`` only a cold torch.compile needs (a warm cache frees it)"""
 
     @property
     def kv_bytes(self) -> int:
@@ -110,6 +112,12 @@ class EngineLayout:
     """How many more weight bytes (heaviest stage) the heaviest candidate kernel would hold."""
     encoder: EncoderProfile | None = None
     """The vision encoder part of vLLM's profile run (multimodal models; None when vLLM skips it)."""
+
+    @property
+    def cold_compile_bytes(self) -> int:
+        """How much more KV memory vLLM finds when its compile cache is warm: the autotuning inputs of a
+        cold compile the plan counts (planner/memory/activation.py compile_example_bytes)."""
+        return max((stage.cold_compile_bytes for stage in self.memory), default=0)
 
     @property
     def encoder_band_bytes(self) -> int:
@@ -382,6 +390,22 @@ def mamba_state_dtype_bytes(
     return conv, ssm
 
 
+def compiles_with_autotune_examples(model: ModelSpec, args: ServingArgs, release: Release, engine: str) -> bool:
+    """A cold start compiles the model inside the profile run with Inductor's compile-time autotuning, and
+    the compiled graph begins at the token embedding (``Release.compile_autotune_examples``).
+
+    Not with ``--enforce-eager`` (config/vllm.py: compilation mode NONE), the V0 engine (eager), or
+    ``VLLM_USE_STANDALONE_COMPILE`` other than 1 (compilation/backends.py make_compiler then takes
+    InductorAdaptor, which autotunes at run time on the real tensors). A model that takes multimodal inputs
+    is embedded outside the compiled graph (gpu_model_runner.py _preprocess, v1/worker/gpu/model_runner.py:
+    ``uses_inputs_embeds``), so the table is not among its graph inputs."""
+    if engine == "v0" or args.enforce_eager or not release.compile_autotune_examples:
+        return False
+    if args.env.get("VLLM_USE_STANDALONE_COMPILE", "1") != "1":
+        return False
+    return model.vision is None or vision_tower_disabled(model, args)
+
+
 def stage_memory(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -408,6 +432,9 @@ def stage_memory(
     dtype_bytes = DTYPE_BYTES[resolved.dtype]
     scope = release.v0_non_torch_scope if resolved.engine == "v0" else release.v1_non_torch_scope
     device_scope = scope == "device"
+    compiles = compiles_with_autotune_examples(model, args, release, resolved.engine)
+    # 0.29+ FP8 MoE workspaces come from the WorkspaceManager where TritonExperts is the only kernel (SM 8.9).
+    fp8_workspace = release.fp8_moe_workspace_held and parse_capability(gpu.compute_capability) == (8, 9)
     stages = []
     start = 0
     for stage, count in enumerate(partition):
@@ -431,6 +458,8 @@ def stage_memory(
             runner_v2=runner_v2,
             runner_v2_sampler_warmup=release.runner_v2_sampler_warmup,
             flashinfer_sampler=runner_v2_flashinfer_sampler(args.env),
+            fp8_moe_workspace_held=fp8_workspace,
+            compiles_embedding=compiles and stage == 0,
         )
         # V2's per-slot sampler state is allocated at load: counted (as consumed memory) from 0.27 only.
         sampler_state = (
@@ -457,6 +486,12 @@ def stage_memory(
             and (release.runner_v2_graph_estimate or not runner_v2)
             and args.env.get("VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS", "1").lower() not in ("0", "false")
         )
+        # Model Runner V2 runs the encoder on the first pipeline stage only; the V1 runner on every one.
+        stage_encoder = encoder if stage == 0 or not runner_v2 else None
+        # The compile's autotuning inputs are freed before the forward starts, so they are a candidate of
+        # the peak beside the forward (an encoder-fed model has none: see compiles_with_autotune_examples).
+        warm = combined_peak(stage_encoder, peak.forward_bytes, peak.sampler_bytes)
+        activation = max(warm, peak.compile_bytes)
         weights = weights_per_stage[stage]
         if args.cpu_offload_gb:
             weights = max(0, weights - int(args.cpu_offload_gb * GiB))
@@ -471,16 +506,10 @@ def stage_memory(
                     + sampler_state
                     + d.non_torch_bytes,
                 ),
-                activation_peak_bytes=max(
-                    # Model Runner V2 runs the encoder on the first pipeline stage only; the V1 runner on every one.
-                    0,
-                    combined_peak(
-                        encoder if stage == 0 or not runner_v2 else None, peak.forward_bytes, peak.sampler_bytes
-                    )
-                    + d.activation_peak_bytes,
-                ),
+                activation_peak_bytes=max(0, activation + d.activation_peak_bytes),
                 cuda_graph_bytes=max(0, graphs + d.cuda_graph_bytes),
                 cuda_graph_counted=counted,
+                cold_compile_bytes=activation - warm,
             )
         )
         start += count

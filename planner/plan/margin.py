@@ -23,6 +23,10 @@ is built per term, in each direction, from the largest relative miss measured on
   other candidate would hold (planner/memory/mxfp4.py ``choose_backend``); 0 where the kernel is known;
 * a multimodal model whose vision-encoder profile is not derived (planner/memory/encoder.py, KVP131): the
   estimated encoder peak, below;
+* a warm torch.compile cache: a cold start compiles inside the profile run and Inductor's compile-time
+  autotuning copies the embedding table (planner/memory/activation.py compile_example_bytes), which the
+  plan counts (a new pod starts with an empty cache); with the cache on a persistent volume vLLM loads the
+  compiled graphs instead and finds up to that much more KV memory (upper side only);
 * the 0.01 GiB the log prints, so a band is never tighter than the evidence.
 
 A release without calibration records gets the widest bounds measured on any release. With
@@ -144,6 +148,7 @@ def kv_band(
     mxfp4_spread_bytes: int = 0,
     model: MarginModel | None = None,
     encoder_estimate_bytes: int = 0,
+    cold_compile_bytes: int = 0,
 ) -> KvBand:
     """The band around ``memory.kv_cache_bytes``. ``version_spread_bytes`` is how much less KV memory the
     checked releases compute for the same flags when the release is unknown (None: release known)."""
@@ -239,6 +244,16 @@ def kv_band(
                 high_bytes=0,
                 basis="the vision encoder's profile run is not derived for this model or engine (KVP131): "
                 "its estimated peak",
+            )
+        )
+    if cold_compile_bytes > 0:
+        terms.append(
+            MarginTerm(
+                name="compile_cache",
+                low_bytes=0,
+                high_bytes=cold_compile_bytes,
+                basis="planned as a cold start: a warm torch.compile cache skips Inductor's compile-time "
+                "autotuning and its copy of the embedding table",
             )
         )
     if version_spread_bytes is not None:

@@ -34,6 +34,8 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("swap_space_flag", "--swap-space"),
     ("sampler_kernel", "sampler top-k/top-p"),
     ("moe_workspace_held", "MoE workspace held at sampling"),
+    ("fp8_moe_workspace_held", "FP8 MoE workspace held (SM 8.9)"),
+    ("compile_autotune_examples", "cold compile: autotune example inputs"),
     ("mxfp4_rule", "MXFP4 kernel choice"),
     ("mxfp4_triton_layout", "MXFP4 Triton layout H100"),
     ("weights_max_split_mb", "max_split_size_mb at load"),

@@ -178,6 +178,23 @@ class Release(BaseModel):
         description="unquantized fused MoE allocates its workspaces from the persistent WorkspaceManager "
         "(0.14+), so they are held during the sampler warm-up",
     )
+    fp8_moe_workspace_held: bool = Field(
+        default=False,
+        description="FP8 (W8A8) MoE on SM 8.9 runs the modular kernel with TritonExperts, whose workspaces "
+        "come from the same WorkspaceManager (read in 0.29.0-0.33.0: fused_moe/oracle/fp8.py "
+        "select_fp8_moe_backend leaves only TRITON below SM 9.0, make_fp8_moe_kernel, modular_kernel.py "
+        "_allocate_buffers, experts/triton_moe.py workspace_shapes); earlier releases not read",
+    )
+    compile_autotune_examples: bool = Field(
+        default=False,
+        description="a cold torch.compile inside the profile run allocates Inductor's compile-time autotuning "
+        "inputs: vLLM compiles with InductorStandaloneAdaptor (compilation/backends.py make_compiler: "
+        "VLLM_USE_STANDALONE_COMPILE, default on except in 0.11.0, and torch >= 2.8: 0.10.2 and 0.11.1+), "
+        "torch's _inductor/standalone_compile.py patches triton.autotune_at_compile_time on (torch 2.8-2.13), "
+        "and codegen/wrapper.py then runs every Triton kernel of each graph on random copies of its inputs "
+        "(generate_example_arg_value), freeing each after its last kernel: the embedding gather's copy of the "
+        "embedding table is the largest (planner/memory/activation.py compile_example_bytes)",
+    )
     model_runner_v2_default: RunnerV2Default = Field(
         default="never",
         description="Model Runner V2 is the default runner (VllmConfig.use_v2_model_runner): never (<= 0.25), "
@@ -438,6 +455,7 @@ _R_0_10_2 = _row(
     "v1/worker/utils.py MultiModalBudget, model_executor/models/qwen2_5_vl.py (no tower at zero limits), "
     "the wheel's requirements (xformers)",
     kv_cache_memory_bytes_flag=True,
+    compile_autotune_examples=True,
     mxfp4_rule="v0_10_2",
     mm_items_rule="floor_limit_999",
     vision_tower_skipped_at_zero_limit=True,
@@ -445,8 +463,10 @@ _R_0_10_2 = _row(
 _R_0_11 = _row(
     _R_0_10_2,
     "0.11.0",
-    "0.11.0: v1/core/kv_cache_utils.py (strided groups), envs.py (no V0)",
+    "0.11.0: v1/core/kv_cache_utils.py (strided groups), envs.py (no V0; VLLM_USE_STANDALONE_COMPILE "
+    "defaults to 0, so compilation/backends.py takes InductorAdaptor)",
     v0_available=False,
+    compile_autotune_examples=False,
     strided_groups=True,
     kv_cache_dtypes=_D2,
 )
@@ -464,7 +484,9 @@ _R_0_11_1 = _row(
     "quantization/mxfp4.py get_mxfp4_backend (VLLM_MXFP4_USE_MARLIN), "
     "quantization/utils/mxfp4_utils.py _swizzle_mxfp4, utils/import_utils.py has_triton_kernels, METADATA "
     "(torch==2.9.0, flashinfer-python required, no triton_kernels; no vllm/third_party/triton_kernels); "
-    "0.11.1 and 0.11.2: config/vllm.py _set_cudagraph_sizes (max_cudagraph_capture_size, steps of 8 then 16)",
+    "0.11.1 and 0.11.2: config/vllm.py _set_cudagraph_sizes (max_cudagraph_capture_size, steps of 8 then 16); "
+    "0.11.1: envs.py (VLLM_USE_STANDALONE_COMPILE on again), compilation/backends.py make_compiler",
+    compile_autotune_examples=True,
     sampler_kernel="sort_scatter",
     mxfp4_rule="v0_11_1",
     mxfp4_triton_layout="mma",
@@ -654,8 +676,11 @@ _R_0_29 = _row(
     "SlidingWindowSpec; config/cache.py; engine/arg_utils.py; v1/worker/utils.py request_memory; "
     "v1/sample/ops/topk_topp_sampler.py; fused_moe/oracle/mxfp4.py; platforms/cuda.py; "
     "models/deepseek_v4/attention.py, compressor.py, v1/attention/backends/mla/sparse_swa.py (DeepSeek-V4 caches "
-    "as 0.33), model_executor/models/pixtral.py (MMEncoderAttention)",
+    "as 0.33), model_executor/models/pixtral.py (MMEncoderAttention); fused_moe/oracle/fp8.py, "
+    "modular_kernel.py, experts/triton_moe.py, quantization/compressed_tensors/compressed_tensors_moe/"
+    "compressed_tensors_moe_w8a8_fp8.py (FP8 MoE workspaces from the WorkspaceManager on SM 8.9)",
     fit_check="all_groups_null_block",
+    fp8_moe_workspace_held=True,
     model_runner_v2_default="all",
     runner_v2_graph_estimate=True,
     deepseek_v4_grouping="packed",
