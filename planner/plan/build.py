@@ -403,6 +403,7 @@ def margin_band(
         tp_across_nodes=args.tensor_parallel_across_nodes,
         mxfp4_spread_bytes=prediction.engine.mxfp4_spread_bytes,
         encoder_estimate_bytes=prediction.engine.encoder_band_bytes,
+        nccl_at_init_bytes=prediction.engine.nccl_at_init_bytes,
     )
     low = [stage.available_bytes - band.down_bytes for stage in prediction.layout.stages]
     layout = kv_layout(prediction.engine, prediction.release, prediction.resolved, args, low)
