@@ -60,6 +60,12 @@ class Deployment(_Strict):
         description="false: FlashInfer's top-k/top-p sampler was not used (the log warns 'FlashInfer is not "
         "available', or VLLM_USE_FLASHINFER_SAMPLER=0); null: the release's default",
     )
+    gpu_p2p: bool | None = Field(
+        default=None,
+        description="false: the TP ranks' GPUs could not reach each other by P2P (vLLM warns 'Custom allreduce "
+        "is disabled because your platform lacks GPU P2P capability'), so NCCL ran its shared-memory transport, "
+        "as NCCL_P2P_DISABLE=1 makes it; null: P2P as the GPU allows",
+    )
     prefix_caching: bool | None = Field(
         default=None,
         description="--enable-prefix-caching / --no-enable-prefix-caching as given; null: the release's default "
@@ -136,6 +142,7 @@ class Startup(_Strict):
             block_size=d.block_size,
             enforce_eager=d.eager,
             flashinfer_sampler=d.flashinfer_sampler,
+            gpu_p2p=d.gpu_p2p,
             enable_prefix_caching=d.prefix_caching,
             language_model_only=d.language_model_only,
             mxfp4_backend=d.mxfp4_backend,

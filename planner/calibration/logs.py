@@ -12,6 +12,8 @@ The lines read, as vLLM prints them (with or without the process prefix and time
   the rest of the memory reserved for KV Cache is K GiB.`` and ``# GPU blocks: N``
 * per-worker lines (weights, profiling, available memory, graphs) are taken from the first worker that
   printed them (rank 0 in practice); the capacity lines from the last print.
+* ``Custom allreduce is disabled because your platform lacks GPU P2P capability ...``: no P2P between the
+  TP ranks' GPUs (``gpu_p2p`` false: NCCL keeps its channel buffers in host memory)
 * ``GPU KV cache size: N tokens`` and ``Maximum concurrency for L tokens per request: Xx`` (two
   lines up to 0.26, one combined line later), ``Graph capturing finished in S secs, took X GiB``,
   ``num_gpu_blocks`` from a ``cache_config_info`` line or ``Overriding num_gpu_blocks``.
@@ -59,6 +61,7 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
     "graphs": re.compile(r"Graph capturing finished in \d+ secs?, took " + _NUM + r"\s*GiB"),
     "blocks": re.compile(r"num_gpu_blocks(?:=| is:? |=')" + r"'?" + _NUM),
     "free_line": re.compile(r"Free memory on device \(" + _NUM + r"/" + _NUM + r"\s*GiB\)"),
+    "no_p2p": re.compile(r"lacks GPU P2P capability"),
     "nondefault": re.compile(r"non-default args: (\{.*\})"),
     "engine_config": re.compile(r"with config: (.*)$"),
 }
@@ -161,6 +164,7 @@ def parse_startup_log(text: str | Iterable[str], *, record_id: str = "log") -> S
         max_num_batched_tokens=_int(args.get("max_num_batched_tokens")),
         block_size=_int(args.get("block_size")),
         enforce_eager=bool(args.get("enforce_eager", False)),
+        gpu_p2p=False if _first("no_p2p", lines) else None,
         enable_prefix_caching=prefix if isinstance(prefix := args.get("enable_prefix_caching"), bool) else None,
         quantization=args.get("quantization"),
         total_gpu_memory_gib=total_gib,

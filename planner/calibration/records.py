@@ -44,6 +44,9 @@ class StartupRecord(BaseModel):
     # False: the startup ran without FlashInfer's sampler (not installed: the log warns "FlashInfer is not
     # available", or VLLM_USE_FLASHINFER_SAMPLER=0); None: the release's default.
     flashinfer_sampler: bool | None = None
+    # False: no P2P between the TP ranks' GPUs (vLLM: "lacks GPU P2P capability"): NCCL's shared-memory
+    # transport, as with NCCL_P2P_DISABLE=1; None: P2P as the GPU allows.
+    gpu_p2p: bool | None = None
     # As given on the command line (non-default args); None: the release's default. On a hybrid Mamba model it
     # decides how many state blocks vLLM counts per request (the "Maximum concurrency" figure).
     enable_prefix_caching: bool | None = None

@@ -127,6 +127,10 @@ def record_env(record: StartupRecord) -> dict[str, str]:
     if record.flashinfer_sampler is False:
         # Without FlashInfer vLLM takes the same PyTorch path as with the sampler switched off.
         env["VLLM_USE_FLASHINFER_SAMPLER"] = "0"
+    if record.gpu_p2p is False:
+        # GPUs without P2P (vLLM: "lacks GPU P2P capability"): NCCL takes its shared-memory transport, whose
+        # buffers are host memory, as NCCL_P2P_DISABLE=1 makes it (planner/memory/nontorch.py).
+        env["NCCL_P2P_DISABLE"] = "1"
     return env
 
 

@@ -37,8 +37,9 @@ penalty state (``output_bin_counts``: one int32 per request slot and vocabulary 
 the model loads, so it is no activation: :func:`runner_v2_sampler_state_bytes`.
 
 The V0 engine (``worker/model_runner.py`` ``profile_run`` -> ``_dummy_run``) runs the same forward eagerly,
-without torch.compile, so its peak is the live set of plain PyTorch at the MLP's down projection, not
-the fitted V1 figure (about 22% lower for Llama-3.1-8B): see :func:`eager_width`. Its dummy sampling
+without torch.compile, so its peak is the live set of plain PyTorch in the MLP, not the fitted V1 figure
+(about 22% lower for Llama-3.1-8B): see :func:`eager_width` (which tensors the model file's MLP keeps, and
+the out-of-place all-reduce under TP). Its dummy sampling
 asks for ``top_k = vocab - 1, top_p = 0.99``, which takes V0's sort path (``layers/sampler.py``
 ``_apply_top_k_top_p`` sorts and scatters the full fp32 logits) in every V0 release.
 """
@@ -72,22 +73,44 @@ def dense_width(model: ModelSpec, tp: int) -> float:
     return 2 * model.hidden_size + qkv + mlp
 
 
+# vLLM model files whose MLP rebinds its input to each result (llama.py LlamaMLP.forward: ``x, _ =
+# gate_up_proj(x); x = act_fn(x); x, _ = down_proj(x)``), so gate_up is freed before the down projection;
+# Phi-3 subclasses LlamaForCausalLM and Mistral is served by llama.py (models/registry.py). The other dense
+# MLPs keep it in a local through down_proj (qwen2.py Qwen2MLP, which Qwen3 reuses, gemma.py, granite.py,
+# deepseek_v2.py ...: ``gate_up, _ = gate_up_proj(x); x = act_fn(gate_up)``). Read in 0.6.4.post1, 0.7.2,
+# 0.8.5, 0.9.0 and 0.10.2.
+_MLP_FREES_GATE_UP = frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Phi3ForCausalLM"})
+
+
 def eager_width(model: ModelSpec, tp: int) -> float:
     """Activation elements per token alive at the peak of one decoder layer run eagerly (V0).
 
-    In the MLP (``LlamaMLP.forward``: ``gate_up, _ = gate_up_proj(x); x = act_fn(gate_up);
-    x, _ = down_proj(x)``), while the down projection writes its output the caller still holds the
-    residual and the normed hidden states, and the frame holds ``gate_up`` and the activation output:
-    ``3 x hidden + (gate_up + act) x intermediate / tp``. In attention: residual, normed hidden, fused
-    QKV, the attention output and the o_proj output. The larger of the two is the layer's peak; no
-    fitted constant (the #10517 logs, tests/core/test_profiling_causes.py, agree within 0.5%).
+    Held by the callers while a layer's MLP runs: the layer's input (the model's loop keeps it until the layer
+    returns; ``input_layernorm`` normalises it in place), the residual and the post-attention hidden states:
+    ``3 x hidden``. In the MLP, while the activation (``SiluAndMul``) writes its output, gate_up is alive too:
+    ``3 x hidden + (gate_up + act) x intermediate / tp``, the peak of llama.py's MLP (the #10517 logs,
+    tests/core/test_profiling_causes.py, agree within 0.5%). While the down projection writes its output
+    (``hidden``), an MLP that keeps gate_up holds ``4 x hidden + (gate_up + act) x intermediate / tp``, llama.py's
+    ``4 x hidden + intermediate / tp``. Under TP the row-parallel output is all-reduced out of place
+    (``distributed/parallel_state.py`` ``_all_reduce_out_place``: ``pynccl.py`` ``all_reduce`` and the custom
+    all-reduce return a new tensor) while its input is still referenced: one more ``hidden`` at the down
+    projection and at ``o_proj``. In attention: the layer's input, the residual, fused QKV, the attention output
+    and o_proj's output. The largest of these is the layer's peak; no fitted constant.
     """
     kv_heads = max(1, model.num_kv_heads // tp) if model.num_kv_heads else 0
+    hidden = model.hidden_size
+    reduced = hidden if tp > 1 else 0
     q = model.num_attention_heads / tp * model.head_dim
     qkv = q + kv_heads * (model.head_dim + model.head_size_v)
-    attention = 3 * model.hidden_size + qkv + model.num_attention_heads / tp * model.head_size_v
-    mlp = 3 * model.hidden_size + (3 if model.mlp_gated else 2) * model.intermediate_size / tp
-    return max(attention, mlp)
+    attention = 3 * hidden + qkv + model.num_attention_heads / tp * model.head_size_v + reduced
+    inter = model.intermediate_size / tp
+    gate_up = 2 if model.mlp_gated else 1
+    at_act = 3 * hidden + (gate_up + 1) * inter
+    if model.architecture in _MLP_FREES_GATE_UP:
+        at_down = 4 * hidden + inter + reduced
+    else:
+        at_down = 4 * hidden + (gate_up + 1) * inter + reduced
+    return max(attention, at_act, at_down)
 
 
 def moe_width(model: ModelSpec, tp: int) -> float:

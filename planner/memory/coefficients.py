@@ -48,6 +48,17 @@ class MemoryCoefficients(BaseModel):
     nccl_bytes_nvls: int = Field(description="NCCL buffers for TP > 1 on NVSwitch systems with NVLS (H100/H200/B200)")
     nccl_bytes_per_extra_rank: int = Field(description="NCCL buffer growth per TP rank beyond 2")
     nccl_bytes_plain: int = Field(description="NCCL buffers for TP > 1 without NVLS (PCIe, A100, L40S)")
+    nccl_bytes_p2p_at_init: int = Field(
+        default=int(1.35 * GiB),
+        description="per TP rank, on top of nccl_bytes_plain: the channel buffers NCCL allocates in GPU memory "
+        "when vLLM's two TP communicators are created, counted by releases that keep NCCL from connecting on "
+        "first use (Release.nccl_buffers_at_init: <= 0.10.1) on a node whose GPUs reach each other by P2P "
+        "(NVLink or PCIe P2P; without it NCCL's shared-memory transport keeps them in host memory). Not fitted: "
+        "the one public startup of that kind with a memory breakdown (vLLM 0.7.2, TP=2 on A100-40GB, calibration "
+        "record g013: non_torch_memory 1.54 GiB on both ranks against 0.19 of the other terms). Its size follows "
+        "NCCL's channel count and the peers of a rank (interconnect, TP), which the plan does not know: the "
+        "safety band keeps the figure again on both sides (planner/plan/margin.py)",
+    )
     cudagraph_base_bytes: int = Field(description="graph pool memory independent of depth (largest capture)")
     cudagraph_bytes_per_layer: int = Field(description="graph memory per decoder layer on the rank (51 sizes)")
     cudagraph_bytes_per_moe_layer: int = Field(description="extra graph memory per MoE layer")

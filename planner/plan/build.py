@@ -404,6 +404,7 @@ def margin_band(
         mxfp4_spread_bytes=prediction.engine.mxfp4_spread_bytes,
         encoder_estimate_bytes=prediction.engine.encoder_band_bytes,
         cold_compile_bytes=prediction.engine.cold_compile_bytes,
+        nccl_at_init_bytes=prediction.engine.nccl_at_init_bytes,
     )
     low = [stage.available_bytes - band.down_bytes for stage in prediction.layout.stages]
     layout = kv_layout(prediction.engine, prediction.release, prediction.resolved, args, low)

@@ -29,7 +29,7 @@ from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.memory.cudagraph import cuda_graph_bytes
 from planner.memory.encoder import EncoderProfile, combined_peak, deepstack_buffer_bytes
 from planner.memory.mxfp4 import BackendChoice, choose_backend, padding_bytes_per_moe_layer, parse_capability
-from planner.memory.nontorch import non_torch_bytes
+from planner.memory.nontorch import nccl_at_init_bytes, non_torch_bytes
 from planner.models.allocation import weight_blocks_overhead
 from planner.models.memo import IdentityMemo
 from planner.models.quantization import scheme_quantization
@@ -112,6 +112,9 @@ class EngineLayout:
     """How many more weight bytes (heaviest stage) the heaviest candidate kernel would hold."""
     encoder: EncoderProfile | None = None
     """The vision encoder part of vLLM's profile run (multimodal models; None when vLLM skips it)."""
+    nccl_at_init_bytes: int = 0
+    """Non-torch bytes of NCCL channel buffers connected when the TP communicators are created (each stage's
+    ``non_torch_bytes`` holds them; planner/memory/nontorch.py ``nccl_at_init_bytes``)."""
 
     @property
     def cold_compile_bytes(self) -> int:
@@ -419,11 +422,13 @@ def stage_memory(
     deltas: TermDeltas | None = None,
     runner_v2: bool = False,
     encoder: EncoderProfile | None = None,
+    nccl_at_init: int = 0,
 ) -> list[StageMemory]:
     """Each PP stage's budget terms (every TP rank of a stage is alike). ``deltas`` are measured-minus-
     predicted corrections from a calibration file, added to every stage. ``runner_v2``: Model Runner V2
     runs the model (its CUDA-graph estimate is 0 before 0.29, so nothing is subtracted; its sampler warm-up
-    and sampler state are its own, planner/memory/activation.py)."""
+    and sampler state are its own, planner/memory/activation.py). ``nccl_at_init``: the TP communicators' channel
+    buffers NCCL allocates at their creation (planner/memory/nontorch.py ``nccl_at_init_bytes``), every stage's."""
     d = deltas or TermDeltas()
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     # ceil(total x util) from 0.14 (request_memory); a float product before, floored by the block division.
@@ -503,6 +508,7 @@ def stage_memory(
                 non_torch_bytes=max(
                     0,
                     non_torch_bytes(gpu, tp=tp, pp=pp, coefficients=coefficients, device_scope=device_scope)
+                    + nccl_at_init
                     + sampler_state
                     + d.non_torch_bytes,
                 ),
@@ -772,6 +778,14 @@ def compute_engine(
         engine=resolved.engine,
     )
     notes += encoder_notes
+    nccl_at_init = nccl_at_init_bytes(
+        gpu,
+        tp=args.tensor_parallel_size,
+        buffers_at_init=release.nccl_buffers_at_init,
+        env=args.env,
+        across_nodes=args.tensor_parallel_across_nodes,
+        coefficients=coefficients,
+    )
     memory = stage_memory(
         model,
         gpu,
@@ -784,6 +798,7 @@ def compute_engine(
         deltas=deltas,
         runner_v2=runner_v2,
         encoder=encoder,
+        nccl_at_init=nccl_at_init,
     )
     return EngineLayout(
         kv_dtype=kv_dtype,
@@ -803,6 +818,7 @@ def compute_engine(
         model_runner_v2=runner_v2,
         async_scheduling=asynchronous,
         encoder=encoder,
+        nccl_at_init_bytes=nccl_at_init,
     )
 
 

@@ -16,6 +16,10 @@ is built per term, in each direction, from the largest relative miss measured on
   group spans across nodes") and NCCL runs over the network with buffers the single-node model does not
   have. The shipped evidence disagrees (one such startup has 0.86 GiB more non-KV memory, another none),
   so it is a margin, not a term: the largest miss measured on a multi-node record;
+* NCCL's channel buffers at TP communicator creation (releases up to 0.10.1 with P2P between the GPUs,
+  planner/memory/nontorch.py ``nccl_at_init_bytes``): one public startup measures them (0.7.2, TP=2 on A100),
+  and NCCL sizes them by its channel count and a rank's peers, which follow the interconnect and TP; a node
+  without P2P keeps them in host memory. So the band keeps the planned figure again on both sides;
 * an unknown vLLM release: the spread of what the checked releases compute for the same flags;
 * an MXFP4 MoE kernel that depends on the install (issue 12 cause c): up to 0.11 the OAI Triton kernels
   run only where the optional ``triton_kernels`` package was installed, and up to 0.11.0 FlashInfer was an
@@ -149,6 +153,7 @@ def kv_band(
     model: MarginModel | None = None,
     encoder_estimate_bytes: int = 0,
     cold_compile_bytes: int = 0,
+    nccl_at_init_bytes: int = 0,
 ) -> KvBand:
     """The band around ``memory.kv_cache_bytes``. ``version_spread_bytes`` is how much less KV memory the
     checked releases compute for the same flags when the release is unknown (None: release known)."""
@@ -225,6 +230,16 @@ def kv_band(
                 high_bytes=0,
                 basis="tensor parallelism across nodes: no custom all-reduce, NCCL over the network "
                 "(largest miss of the multi-node records)",
+            )
+        )
+    if nccl_at_init_bytes > 0:
+        terms.append(
+            MarginTerm(
+                name="nccl_at_init",
+                low_bytes=nccl_at_init_bytes,
+                high_bytes=nccl_at_init_bytes,
+                basis="NCCL channel buffers of the TP communicators, connected at their creation: one startup "
+                "measures them, their size follows the interconnect and TP (none without GPU P2P)",
             )
         )
     if mxfp4_spread_bytes > 0:

@@ -51,6 +51,7 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("pad_unaligned_pages", "pad unaligned pages"),
     ("v0_non_torch_scope", "V0 non-torch scope"),
     ("v1_non_torch_scope", "V1 non-torch scope"),
+    ("nccl_buffers_at_init", "NCCL buffers at TP init"),
     ("mm_items_rule", "multimodal dummy items"),
     ("runner_v2_mm_profile", "V2 runner profiles the encoder"),
     ("vit_xformers", "ViT xformers"),

@@ -238,6 +238,14 @@ class Release(BaseModel):
         description="the same for the V1 worker (v1/worker/gpu_worker.py determine_available_memory): device "
         "(0.7-0.8, as V0 0.6.4), baseline (0.9+: memory_profiling from the init_device snapshot)",
     )
+    nccl_buffers_at_init: bool = Field(
+        default=False,
+        description="at TP > 1 NCCL allocates the buffers of every channel when vLLM's two TP communicators are "
+        "created, after the baseline snapshot, so they count as non-torch memory (<= 0.10.1: vLLM sets "
+        "NCCL_CUMEM_ENABLE=0, vllm/__init__.py 0.7, env_override.py 0.8-0.10.1, worker/worker_base.py 0.6.4, "
+        "and NCCL without cuMem connects every ring and tree in ncclCommInitRank; before 2.22, the NCCL "
+        "torch <= 2.6 bundles, it always does). From 0.10.2 cuMem stays on and NCCL connects on first use",
+    )
     mla_hybrid_block_align: MlaHybridAlign = Field(
         default="64",
         description="the token multiple an MLA + Mamba hybrid's attention block is raised in until a page holds "
@@ -367,11 +375,13 @@ _V0_ONLY = Release(
     kv_cache_dtypes=_D0,
     v0_non_torch_scope="init_free",
     v1_non_torch_scope="device",
+    nccl_buffers_at_init=True,
     mm_items_rule="cdiv_limit_1",
     vit_xformers=True,
     mrope_cache="x1",
     evidence="0.6.3.post1 and 0.6.0: worker/worker.py init_device (init_gpu_memory), "
-    "determine_num_available_blocks (peak = init_gpu_memory - free after profile_run); the other fields "
+    "determine_num_available_blocks (peak = init_gpu_memory - free after profile_run), worker/worker_base.py "
+    "init_worker (NCCL_CUMEM_ENABLE=0; torch 2.4.0 bundles NCCL 2.20.5); the other fields "
     "read in 0.6.6.post1: config.py SchedulerConfig, engine/arg_utils.py",
 )
 
@@ -404,9 +414,11 @@ _BASE = Release(
     kv_cache_memory_bytes_flag=False,
     kv_cache_dtypes=_D0,
     v1_non_torch_scope="device",
+    nccl_buffers_at_init=True,
     mm_items_rule="cdiv_limit_1",
     vit_xformers=True,
-    evidence="0.8.5.post1: v1/core/kv_cache_utils.py, v1/worker/gpu_worker.py, config.py, engine/arg_utils.py",
+    evidence="0.8.5.post1: v1/core/kv_cache_utils.py, v1/worker/gpu_worker.py, config.py, engine/arg_utils.py; "
+    "0.8.5: env_override.py (NCCL_CUMEM_ENABLE=0), METADATA (torch==2.6.0, which pins NCCL 2.21.5)",
 )
 
 
@@ -423,7 +435,8 @@ _R_0_9 = _row(
     "0.9.0",
     "0.9.2: v1/core/kv_cache_utils.py (get_kv_cache_config, check_enough_kv_cache_memory), "
     "config.py (cuda_graph_sizes, CacheDType), engine/arg_utils.py, platforms/cuda.py, v1/kv_cache_interface.py; "
-    "0.9.0: v1/worker/gpu_worker.py determine_available_memory (device scope)",
+    "0.9.0: v1/worker/gpu_worker.py determine_available_memory (device scope), env_override.py "
+    "(NCCL_CUMEM_ENABLE=0), METADATA (torch==2.7.0: NCCL 2.26.2)",
     tokens_formula="blocks_div_groups",
     fit_error_style="e1",
     batch_defaults=_BATCH_0_10,
@@ -442,7 +455,8 @@ _R_0_10 = _row(
     "0.10.0",
     "0.10.1.1: v1/core/kv_cache_utils.py, config/cache.py, engine/arg_utils.py; 0.10.1 and 0.10.1.1: "
     "quantization/mxfp4.py Mxfp4MoEMethod._should_use_marlin, create_weights, METADATA (torch==2.7.1, "
-    "flashinfer-python only in the flashinfer extra, no triton_kernels)",
+    "flashinfer-python only in the flashinfer extra, no triton_kernels), env_override.py (NCCL_CUMEM_ENABLE=0 "
+    "unless set)",
     mla_block_size_blackwell=128,
     capture_rule="v0_10",
     kv_cache_dtypes=_D1,
@@ -453,9 +467,11 @@ _R_0_10_2 = _row(
     "0.10.2: v1/worker/gpu_worker.py (kv_cache_memory_bytes), quantization/mxfp4.py get_mxfp4_backend, "
     "quantization/utils/mxfp4_utils.py _swizzle_mxfp4 (strided below torch 2.8.1), METADATA (torch==2.8.0), "
     "v1/worker/utils.py MultiModalBudget, model_executor/models/qwen2_5_vl.py (no tower at zero limits), "
-    "the wheel's requirements (xformers)",
+    "the wheel's requirements (xformers), env_override.py (NCCL_CUMEM_ENABLE no longer set; 0.10.1 and "
+    "0.10.1.1 set it to 0)",
     kv_cache_memory_bytes_flag=True,
     compile_autotune_examples=True,
+    nccl_buffers_at_init=False,
     mxfp4_rule="v0_10_2",
     mm_items_rule="floor_limit_999",
     vision_tower_skipped_at_zero_limit=True,

@@ -271,7 +271,9 @@ def _band_down(manifest: Path) -> int:
 def test_an_engine_across_the_pods_of_its_group_keeps_the_multi_node_margin(tmp_path: Path) -> None:
     """Cause d: TP 8 over two 4-GPU pods runs its TP group across nodes (no custom all-reduce, NCCL over
     the network); the band keeps the largest miss measured on such startups. TP 4 x PP 2 keeps each TP
-    group inside a pod and does not get it."""
+    group inside a pod and does not get it (0.10.1.1 inside a node keeps the band of NCCL's channel buffers
+    instead, planner/memory/nontorch.py nccl_at_init_bytes: the A100 pods' GPUs are planned with P2P)."""
+    from planner.memory.coefficients import DEFAULT_COEFFICIENTS
     from planner.plan.margin import default_margin
 
     across, inside = tmp_path / "across.yaml", tmp_path / "inside.yaml"
@@ -280,4 +282,4 @@ def test_an_engine_across_the_pods_of_its_group_keeps_the_multi_node_margin(tmp_
     extra = default_margin().tp_across_nodes_bytes
     assert extra > 0
     assert _band_down(across) >= extra + default_margin().rank_spread_bytes
-    assert _band_down(inside) < extra
+    assert _band_down(inside) - DEFAULT_COEFFICIENTS.nccl_bytes_p2p_at_init < extra

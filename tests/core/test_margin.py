@@ -184,7 +184,11 @@ def test_tensor_parallelism_across_nodes_widens_the_band_by_the_measured_miss() 
     margin = default_margin()
     assert margin.tp_across_nodes_bytes > GiB // 2  # d102: Qwen2-7B TP=2 over two A100-40GB nodes
     spec, gpu = lookup_model("Qwen/Qwen2-7B-Instruct"), lookup_gpu("A100-40GB")
-    one_node = ServingArgs(tensor_parallel_size=2, max_model_len=16384, gpu_memory_utilization=0.5)
+    # The pods of these startups have no GPU P2P (d101, r065: "lacks GPU P2P capability"), so 0.10.1.1's NCCL
+    # keeps the channel buffers it connects at init in host memory (planner/memory/nontorch.py).
+    one_node = ServingArgs(
+        tensor_parallel_size=2, max_model_len=16384, gpu_memory_utilization=0.5, env={"NCCL_P2P_DISABLE": "1"}
+    )
     across = one_node.model_copy(update={"nnodes": 2})
     pp_across = ServingArgs(tensor_parallel_size=2, pipeline_parallel_size=2, nnodes=2)
     assert across.tensor_parallel_across_nodes and not one_node.tensor_parallel_across_nodes
