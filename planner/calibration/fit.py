@@ -39,6 +39,7 @@ from planner.memory.activation import (
     runner_v2_sampler_bytes,
     runner_v2_sampler_state_bytes,
     sampler_bytes_per_logit,
+    sampler_held_bytes,
     sampler_kernel_in_force,
 )
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
@@ -138,6 +139,10 @@ def observe(record: StartupRecord, spec: ModelSpec, gpu: GpuSpec) -> Observation
         kernel = sampler_kernel_in_force(release.sampler_kernel, args.env)
         extra = sampler_bytes_per_logit(DEFAULT_COEFFICIENTS, kernel, num_reqs)
         sampler_fixed = (extra - DEFAULT_COEFFICIENTS.sampler_bytes_per_logit) * sampler_feature
+        if pp == 1 and resolved.engine != "v0":
+            sampler_fixed += float(
+                sampler_held_bytes(model, num_reqs=num_reqs, tokens=tokens, dtype_bytes=dtype_bytes)
+            )
     quantization = model.quantization
     fp8_held = (
         release.fp8_moe_workspace_held

@@ -62,7 +62,10 @@ def measure(record: StartupRecord, lookup_model: ModelLookup, lookup_gpu: GpuLoo
     stage = prediction.engine.memory[0]
     quantized = spec.quantization is not None or args.quantization is not None
     kind = "estimated" if prediction.engine.weights_estimated else ("quantized" if quantized else "exact")
-    graphs = record.graph_estimate_gib if record.graph_estimate_gib is not None else record.cuda_graph_gib
+    # vLLM's own estimate is what 0.20+ subtracts; a captured pool (all an older release prints) is another
+    # quantity — up to 0.19 the capture sizes and pool differ from what the estimator counts — so only logs
+    # that print the estimate measure the graph term.
+    graphs = record.graph_estimate_gib
     # A cold start's compile-time autotuning inputs are the plan's, and a warm compile cache has none: the
     # band's compile_cache term covers that difference, so each record is measured against the start (cold
     # or warm) closer to its log, or the other terms' bounds would count it again.
@@ -78,8 +81,27 @@ def measure(record: StartupRecord, lookup_model: ModelLookup, lookup_gpu: GpuLoo
         logged = record.kv_cache_memory_gib * GiB
         if abs(kv_bytes + cold - logged) < abs(kv_bytes - logged):
             kv_bytes += cold
+    activation = _relative(record.activation_peak_gib, activation_peak)
+    non_torch = None if record.non_torch_gib is None else record.non_torch_gib * GiB - stage.non_torch_bytes
     unattributed = None
-    if record.kv_cache_memory_gib is not None and (record.activation_peak_gib is None or record.non_torch_gib is None):
+    if prediction.engine.encoder_band_bytes > 0:
+        # The vision encoder's profile is only estimated (KVP131): the band's vision_encoder term carries
+        # it, so its miss does not widen the activation bound of every text model of the release.
+        activation = None
+    if (
+        prediction.release.non_kv_accounting == "consumed_since_init"
+        and record.activation_peak_gib is not None
+        and record.non_torch_gib is not None
+    ):
+        # 0.27.1+ prints what stays allocated after profiling (MoE workspaces, the V2 sampler state) as
+        # consumed memory and only the transient rest as peak activation, where the plan keeps such buffers
+        # in its activation term: the split is vLLM's bookkeeping, so the two are measured together.
+        logged = (record.activation_peak_gib + record.non_torch_gib) * GiB
+        unattributed = logged - (activation_peak + stage.non_torch_bytes)
+        activation = non_torch = None
+    elif record.kv_cache_memory_gib is not None and (
+        record.activation_peak_gib is None or record.non_torch_gib is None
+    ):
         # KV = budget - terms: what the KV miss leaves after the weights' (and counted graphs') own misses.
         kv_short = kv_bytes - record.kv_cache_memory_gib * GiB
         weights_short = (record.weights_gib * GiB - stage.weights_bytes) if record.weights_gib is not None else 0.0
@@ -90,8 +112,8 @@ def measure(record: StartupRecord, lookup_model: ModelLookup, lookup_gpu: GpuLoo
         weights_kind=kind,
         activation_kind=activation_kind(spec),
         weights=_relative(record.weights_gib, stage.weights_bytes),
-        activation=_relative(record.activation_peak_gib, activation_peak),
-        non_torch=None if record.non_torch_gib is None else record.non_torch_gib * GiB - stage.non_torch_bytes,
+        activation=activation,
+        non_torch=non_torch,
         cuda_graph=_relative(graphs, stage.cuda_graph_bytes),
         unattributed=unattributed,
     )
@@ -138,6 +160,7 @@ def _bounds(misses: Sequence[TermMiss], sign: float, graph_misses: Sequence[Term
         activation_dense=activation("dense"),
         activation_moe=activation("moe"),
         activation_mla=activation("mla"),
+        activation_vision=activation("vision"),
         non_torch_bytes=_bytes(_largest([m.non_torch for m in misses], sign, 0)),
         # vLLM's graph estimator is the same code whether or not the release subtracts it: measured on
         # every record that logs it.

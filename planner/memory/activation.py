@@ -209,6 +209,16 @@ def runner_v2_sampler_state_bytes(model: ModelSpec, max_num_seqs: int) -> int:
     return max_num_seqs * (model.vocab_size + 2 * words) * 4
 
 
+def sampler_held_bytes(model: ModelSpec, *, num_reqs: int, tokens: int, dtype_bytes: int) -> int:
+    """What the V1 runner's profile run keeps alive through its sampler warm-up besides the logits and the
+    sampler's own buffers: ``profile_run`` (``v1/worker/gpu_model_runner.py``) holds the forward's output
+    ``hidden_states`` ``[tokens, hidden]`` and the rows gathered for sampling ``[num_reqs, hidden]`` until
+    ``_dummy_sampler_run`` returns. The bytes per logit (``sampler_bytes_per_logit``) are fitted on top of
+    it, so the constant no longer stands in for a model's hidden size (a Llama and a Qwen of one vocabulary
+    size differ here)."""
+    return (tokens + num_reqs) * model.hidden_size * dtype_bytes
+
+
 def moe_workspace_bytes(model: ModelSpec, tokens: int, tp: int, dtype_bytes: int) -> int:
     """The modular fused-MoE kernel's two workspaces for ``tokens`` (TritonExperts.workspace_shapes):
     ``(M, top_k, max(I, H))`` and ``(M, top_k, max(2I, H))``, I the expert width on the rank."""
@@ -292,6 +302,8 @@ def activation_peak(
             )
         else:
             sampler = sampler_bytes_per_logit(coefficients, sampler_kernel, num_reqs) * num_reqs * model.vocab_size
+            if not eager_engine:
+                sampler += sampler_held_bytes(model, num_reqs=num_reqs, tokens=tokens, dtype_bytes=dtype_bytes)
         quantization = model.quantization
         unquantized = moe_workspace_held and quantization is None
         fp8 = fp8_moe_workspace_held and quantization is not None and quantization.method == "fp8"

@@ -65,9 +65,11 @@ class MemoryCoefficients(BaseModel):
     cudagraph_reference_sizes: int = Field(description="number of capture sizes the per-layer figure was fitted at")
 
 
-# Fitted by `planner calibrate --fit ../shared/calibration/vllm-startup.jsonl` (see docs/accuracy.md).
+# Fitted by `planner calibrate --fit ../shared/calibration/vllm-startup.jsonl` (see docs/accuracy.md); the sampler's
+# bytes per logit were refitted alone on the shipped records (planner/data/calibration, the 27 whose logged peak is
+# the V1 sampler) once the hidden states it holds became a term of their own (activation.sampler_held_bytes).
 DEFAULT_COEFFICIENTS = MemoryCoefficients(
-    sampler_bytes_per_logit=15.2552,
+    sampler_bytes_per_logit=14.8208,
     forward_bytes_per_token_width=1.236,
     moe_bytes_per_token_expert_width=2.151,
     cuda_workspace_bytes=int(0.07 * GiB),

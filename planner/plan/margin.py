@@ -64,6 +64,9 @@ class TermBounds(BaseModel):
     activation_dense: float | None = Field(description="activation peak of dense attention models, relative")
     activation_moe: float | None = Field(description="activation peak of MoE models (fused-MoE workspace)")
     activation_mla: float | None = Field(description="activation peak of MLA models (prefill workspaces)")
+    activation_vision: float | None = Field(
+        default=None, description="activation peak of multimodal models (the vision encoder's profile run)"
+    )
     non_torch_bytes: int | None = Field(description="non-torch memory, absolute")
     cuda_graph: float | None = Field(description="CUDA-graph estimate, relative (where the release counts it)")
     unattributed_bytes: int | None = Field(
@@ -77,7 +80,7 @@ class TermBounds(BaseModel):
 
 _SIBLINGS = {
     "weights": ("weights_exact", "weights_quantized", "weights_estimated"),
-    "activation": ("activation_dense", "activation_moe", "activation_mla"),
+    "activation": ("activation_dense", "activation_moe", "activation_mla", "activation_vision"),
 }
 
 
@@ -134,7 +137,11 @@ class MarginModel(BaseModel):
 
 
 def activation_kind(model: ModelSpec) -> str:
-    """Which activation error applies: MLA prefill workspaces, fused-MoE workspaces, or dense layers."""
+    """Which activation error applies: a multimodal model's encoder profile, MLA prefill workspaces, fused-MoE
+    workspaces, or dense layers. Multimodal models are a kind of their own because the encoder dominates
+    their profile run: a miss there says nothing about a text model's forward, and the reverse."""
+    if model.vision is not None:
+        return "vision"
     if model.mla is not None:
         return "mla"
     return "moe" if model.moe is not None else "dense"
