@@ -140,9 +140,7 @@ def observe(record: StartupRecord, spec: ModelSpec, gpu: GpuSpec) -> Observation
         extra = sampler_bytes_per_logit(DEFAULT_COEFFICIENTS, kernel, num_reqs)
         sampler_fixed = (extra - DEFAULT_COEFFICIENTS.sampler_bytes_per_logit) * sampler_feature
         if pp == 1 and resolved.engine != "v0":
-            sampler_fixed += float(
-                sampler_held_bytes(model, num_reqs=num_reqs, tokens=tokens, dtype_bytes=dtype_bytes)
-            )
+            sampler_fixed += float(sampler_held_bytes(model, num_reqs=num_reqs, tokens=tokens, dtype_bytes=dtype_bytes))
     quantization = model.quantization
     fp8_held = (
         release.fp8_moe_workspace_held
