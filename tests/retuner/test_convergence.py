@@ -20,7 +20,7 @@ import pytest
 
 from admission.retuner import Retuner, RetunerSettings
 from admission.retuner.decide import Decision
-from tests.retuner.closed_loop import ClosedLoop
+from tests.retuner.closed_loop import ClosedLoop, planned
 
 INTERVAL = 60.0
 KEY = ("ml", "llama")
@@ -73,7 +73,9 @@ def _apply_until_settled(start: int, *, max_windows: int = 48, settled: int = 6)
 @pytest.mark.parametrize("start", [64, 4])
 def test_apply_mode_settles_near_the_true_limit_from_above_and_below(start: int) -> None:
     limit = true_limit()
-    assert limit == 17  # 2,177 usable blocks / 128 blocks per finished request (issue 15's sweep)
+    # The usable blocks (one is vLLM's null block) / 128 blocks per finished request: the sweep agrees with
+    # the arithmetic (17 when the plan had 2,178 blocks, issue 15's sweep).
+    assert limit == (planned().num_gpu_blocks - 1) // 128
     final, decisions = _apply_until_settled(start)
     assert 0.85 * limit <= final <= limit, [(d.current, d.recommended, d.reason) for d in decisions]
     changes = [d for d in decisions if d.action != "hold"]
@@ -102,5 +104,7 @@ def test_recommend_mode_advice_stays_put_under_constant_pressure(configured: int
     first = next(i for i, value in enumerate(advice) if value != configured)
     assert first == 2  # the default persistence: three observations with preemptions
     assert set(advice[first:]) == {advice[first]}, advice  # no ratchet
-    # The advice is the bounded step from what runs toward the estimated capacity (15 with 0.1 free).
-    assert advice[first] == max(15, -(-configured // 2))
+    # The advice is the bounded step from what runs toward the estimated capacity with 0.1 free
+    # (15 when the plan had 2,178 blocks).
+    capacity = int((planned().num_gpu_blocks - 1) * 0.9 // 128)
+    assert advice[first] == max(capacity, -(-configured // 2))
