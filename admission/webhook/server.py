@@ -190,12 +190,14 @@ class Webhook:
         for server in self._running:
             server.should_exit = True
 
-    async def serve(self) -> None:
+    async def serve(self, *, on_warm: Callable[[], None] = lambda: None) -> None:
+        """Serve until stopped; ``on_warm`` runs once the workers are ready, before traffic is taken."""
         main, metrics = self.servers()
         self._running = (main, metrics)
         loop = asyncio.get_running_loop()
         _bound_tls_handshakes(loop, self.settings.handshake_timeout)
         await loop.run_in_executor(None, self.warm_up)
+        on_warm()
 
         async def reload_loop() -> None:
             while not main.should_exit:
