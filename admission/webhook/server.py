@@ -19,6 +19,7 @@ import uvicorn
 from prometheus_client import make_asgi_app
 from pydantic import BaseModel, ConfigDict, Field
 
+from admission.webhook import heap
 from admission.webhook.app import DEFAULT_BODY_LIMIT, DEFAULT_REVIEW_BUDGET, create_app
 from admission.webhook.caches import ClusterCache, KubernetesCache, StaticCache
 from admission.webhook.guard import GuardedH11Protocol
@@ -236,4 +237,5 @@ def _bound_tls_handshakes(loop: asyncio.AbstractEventLoop, timeout: float) -> No
 
 def run(settings: WebhookSettings) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(Webhook(settings).serve())
+    # The process is the webhook's alone: its collector is tuned for reviews (heap.py).
+    asyncio.run(Webhook(settings).serve(on_warm=heap.settle))

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, Literal
 
+from admission.webhook import heap
 from admission.webhook.handler import Endpoint, Reviewer, decoded_request
 from admission.webhook.review import AdmissionRequest
 from planner.k8s.nodes import NodeInfo
@@ -152,6 +153,7 @@ def serve(conn: Connection, backend_factory: Callable[[], PlanningBackend], max_
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     reviewer = Reviewer(backend=backend_factory())
     warm_up(reviewer)
+    heap.tune()  # (the fork server froze what every worker shares)
     try:
         conn.send("ready")
     except OSError:  # the server closed the pool while this worker started (shutdown)

@@ -4,6 +4,8 @@ one workload to one worker when it is free, within the same per-namespace share;
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -80,3 +82,13 @@ def test_the_fork_server_warms_popular_models_within_its_time() -> None:
     assert len(models) == WARM_MODELS and "meta-llama/Llama-3.1-8B-Instruct" in models
     assert {gpu for _, gpu in reviewer.seen} == set(WARM_GPUS)
     assert warm_popular(_Counting(), seconds=0) == 0  # type: ignore[arg-type]
+
+
+def test_the_processes_collect_rarely_and_skip_what_start_up_loaded() -> None:
+    # (in a child: the collector's settings are the whole process's)
+    code = (
+        "import gc; from admission.webhook import heap; heap.settle(); "
+        "assert gc.get_threshold()[0] == heap.YOUNG > 700 and gc.get_freeze_count() > 1000; print('ok')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.stdout.strip() == "ok", done.stderr
