@@ -17,7 +17,8 @@ The corpus (fixed seeds, so two runs see the same bytes):
 
 each under four policies (the default; Enforce + clamp; Audit + fill with a namespace workload profile;
 mutation off), for ``/mutate`` and ``/validate``, with and without a GPU node inventory. Model lookups are
-offline (no Hub traffic: the same answer every run).
+offline with the longest budget (no Hub traffic, and a loaded machine does not turn "not in the cache"
+into "not resolved in time": the same answer every run).
 
 ``--only cold --profile FILE`` also writes a cProfile of the decisions (never-seen reviews: where the
 milliseconds go). Not run by the test suite. Examples::
@@ -98,7 +99,7 @@ class Server:
 
         self.reviewer = Reviewer(backend=preload.BACKEND)
         self.policies = {
-            name: PolicyHolder(None, parse_policy({**body, "modelLookup": {"offline": True}}))
+            name: PolicyHolder(None, parse_policy({**body, "modelLookup": {"offline": True, "timeoutSeconds": 10}}))
             for name, body in POLICIES.items()
         }
         self.nodes = [node_info(n) for n in NODES]
