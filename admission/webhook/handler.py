@@ -8,6 +8,7 @@ that cannot be decided in time is the one policy-controlled exception (:func:`un
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import marshal
@@ -50,6 +51,16 @@ def parse_timeout(value: str | None) -> float | None:
     """A Go duration as the API server sends it (``?timeout=10s``) -> seconds; None when absent/bad."""
     if not value:
         return None
+    # The API server sends the same few values with every review: remembered (short ones only, bounded).
+    return _short_timeout(value) if len(value) <= 32 else _timeout(value)
+
+
+@functools.lru_cache(maxsize=64)
+def _short_timeout(value: str) -> float | None:
+    return _timeout(value)
+
+
+def _timeout(value: str) -> float | None:
     total, pos = 0.0, 0
     for match in _DURATION_PART.finditer(value):
         if match.start() != pos:

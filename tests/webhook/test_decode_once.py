@@ -12,7 +12,15 @@ from typing import Any
 import pytest
 
 from admission.webhook import handler
-from admission.webhook.handler import BadRequest, Reviewer, decoded_request, parse_review, receive, workload_key
+from admission.webhook.handler import (
+    BadRequest,
+    Reviewer,
+    decoded_request,
+    parse_review,
+    parse_timeout,
+    receive,
+    workload_key,
+)
 from admission.webhook.worker import Job, answer
 from planner.policy.model import Policy
 from planner.policy.planning import CoreBackend
@@ -113,3 +121,11 @@ def test_skipped_reviews_are_not_reviewable() -> None:
     review["request"]["operation"] = "CREATE"
     review["request"]["object"] = None
     assert not receive(_body(review)).reviewable
+
+
+def test_the_api_server_s_timeout_is_read_once_and_the_same_every_time() -> None:
+    cases = {"10s": 10.0, "1m30s": 90.0, "1.5s": 1.5, "500ms": 0.5, "2h": 7200.0, "10": None, "s": None}
+    cases |= {"x10s": None, "10sx": None, "0s": None, "": None, "1s" * 40: 40.0, "1s" * 40 + "?": None}
+    for _ in range(2):  # (the second time from the memo)
+        assert {value: parse_timeout(value) for value in cases} == cases
+    assert parse_timeout(None) is None
