@@ -132,8 +132,12 @@ def running_occupancy(kv: KvCapacity, profile: WorkloadProfile, *, max_model_len
 def _prompt_cells(dist: LengthDistribution, m: int, edges: FloatArray) -> tuple[FloatArray, FloatArray, float]:
     """Prompt mass per token cell (admitted prompts only, normalised) and each cell's token value."""
     # One cell per token (r = 1: edges are 0..m) reads the distribution's kept table (the same values).
-    cdf = dist.cdf_tokens(m + 1, cap=m) if len(edges) == m + 1 else dist.cdf(edges, cap=m)
-    accepted = float(dist.cdf(np.array([m - 1.0]), cap=m)[0])
+    if len(edges) == m + 1:
+        cdf = dist.cdf_tokens(m + 1, cap=m)
+        accepted = float(cdf[m - 1])
+    else:
+        cdf = dist.cdf(edges, cap=m)
+        accepted = float(dist.cdf(np.array([m - 1.0]), cap=m)[0])
     if accepted <= 0.0:
         raise WorkloadProfileError(
             f"every prompt of this profile is {m} tokens or longer: vLLM would refuse all of them",
