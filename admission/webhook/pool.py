@@ -29,7 +29,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 from admission.webhook.worker import Job, Reply, serve
@@ -44,9 +43,6 @@ log = logging.getLogger("kv_planner.webhook.pool")
 # after _LATE_LIMIT seconds).
 _OVERRUN_CPU_SHARE = 0.1  # (a review needs milliseconds of CPU; a runaway one burns what it is given)
 _LATE_LIMIT = 30.0
-# Jobs up to this size are written to the worker's pipe from the event loop (a socket pair: its buffer holds
-# ~200 KiB, and an idle worker's side is empty, so the write does not wait); larger ones from a thread.
-_LOOP_SEND = 128 * 1024
 
 # Modules the fork server imports (and warms) once; every worker is forked from it with them loaded, so a
 # replacement is ready in milliseconds instead of paying the imports and catalog loading again.
@@ -259,10 +255,11 @@ class DecisionPool:
         one workload: the same key). Raises Undecided or WorkerFailed."""
         deadline = time.monotonic() + budget
         worker = await self._acquire(tenant, budget, key)
+        loop = asyncio.get_running_loop()
         job = make_job(worker.inventory_version)
         cpu_before = _cpu_seconds(worker.process.pid)
         try:
-            reply = await self._exchange(worker, job, deadline - time.monotonic())
+            reply = await loop.run_in_executor(self._threads, _exchange, worker, job, deadline - time.monotonic())
         except BaseException:
             self._give_back(tenant, None)
             self._replace(worker, "failed")
@@ -283,40 +280,6 @@ class DecisionPool:
         else:
             self._give_back(tenant, worker)
         return reply
-
-    async def _exchange(self, worker: _Worker, job: Job, budget: float) -> Reply | None:
-        """Send ``job`` and wait up to ``budget`` seconds for the reply (None: overran).
-
-        A job that fits the pipe's buffer is written from the event loop (an idle worker's end of the pipe
-        is empty: the write does not block) and the reply is awaited with the loop's own reader, so a
-        review costs no hand-over to a thread and back (two thread wake-ups and GIL transfers: ~0.07 ms of
-        the server process's CPU per review, ~8%, and a wait for the scheduler each on a loaded machine).
-        A larger one (a bulky object, a new node inventory) is sent from a pool thread, which may block.
-        """
-        loop = asyncio.get_running_loop()
-        data = ForkingPickler.dumps(job)
-        if len(data) > _LOOP_SEND:
-            return await loop.run_in_executor(self._threads, _exchange, worker, data, budget)
-        try:
-            worker.conn.send_bytes(data)
-        except OSError as error:
-            raise WorkerFailed(f"decision worker ended ({type(error).__name__})") from None
-        readable: asyncio.Future[None] = loop.create_future()
-
-        def ready() -> None:
-            if not readable.done():
-                readable.set_result(None)
-
-        fd = worker.conn.fileno()
-        loop.add_reader(fd, ready)
-        try:
-            await asyncio.wait({readable}, timeout=max(0.0, budget))
-        finally:
-            loop.remove_reader(fd)
-        if not readable.done():
-            readable.cancel()
-            return None
-        return _received(worker)  # (the worker writes its reply at once: it is here, or arriving)
 
     def _finish_late(self, worker: _Worker, version: int) -> None:
         """Let a starved worker finish its review (the answer is dropped), then return it to the pool."""
@@ -372,20 +335,12 @@ def _cpu_seconds(pid: int) -> float | None:
         return None
 
 
-def _exchange(worker: _Worker, data: memoryview, budget: float) -> Reply | None:
-    """Send a pickled job and wait up to ``budget`` seconds for the reply (None: overran). Runs on a thread."""
+def _exchange(worker: _Worker, job: Job, budget: float) -> Reply | None:
+    """Send ``job`` and wait up to ``budget`` seconds for the reply (None: overran). Runs on a thread."""
     try:
-        worker.conn.send_bytes(data)
+        worker.conn.send(job)
         if not worker.conn.poll(max(0.0, budget)):
             return None
-    except (EOFError, OSError) as error:
-        raise WorkerFailed(f"decision worker ended ({type(error).__name__})") from None
-    return _received(worker)
-
-
-def _received(worker: _Worker) -> Reply:
-    """The reply waiting on the worker's pipe (raises WorkerFailed for none or a broken one)."""
-    try:
         reply = worker.conn.recv()
     except (EOFError, OSError) as error:
         raise WorkerFailed(f"decision worker ended ({type(error).__name__})") from None
