@@ -25,7 +25,8 @@ from admission.webhook.review import AdmissionRequest
 from planner.k8s.nodes import NodeInfo
 from planner.models.catalog import all_models
 from planner.policy.codes import Code
-from planner.policy.model import EffectivePolicy, Policy
+from planner.policy.decide import ObjectDecision
+from planner.policy.model import WORKLOAD_ANNOTATION, EffectivePolicy, Policy
 from planner.policy.planning import PlanningBackend
 
 log = logging.getLogger("kv_planner.webhook.worker")
@@ -80,6 +81,24 @@ def warm_up(reviewer: Reviewer) -> None:
         reviewer.decide(request, Policy().for_namespace("default"), [])
     except Exception as error:  # a failed warm-up only costs the first review its imports
         log.warning("warm-up review failed: %s", error)
+
+
+# A typical chat profile (docs/workload.md) for warm_profiles.
+WARM_PROFILE = "{prompt_tokens: {p50: 800, p99: 12000}, output_tokens: {p50: 200, p99: 2000}}"
+
+
+def warm_profiles(reviewer: Reviewer) -> ObjectDecision | None:
+    """One review with a request-length profile (the fork server does, once): the risk model's modules
+    and numpy's FFT are imported (~40 ms) and its first transforms planned before the workers are
+    forked, instead of in each worker's first profiled review. Returns the decision (None: failed)."""
+    obj = copy.deepcopy(WARMUP_OBJECT)
+    obj["metadata"]["annotations"] = {WORKLOAD_ANNOTATION: WARM_PROFILE}
+    request = AdmissionRequest(uid="warmup", operation="CREATE", object=obj, namespace="default")
+    try:
+        return reviewer.decide(request, Policy().for_namespace("default"), [])
+    except Exception as error:  # a failed warm-up only costs the first profiled review its imports
+        log.warning("warm-up review with a profile failed: %s", error)
+        return None
 
 
 # GPUs named by GPU feature discovery labels on most clusters (catalog names), for warm_popular.

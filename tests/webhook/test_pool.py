@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from admission.webhook.handler import Reviewer
 from admission.webhook.pool import DecisionPool, Undecided, _cgroup2_quota, _Worker, cpu_limit, workers_for
-from admission.webhook.worker import WARM_GPUS, WARM_MODELS, warm_popular
+from admission.webhook.worker import WARM_GPUS, WARM_MODELS, warm_popular, warm_profiles
 from planner.policy.planning import CoreBackend
 
 
@@ -92,3 +93,8 @@ def test_the_processes_collect_rarely_and_skip_what_start_up_loaded() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_the_fork_server_plans_one_profiled_review() -> None:
+    decision = warm_profiles(Reviewer(backend=CoreBackend()))
+    assert decision is not None and any("workload profile" in f.message for f in decision.findings)
