@@ -21,11 +21,14 @@ offline with the longest budget (no Hub traffic, and a loaded machine does not t
 into "not resolved in time": the same answer every run).
 
 ``--only cold --profile FILE`` also writes a cProfile of the decisions (never-seen reviews: where the
-milliseconds go). Not run by the test suite. Examples::
+milliseconds go); ``--once`` answers each review once (the first policy, ``/mutate``), so that every cold
+review is a workload never seen before, and the CPU time per answer is the figure to compare. Not run by
+the test suite. Examples::
 
     python3 benchmarks/webhook_decisions.py --out /tmp/before.txt
     python3 benchmarks/webhook_decisions.py --compare /tmp/before.txt
-    python3 benchmarks/webhook_decisions.py --only cold --profiles-only --count 200 --profile /tmp/cold.prof
+    python3 benchmarks/webhook_decisions.py --only cold --profiles all --count 200 --profile /tmp/cold.prof
+    python3 benchmarks/webhook_decisions.py --only cold --profiles none --once --count 300   # CPU per review
 """
 
 from __future__ import annotations
@@ -66,12 +69,12 @@ NODES = [
 ]
 
 
-def corpus(only: str | None, count: int, profiles_only: bool) -> Iterator[tuple[str, bytes]]:
+def corpus(only: str | None, count: int, profiles: str = "half") -> Iterator[tuple[str, bytes]]:
     """(corpus name, review body) in a fixed order."""
     if only in (None, "cold"):
         rng = random.Random(7)
         for i in range(count):
-            with_profile = profiles_only or i % 2 == 0
+            with_profile = profiles == "all" or (profiles == "half" and i % 2 == 0)
             obj = realistic_deployment(i, rng, context=1024 + 16 * i, profiles=with_profile, profile_every=1)
             yield "cold", review_body(obj, f"uid-{i}")
     if only in (None, "golden"):
@@ -124,30 +127,40 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", choices=["cold", "golden", "fuzz"], help="one corpus (default: all three)")
     parser.add_argument("--count", type=int, default=300, help="reviews of the cold and the fuzz corpus each")
-    parser.add_argument("--profiles-only", action="store_true", help="every cold review has a workload profile")
+    parser.add_argument(
+        "--profiles", choices=["half", "all", "none"], default="half", help="cold reviews with a workload profile"
+    )
     parser.add_argument("--policies", default=",".join(POLICIES), help="comma-separated policy names")
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="one answer per review (the first policy, /mutate, no inventory): each "
+        "cold review is then a workload never seen before, for timing",
+    )
     parser.add_argument("--out", help="write one line per answer here")
     parser.add_argument("--compare", help="an earlier --out file: report the answers that differ")
     parser.add_argument("--profile", help="write a cProfile of the decisions here")
     args = parser.parse_args()
     policies = args.policies.split(",")
     server = Server()
-    reviews = list(corpus(args.only, args.count, args.profiles_only))
+    reviews = list(corpus(args.only, args.count, args.profiles))
     lines: list[str] = []
     answers: list[str] = []
     times: dict[str, list[float]] = {}
+    cpu_ms: dict[str, list[float]] = {}  # (CPU time does not depend on what else the machine runs)
     profiler = cProfile.Profile() if args.profile else None
     for index, (name, body) in enumerate(reviews):
-        for policy in policies:
-            for endpoint in ("mutate", "validate"):
-                for with_nodes in (False, True):
-                    started = time.perf_counter()
+        for policy in policies[:1] if args.once else policies:
+            for endpoint in ("mutate",) if args.once else ("mutate", "validate"):
+                for with_nodes in (False,) if args.once else (False, True):
+                    started, cpu = time.perf_counter(), time.process_time()
                     if profiler is not None:
                         profiler.enable()
                     answer = server.answer(body, policy, endpoint, with_nodes)
                     if profiler is not None:
                         profiler.disable()
                     times.setdefault(name, []).append((time.perf_counter() - started) * 1000)
+                    cpu_ms.setdefault(name, []).append((time.process_time() - cpu) * 1000)
                     digest = hashlib.sha256(answer).hexdigest()
                     answers.append(answer.decode(errors="replace"))
                     lines.append(f"{name} {index} {policy} {endpoint} {'nodes' if with_nodes else '-'} {digest}")
@@ -156,7 +169,8 @@ def main() -> None:
         ordered = sorted(values)
         print(
             f"{name}: {len(values)} answers, ms per answer p50 {statistics.median(values):.2f}, "
-            f"p99 {ordered[int(0.99 * (len(ordered) - 1))]:.2f}, mean {statistics.fmean(values):.2f}",
+            f"p99 {ordered[int(0.99 * (len(ordered) - 1))]:.2f}, mean {statistics.fmean(values):.2f}; "
+            f"CPU ms per answer mean {statistics.fmean(cpu_ms[name]):.2f}",
             file=sys.stderr,
         )
     print(f"{len(lines)} answers, sha256 of all: {total}")
