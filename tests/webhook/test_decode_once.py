@@ -129,3 +129,12 @@ def test_the_api_server_s_timeout_is_read_once_and_the_same_every_time() -> None
     for _ in range(2):  # (the second time from the memo)
         assert {value: parse_timeout(value) for value in cases} == cases
     assert parse_timeout(None) is None
+
+
+def test_a_field_sent_under_both_names_reads_the_same_in_the_worker() -> None:
+    review = json.loads(json.dumps(REVIEWS[0]))
+    review["request"]["subResource"] = ""
+    review["request"]["sub_resource"] = "scale"
+    received = receive(_body(review))
+    mine = decoded_request(received.payload, received.encoding)
+    assert mine.sub_resource == received.request.sub_resource == parse_review(_body(review)).request.sub_resource
