@@ -220,6 +220,7 @@ class _Connection:
         self.last_used = time.monotonic()
 
     errors: ClassVar[list[str]] = []  # (class-wide) answers that were not a decision: HTTP errors, KVP049/051
+    decide_ms: ClassVar[list[float]] = []  # (class-wide) Server-Timing "decide": the decision worker's share
 
     async def post(self, request: bytes) -> float:
         if self.writer is not None and time.monotonic() - self.last_used > self.IDLE:
@@ -253,12 +254,21 @@ class _Connection:
             return float("nan")
         if b"KVP049" in body or b"KVP051" in body:
             _Connection.errors.append(body.decode(errors="replace")[:200])
-        return float(headers["server-timing"].split("dur=")[1])
+        metrics = dict(_timing(part) for part in headers["server-timing"].split(","))
+        if "decide" in metrics:
+            _Connection.decide_ms.append(metrics["decide"])
+        return metrics["review"]
 
     async def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
         self.reader = self.writer = None
+
+
+def _timing(part: str) -> tuple[str, float]:
+    """``review;dur=1.234`` -> ("review", 1.234)."""
+    name, _, duration = part.strip().partition(";dur=")
+    return name, float(duration)
 
 
 def http_request(body: bytes) -> bytes:
@@ -477,8 +487,12 @@ async def _measure(args: argparse.Namespace, baseline: bool) -> list[dict[str, A
                     offset += args.requests if args.cold else 0
             chunk = requests[offset:] if args.cold else requests
             cpu_before = tree_cpu_seconds(process.pid)
+            _Connection.decide_ms.clear()
             result = await _open_loop(port, context, chunk, args.rate, args.requests)
             rows.append(_row(f"{label}: {args.rate:g} req/s paced", *result))
+            decide = _Connection.decide_ms or [math.nan]
+            rows[-1]["decide_p50_ms"] = _percentile(decide, 0.5)
+            rows[-1]["decide_p99_ms"] = _percentile(decide, 0.99)
             rows[-1]["cpu_ms_per_review"] = (tree_cpu_seconds(process.pid) - cpu_before) * 1000 / args.requests
             rows[-1]["errors"] = len(_Connection.errors)
             rows[-1]["error_examples"] = _Connection.errors[:3]
@@ -543,16 +557,17 @@ def main() -> None:
     load = f"load average {load_before[0]:.1f} before, {os.getloadavg()[0]:.1f} after, on {os.cpu_count()} CPUs"
     if args.markdown:
         print(
-            "| load | requests | throughput (req/s) | client p50 / p99 (ms) | server p50 / p99 / max (ms) | errors "
-            "| server CPU per review (ms) |"
+            "| load | requests | throughput (req/s) | client p50 / p99 (ms) | server p50 / p99 / max (ms) "
+            "| of which the worker p50 / p99 (ms) | errors | server CPU per review (ms) |"
         )
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|")
         for r in rows:
             ratio = f" (x{r['ratio_server_p99']:.1f} baseline)" if "ratio_server_p99" in r else ""
             print(
                 f"| {r['load']} | {r['requests']} | {r['throughput_rps']:.0f} | "
                 f"{r['client_p50_ms']:.1f} / {r['client_p99_ms']:.1f} | "
                 f"{r['server_p50_ms']:.1f} / {r['server_p99_ms']:.1f}{ratio} / {r['server_max_ms']:.1f} | "
+                f"{r.get('decide_p50_ms', math.nan):.1f} / {r.get('decide_p99_ms', math.nan):.1f} | "
                 f"{r.get('errors', '')} | {r.get('cpu_ms_per_review', math.nan):.2f} |"
             )
         print(f"\n{load}")

@@ -17,7 +17,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, PlainTextResponse
@@ -29,11 +29,10 @@ from admission.webhook.handler import (
     Endpoint,
     Outcome,
     PolicyHolder,
+    Received,
     fail_open,
-    namespace_of,
-    needs_review,
-    parse_review,
     parse_timeout,
+    receive,
     skipped,
     undecided,
 )
@@ -139,26 +138,28 @@ def create_app(
         metrics.unchecked.labels(code, kind).inc()
         return outcome
 
-    async def review(request: AdmissionRequest, endpoint: Endpoint, body: bytes, deadline: float) -> Outcome:
-        if not needs_review(request) or not isinstance(request.object, Mapping):
+    async def review(received: Received, endpoint: Endpoint, deadline: float) -> Outcome:
+        request = received.request
+        if not received.reviewable:
             return skipped(request)
-        namespace = request.namespace or namespace_of(request.object)
+        namespace = received.namespace
         effective = policy.policy.for_namespace(namespace, cache.namespace(namespace))
         budget = max(0.05, min(review_budget, deadline))
 
         def make_job(known_version: int) -> Job:
             version, nodes = inventory.current()
-            return Job(body, endpoint, effective, version, nodes if version != known_version else None)
+            nodes_sent = nodes if version != known_version else None
+            return Job(received.payload, received.encoding, endpoint, effective, version, nodes_sent)
 
         try:
-            reply = await pool.decide(make_job, tenant=namespace or "", budget=budget, key=_workload_key(request))
+            reply = await pool.decide(make_job, tenant=namespace or "", budget=budget, key=received.key)
         except Undecided as error:
             outcome = undecided(request, effective, error.reason)
             return unchecked(request, outcome, Code.REVIEW_TIMED_OUT.value, error.kind, error.reason)
         except WorkerFailed as error:
             outcome = fail_open(request, f"internal error ({error}): allowed unchecked")
             return unchecked(request, outcome, Code.INTERNAL_ERROR.value, "worker-failed", str(error))
-        outcome = Outcome(body=reply.body, decision=reply.decision)
+        outcome = Outcome(body=reply.body, decision=reply.decision, worker_seconds=reply.seconds)
         if reply.error is not None or Code.INTERNAL_ERROR.value in reply.codes:
             reason = reply.error or _warning_with(reply.body, Code.INTERNAL_ERROR.value)
             unchecked(request, outcome, Code.INTERNAL_ERROR.value, "internal-error", reason)
@@ -180,7 +181,7 @@ def create_app(
             body = await _read_body(request, body_limit, pending, held)
             # A large body is decoded in a thread: the event loop keeps answering /healthz and other reviews
             # meanwhile (the GIL is handed over every few milliseconds) instead of stalling for a second.
-            parsed = await asyncio.to_thread(parse_review, body) if len(body) > _PARSE_INLINE else parse_review(body)
+            received = await asyncio.to_thread(receive, body) if len(body) > _PARSE_INLINE else receive(body)
         except Busy:
             metrics.rejected.labels("busy").inc()
             return JSONResponse({"error": "too many requests in flight"}, status_code=503, headers={"Retry-After": "1"})
@@ -197,16 +198,20 @@ def create_app(
         timeout = parse_timeout(request.query_params.get("timeout"))
         deadline = (timeout or DEFAULT_DEADLINE) - _MARGIN - (time.perf_counter() - started)
         try:
-            outcome = await review(parsed.request, endpoint, body, deadline)
+            outcome = await review(received, endpoint, deadline)
         except Exception as error:  # the boundary: never a 500, never a denial for our own failure
-            log.exception("review %s failed", parsed.request.uid)
-            outcome = fail_open(parsed.request, f"internal error ({type(error).__name__}): allowed unchecked")
+            log.exception("review %s failed", received.request.uid)
+            outcome = fail_open(received.request, f"internal error ({type(error).__name__}): allowed unchecked")
             metrics.unchecked.labels(Code.INTERNAL_ERROR.value, "internal-error").inc()
         elapsed = time.perf_counter() - started
         metrics.requests.labels(endpoint, outcome.decision).inc()
         metrics.duration.labels(endpoint, outcome.decision).observe(elapsed)
-        # Server-Timing lets clients (and the benchmark) see the server-side time of each review.
-        timing = {"Server-Timing": f"review;dur={elapsed * 1000:.3f}"}
+        # Server-Timing lets clients (and the benchmark) see the server-side time of each review, and how
+        # much of it the decision worker spent (the rest is decoding, waiting for a worker and the hand-over).
+        server_timing = f"review;dur={elapsed * 1000:.3f}"
+        if outcome.worker_seconds is not None:
+            server_timing += f", decide;dur={outcome.worker_seconds * 1000:.3f}"
+        timing = {"Server-Timing": server_timing}
         return Response(outcome.body, media_type="application/json", headers=timing)
 
     @app.post("/mutate")
@@ -228,17 +233,6 @@ def create_app(
         return PlainTextResponse("not ready", status_code=503)
 
     return app
-
-
-def _workload_key(request: AdmissionRequest) -> str:
-    """Which workload a review is about (its updates, dry-runs and reinvocations share it), for the pool to
-    send it to the worker that planned it last."""
-    name = request.name
-    if not name and isinstance(request.object, Mapping):
-        meta = request.object.get("metadata")
-        generated = meta.get("generateName") if isinstance(meta, Mapping) else None
-        name = generated if isinstance(generated, str) else ""
-    return f"{request.namespace or ''}/{request.kind.group}/{request.kind.kind}/{name}"
 
 
 def _warning_with(body: bytes, code: str) -> str:

@@ -19,6 +19,7 @@ import uvicorn
 from prometheus_client import make_asgi_app
 from pydantic import BaseModel, ConfigDict, Field
 
+from admission.webhook import heap
 from admission.webhook.app import DEFAULT_BODY_LIMIT, DEFAULT_REVIEW_BUDGET, create_app
 from admission.webhook.caches import ClusterCache, KubernetesCache, StaticCache
 from admission.webhook.guard import GuardedH11Protocol
@@ -190,12 +191,14 @@ class Webhook:
         for server in self._running:
             server.should_exit = True
 
-    async def serve(self) -> None:
+    async def serve(self, *, on_warm: Callable[[], None] = lambda: None) -> None:
+        """Serve until stopped; ``on_warm`` runs once the workers are ready, before traffic is taken."""
         main, metrics = self.servers()
         self._running = (main, metrics)
         loop = asyncio.get_running_loop()
         _bound_tls_handshakes(loop, self.settings.handshake_timeout)
         await loop.run_in_executor(None, self.warm_up)
+        on_warm()
 
         async def reload_loop() -> None:
             while not main.should_exit:
@@ -234,4 +237,5 @@ def _bound_tls_handshakes(loop: asyncio.AbstractEventLoop, timeout: float) -> No
 
 def run(settings: WebhookSettings) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    asyncio.run(Webhook(settings).serve())
+    # The process is the webhook's alone: its collector is tuned for reviews (heap.py).
+    asyncio.run(Webhook(settings).serve(on_warm=heap.settle))

@@ -1,9 +1,10 @@
 """The decision worker: a child process that answers reviews one at a time (see pool.py for why).
 
-It receives a :class:`Job` (the review's bytes as received, the effective policy of the namespace and the
-node inventory when it changed) over a pipe, decides with the shared policy code and sends back a
-:class:`Reply` with the response bytes. Planning work (and model lookups) only ever run here, never on the
-server's event loop; a worker that overruns its budget is killed by the server and replaced.
+It receives a :class:`Job` (the request fields the server decoded, in marshal's format; the effective
+policy of the namespace; the node inventory when it changed) over a pipe, decides with the shared policy
+code and sends back a :class:`Reply` with the response bytes. Planning work (and model lookups) only ever
+run here, never on the server's event loop; a worker that overruns its budget is killed by the server and
+replaced.
 """
 
 from __future__ import annotations
@@ -16,14 +17,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Literal
 
-from admission.webhook.handler import Endpoint, Reviewer, parse_review
+from admission.webhook import heap
+from admission.webhook.handler import Endpoint, Reviewer, decoded_request
 from admission.webhook.review import AdmissionRequest
 from planner.k8s.nodes import NodeInfo
 from planner.models.catalog import all_models
 from planner.policy.codes import Code
-from planner.policy.model import EffectivePolicy, Policy
+from planner.policy.decide import ObjectDecision
+from planner.policy.model import WORKLOAD_ANNOTATION, EffectivePolicy, Policy
 from planner.policy.planning import PlanningBackend
 
 log = logging.getLogger("kv_planner.webhook.worker")
@@ -53,7 +56,8 @@ WARMUP_OBJECT: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class Job:
-    body: bytes
+    payload: bytes  # handler.Received.payload: the request fields the server decoded, marshalled (or the body)
+    encoding: Literal["marshal", "json"]
     endpoint: Endpoint
     policy: EffectivePolicy
     inventory_version: int
@@ -67,6 +71,7 @@ class Reply:
     codes: tuple[str, ...]
     error: str | None = None  # an internal error, for the server's log
     recycle: bool = False  # the worker outgrew its memory bound: replace it after this reply
+    seconds: float = 0.0  # the worker's time on it (decode, decide, respond): Server-Timing's "decide"
 
 
 def warm_up(reviewer: Reviewer) -> None:
@@ -76,6 +81,24 @@ def warm_up(reviewer: Reviewer) -> None:
         reviewer.decide(request, Policy().for_namespace("default"), [])
     except Exception as error:  # a failed warm-up only costs the first review its imports
         log.warning("warm-up review failed: %s", error)
+
+
+# A typical chat profile (docs/workload.md) for warm_profiles.
+WARM_PROFILE = "{prompt_tokens: {p50: 800, p99: 12000}, output_tokens: {p50: 200, p99: 2000}}"
+
+
+def warm_profiles(reviewer: Reviewer) -> ObjectDecision | None:
+    """One review with a request-length profile (the fork server does, once): the risk model's modules
+    and numpy's FFT are imported (~40 ms) and its first transforms planned before the workers are
+    forked, instead of in each worker's first profiled review. Returns the decision (None: failed)."""
+    obj = copy.deepcopy(WARMUP_OBJECT)
+    obj["metadata"]["annotations"] = {WORKLOAD_ANNOTATION: WARM_PROFILE}
+    request = AdmissionRequest(uid="warmup", operation="CREATE", object=obj, namespace="default")
+    try:
+        return reviewer.decide(request, Policy().for_namespace("default"), [])
+    except Exception as error:  # a failed warm-up only costs the first profiled review its imports
+        log.warning("warm-up review with a profile failed: %s", error)
+        return None
 
 
 # GPUs named by GPU feature discovery labels on most clusters (catalog names), for warm_popular.
@@ -126,8 +149,8 @@ def _rss_bytes() -> int:
 def answer(reviewer: Reviewer, job: Job, inventory: Sequence[NodeInfo]) -> Reply:
     """The reply to one job. Never raises: an internal error is an allowed-unchecked answer (KVP049)."""
     try:
-        request = parse_review(job.body).request
-    except Exception as error:  # the server parsed the same bytes already; only a bug lands here
+        request = decoded_request(job.payload, job.encoding)
+    except Exception as error:  # the server decoded the same request already; only a bug lands here
         return Reply(body=b"", decision="error", codes=(Code.INTERNAL_ERROR.value,), error=repr(error))
     try:
         decision = reviewer.decide(request, job.policy, inventory)
@@ -149,6 +172,7 @@ def serve(conn: Connection, backend_factory: Callable[[], PlanningBackend], max_
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     reviewer = Reviewer(backend=backend_factory())
     warm_up(reviewer)
+    heap.tune()  # (the fork server froze what every worker shares)
     try:
         conn.send("ready")
     except OSError:  # the server closed the pool while this worker started (shutdown)
@@ -161,9 +185,10 @@ def serve(conn: Connection, backend_factory: Callable[[], PlanningBackend], max_
             return
         if job.inventory is not None:
             inventory = job.inventory
+        started = time.perf_counter()
         reply = answer(reviewer, job, inventory)
-        if max_rss and _rss_bytes() > max_rss:
-            reply = Reply(reply.body, reply.decision, reply.codes, reply.error, recycle=True)
+        recycle = bool(max_rss) and _rss_bytes() > max_rss
+        reply = Reply(reply.body, reply.decision, reply.codes, reply.error, recycle, time.perf_counter() - started)
         try:
             conn.send(reply)
         except (BrokenPipeError, OSError):

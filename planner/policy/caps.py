@@ -105,24 +105,27 @@ def _within(obj: Any, caps: InputCaps) -> bool:
         return False
     level: list[Any] = [obj]
     interesting: list[dict[Any, Any]] = []
+    # (bound to locals: this loop visits every node of the review)
+    notable, scalars, plain_dict, plain_list = _INTERESTING.isdisjoint, _SCALARS, dict, list
     depth = 0
     while level:
         depth += 1
         if depth > caps.max_depth:
             return False
         below: list[Any] = []
+        push = below.append
         for value in level:
-            if type(value) is dict:
-                if not _INTERESTING.isdisjoint(value):
+            if type(value) is plain_dict:
+                if not notable(value):
                     interesting.append(value)
                 children: Any = value.values()
             else:
                 children = value
             for child in children:
                 kind = type(child)
-                if kind is dict or kind is list:
-                    below.append(child)
-                elif kind not in _SCALARS:
+                if kind is plain_dict or kind is plain_list:
+                    push(child)
+                elif kind not in scalars:
                     return False
         level = below
     over: list[str] = []
@@ -162,12 +165,16 @@ def _check_container(container: Mapping[str, Any], caps: InputCaps, note: Any) -
     if len(words) > caps.max_args or len(env) > caps.max_args:
         count = max(len(words), len(env))
         note(Code.TOO_MANY_ARGS, caps.max_args, f"a container has {count} arguments or env entries")
-    values = [w for w in words if isinstance(w, str)]
-    values += [str(e["value"]) for e in env if isinstance(e, Mapping) and isinstance(e.get("value"), str)]
+    # (exact-type tests first: decoded JSON holds plain dicts and strs, and an ABC check per env entry
+    # was a third of the screen)
+    values = [w for w in words if type(w) is str or isinstance(w, str)]
+    values += [
+        value for e in env if (type(e) is dict or isinstance(e, Mapping)) and isinstance(value := e.get("value"), str)
+    ]
     image = container.get("image")
     if isinstance(image, str):
         values.append(image)
-    longest = max((len(v) for v in values), default=0)
+    longest = max(map(len, values), default=0)
     if longest > caps.max_value_chars:
         note(Code.VALUE_TOO_LONG, caps.max_value_chars, f"a container argument or env value has {longest} chars")
 

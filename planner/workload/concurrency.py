@@ -302,6 +302,7 @@ def risk_bounded_concurrency(
             engine=engine,
         ),
     )
+    engine.release()
     advice._engine = engine
     advice._unit_pmf = unit_pmf
     return advice

@@ -12,8 +12,11 @@ good to ~1e-11 for capacities up to 10^5 units.
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from planner.workload.distribution import FloatArray
+
+ComplexArray = npt.NDArray[np.complex128]
 
 _DIRECT_LIMIT = 64
 """Arrays this short are convolved directly (exact, and faster than an FFT)."""
@@ -37,15 +40,26 @@ def convolve(a: FloatArray, b: FloatArray) -> FloatArray:
 class _Truncated:
     """A distribution on ``offset .. offset + len(values) - 1`` (all <= capacity); the rest overflowed."""
 
-    __slots__ = ("offset", "values")
+    __slots__ = ("offset", "spectra", "values")
 
     def __init__(self, offset: int, values: FloatArray) -> None:
         self.offset = offset
         self.values = values
+        self.spectra: dict[int, ComplexArray] = {}
 
     @property
     def mass(self) -> float:
         return float(self.values.sum())
+
+    def spectrum(self, fft_size: int) -> ComplexArray:
+        """``rfft(values, fft_size)``, computed once per size: a power of the distribution takes part in
+        several products (its own square, candidate sums, the sums of :meth:`TruncatedSums.risk`), and
+        an accumulated sum in one per candidate digit. The same transform of the same array is the same
+        numbers, so every product is exactly what :func:`convolve` computes."""
+        spectrum = self.spectra.get(fft_size)
+        if spectrum is None:
+            spectrum = self.spectra[fft_size] = np.fft.rfft(self.values, fft_size)
+        return spectrum
 
 
 class TruncatedSums:
@@ -67,7 +81,22 @@ class TruncatedSums:
     def _mul(self, a: _Truncated, b: _Truncated) -> _Truncated:
         if len(a.values) == 0 or len(b.values) == 0:
             return _Truncated(self.capacity + 1, np.zeros(0))
-        return self._trim(a.offset + b.offset, convolve(a.values, b.values))
+        if min(len(a.values), len(b.values)) <= _DIRECT_LIMIT:
+            return self._trim(a.offset + b.offset, np.convolve(a.values, b.values))
+        # convolve(a.values, b.values), with each operand's transform computed once per size (a square
+        # transforms its operand once).
+        size = len(a.values) + len(b.values) - 1
+        fft_size = 1 << (size - 1).bit_length()
+        spectrum_a = a.spectrum(fft_size)
+        spectrum_b = spectrum_a if b is a else b.spectrum(fft_size)
+        out = np.fft.irfft(spectrum_a * spectrum_b, fft_size)[:size]
+        return self._trim(a.offset + b.offset, np.clip(out, 0.0, None))
+
+    def release(self) -> None:
+        """Drop the transforms kept for later products (an engine kept after its search holds only its
+        distributions; a product needed later computes its transforms again)."""
+        for power in self._powers:
+            power.spectra.clear()
 
     def _power(self, k: int) -> _Truncated:
         while len(self._powers) <= k:

@@ -25,8 +25,11 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import threading
+import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from statistics import NormalDist
 
@@ -115,6 +118,10 @@ class LengthDistribution(ABC):
         out = self._cdf(np.maximum(values, 0.0), cap)
         return np.where(values < 1.0, 0.0, np.clip(out, 0.0, 1.0))
 
+    def cdf_tokens(self, count: int, *, cap: int) -> FloatArray:
+        """``cdf(np.arange(count), cap=cap)``: ``F`` at 0, 1, ..., ``count - 1`` tokens (read-only)."""
+        return self.cdf(np.arange(count, dtype=np.float64), cap=cap)
+
     def grid(self, cap: int) -> tuple[FloatArray, FloatArray]:
         """``(x, F(x))`` at whole tokens ``0, r, 2r, ..., cap`` with ``r = ceil(cap / 2^20)``.
 
@@ -192,8 +199,56 @@ class _FixedDistribution(LengthDistribution):
         return np.where(x >= self.tokens, 1.0, 0.0)
 
 
+class _TokenTables:
+    """``F`` at every whole token up to the longest context asked so far, for a few distributions.
+
+    A workload profile is planned for one context after another (each workload its own
+    ``--max-model-len``), and each plan needs ``F(0..m)`` of the prompt and output distributions: for a
+    percentile fit that is one ``erfc`` per token in Python, most of a new plan's occupancy cost. ``F``
+    of a percentile fit does not depend on the context (``cap``) and each value is computed on its own
+    (elementwise numpy and ``math.erfc``), so the values for a shorter context are the first ones of a
+    longer context's: kept per distribution and extended when a longer context comes, they are the same
+    numbers. At most :data:`_TOKEN_TABLES` distributions keep a table (the last used), each at most
+    :data:`_TOKEN_TABLE_LIMIT` entries (2 MiB).
+    """
+
+    def __init__(self) -> None:
+        self._tables: OrderedDict[int, tuple[weakref.ref[LengthDistribution], FloatArray]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def first(self, dist: LengthDistribution, count: int, compute: Callable[[FloatArray], FloatArray]) -> FloatArray:
+        """``compute(np.arange(count))`` from the table of ``dist`` (extended with ``compute`` as needed)."""
+        if count > _TOKEN_TABLE_LIMIT:
+            return compute(np.arange(count, dtype=np.float64))
+        with self._lock:
+            entry = self._tables.get(id(dist))
+            table = entry[1] if entry is not None and entry[0]() is dist else None
+            if table is not None:
+                self._tables.move_to_end(id(dist))
+        if table is None or len(table) < count:
+            start = 0 if table is None else len(table)
+            more = compute(np.arange(start, count, dtype=np.float64))
+            table = more if table is None else np.concatenate((table, more))
+            table.setflags(write=False)
+            with self._lock:
+                self._tables[id(dist)] = (weakref.ref(dist), table)  # (the weak reference tells a reused id)
+                self._tables.move_to_end(id(dist))
+                while len(self._tables) > _TOKEN_TABLES:
+                    self._tables.popitem(last=False)
+        return table[:count]
+
+
+_TOKEN_TABLES = 8
+_TOKEN_TABLE_LIMIT = (1 << 18) + 2
+_token_tables = _TokenTables()
+
+
 class _PercentileDistribution(LengthDistribution):
     """Piecewise log-normal through the given percentiles (see the module docstring)."""
+
+    def cdf_tokens(self, count: int, *, cap: int) -> FloatArray:
+        # (the fit's F does not depend on cap: any cap gives the same table, see _TokenTables)
+        return _token_tables.first(self, count, lambda x: self.cdf(x, cap=cap))
 
     def __init__(self, points: Mapping[str, float]) -> None:
         knots: list[tuple[float, float]] = []

@@ -131,8 +131,13 @@ def running_occupancy(kv: KvCapacity, profile: WorkloadProfile, *, max_model_len
 
 def _prompt_cells(dist: LengthDistribution, m: int, edges: FloatArray) -> tuple[FloatArray, FloatArray, float]:
     """Prompt mass per token cell (admitted prompts only, normalised) and each cell's token value."""
-    cdf = dist.cdf(edges, cap=m)
-    accepted = float(dist.cdf(np.array([m - 1.0]), cap=m)[0])
+    # One cell per token (r = 1: edges are 0..m) reads the distribution's kept table (the same values).
+    if len(edges) == m + 1:
+        cdf = dist.cdf_tokens(m + 1, cap=m)
+        accepted = float(cdf[m - 1])
+    else:
+        cdf = dist.cdf(edges, cap=m)
+        accepted = float(dist.cdf(np.array([m - 1.0]), cap=m)[0])
     if accepted <= 0.0:
         raise WorkloadProfileError(
             f"every prompt of this profile is {m} tokens or longer: vLLM would refuse all of them",
@@ -150,10 +155,10 @@ def _prompt_cells(dist: LengthDistribution, m: int, edges: FloatArray) -> tuple[
 
 def _output_survival(dist: LengthDistribution, m: int, r: int, k: int) -> FloatArray:
     """``P(O >= t)`` summed over each cell of ``r`` decode steps (index 0 = no step)."""
-    if r == 1:
-        at = np.arange(-1, k, dtype=np.float64)  # t - 1 for t = 0..k
+    if r == 1:  # F(t - 1) for t = 0..k, from the distribution's kept table (t = 0 is set to 0 below)
+        below = np.concatenate(([0.0], dist.cdf_tokens(k, cap=m)))
     else:
-        at = (np.arange(k + 1, dtype=np.float64) - 1.0) * r + (r - 1) / 2.0
-    survival: FloatArray = (1.0 - dist.cdf(at, cap=m)) * r
+        below = dist.cdf((np.arange(k + 1, dtype=np.float64) - 1.0) * r + (r - 1) / 2.0, cap=m)
+    survival: FloatArray = (1.0 - below) * r
     survival[0] = 0.0
     return survival

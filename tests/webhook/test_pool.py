@@ -4,12 +4,15 @@ one workload to one worker when it is free, within the same per-namespace share;
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from typing import Any
 
 import pytest
 
+from admission.webhook.handler import Reviewer
 from admission.webhook.pool import DecisionPool, Undecided, _cgroup2_quota, _Worker, cpu_limit, workers_for
-from admission.webhook.worker import WARM_GPUS, WARM_MODELS, warm_popular
+from admission.webhook.worker import WARM_GPUS, WARM_MODELS, warm_popular, warm_profiles
 from planner.policy.planning import CoreBackend
 
 
@@ -80,3 +83,18 @@ def test_the_fork_server_warms_popular_models_within_its_time() -> None:
     assert len(models) == WARM_MODELS and "meta-llama/Llama-3.1-8B-Instruct" in models
     assert {gpu for _, gpu in reviewer.seen} == set(WARM_GPUS)
     assert warm_popular(_Counting(), seconds=0) == 0  # type: ignore[arg-type]
+
+
+def test_the_processes_collect_rarely_and_skip_what_start_up_loaded() -> None:
+    # (in a child: the collector's settings are the whole process's)
+    code = (
+        "import gc; from admission.webhook import heap; heap.settle(); "
+        "assert gc.get_threshold()[0] == heap.YOUNG > 700 and gc.get_freeze_count() > 1000; print('ok')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_the_fork_server_plans_one_profiled_review() -> None:
+    decision = warm_profiles(Reviewer(backend=CoreBackend()))
+    assert decision is not None and any("workload profile" in f.message for f in decision.findings)

@@ -12,7 +12,7 @@ from planner.errors import WorkloadProfileError
 from planner.plan.models import KvCacheReport, KvGroupReport
 from planner.workload import ConcurrencyAdvice, capacity_for_blocks, parse_workload, risk_bounded_concurrency
 from planner.workload.concurrency import MAX_SEQS, risk_bounded_limit
-from planner.workload.convolution import TruncatedSums, _Truncated
+from planner.workload.convolution import TruncatedSums, _Truncated, convolve
 from planner.workload.occupancy import block_lookup
 from planner.workload.profile import WorkloadProfile
 
@@ -200,3 +200,32 @@ def test_the_plan_figures_are_those_of_the_full_advice(
     reference = TruncatedSums(full._unit_pmf, full.capacity_blocks // full.block_unit)
     for target in (1e-9, 1e-4, full.target_risk, 0.3):
         assert fresh.largest_within(target, n_max) == _largest_within_every_digit(reference, target, n_max)
+
+
+class _Textbook(TruncatedSums):
+    """Every product transformed from scratch with :func:`convolve`, as before transforms were kept."""
+
+    def _mul(self, a: _Truncated, b: _Truncated) -> _Truncated:
+        if len(a.values) == 0 or len(b.values) == 0:
+            return _Truncated(self.capacity + 1, np.zeros(0))
+        return self._trim(a.offset + b.offset, convolve(a.values, b.values))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_kept_transforms_give_the_same_bits(seed: int) -> None:
+    """Each power's and each sum's transform is computed once per size and reused by later products (a
+    square transforms its operand once): every risk is bit-identical to products computed from scratch."""
+    rng = np.random.default_rng(seed)
+    pmf = rng.random(int(rng.choice([40, 300, 2_000]))) ** 3
+    pmf[: int(rng.integers(0, len(pmf) // 2))] = 0.0
+    pmf /= pmf.sum()
+    capacity = int(rng.choice([500, 6_000, 40_000]))
+    kept, textbook = TruncatedSums(pmf, capacity), _Textbook(pmf, capacity)
+    for target in (1e-6, 1e-2):
+        n, risk = kept.largest_within(target, MAX_SEQS)
+        expected_n, expected_risk = textbook.largest_within(target, MAX_SEQS)
+        assert (n, risk.hex()) == (expected_n, expected_risk.hex())
+    probes = [1, 3, 17, max(1, capacity // 30), capacity // 7 + 1]
+    assert [kept.risk(n).hex() for n in probes] == [textbook.risk(n).hex() for n in probes]
+    kept.release()
+    assert [r.hex() for r in kept.risks(probes[::-1])] == [r.hex() for r in textbook.risks(probes[::-1])]

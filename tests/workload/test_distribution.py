@@ -120,3 +120,37 @@ def test_bad_percentiles_are_refused(points: dict[str, float], message: str) -> 
 def test_bad_histograms_are_refused(buckets: list[tuple[float, float]], message: str) -> None:
     with pytest.raises(WorkloadProfileError, match=message):
         LengthDistribution.from_histogram(buckets)
+
+
+@pytest.mark.parametrize(
+    "points",
+    [
+        {"p50": 800, "p99": 12000},
+        {"min": 5, "p50": 300, "p90": 900, "p99": 1200, "max": 30000},
+        {"p10": 50, "p50": 100, "p99.9": 90000},
+        {"p50": 3, "p90": 3, "p99": 10},
+    ],
+)
+def test_the_kept_token_table_holds_the_values_computed_fresh(points: dict[str, float]) -> None:
+    """F at whole tokens is kept per fit and extended for longer contexts: every read, in any order of
+    contexts, is bit-identical to evaluating the CDF on that context's tokens alone."""
+    kept = LengthDistribution.from_percentiles(points)
+    for count in (1, 2, 700, 40_000, 39_999, 41_003, 5, 120_001, 3_000):
+        fresh = LengthDistribution.from_percentiles(points).cdf(np.arange(count, dtype=np.float64), cap=count)
+        assert kept.cdf_tokens(count, cap=count).tobytes() == fresh.tobytes()
+        assert kept.cdf_tokens(count, cap=7).tobytes() == fresh.tobytes()  # (a fit's F does not read cap)
+
+
+def test_the_occupancy_of_a_profile_is_the_same_whichever_contexts_came_first() -> None:
+    from planner.workload import parse_workload
+    from planner.workload.capacity import capacity_for_blocks
+    from planner.workload.occupancy import running_occupancy
+
+    text = {"prompt_tokens": {"p50": 800, "p99": 12000}, "output_tokens": {"p50": 200, "p99": 2000}}
+    shared = parse_workload(text)
+    for m in (20_000, 1_024, 8_192, 33_000, 8_191):
+        kv = capacity_for_blocks(num_gpu_blocks=4_000, block_size=16, max_model_len=m)
+        warm = running_occupancy(kv, shared, max_model_len=m)
+        cold = running_occupancy(kv, parse_workload(text), max_model_len=m)
+        assert warm.block_pmf.tobytes() == cold.block_pmf.tobytes()
+        assert (warm.mean_decode_steps, warm.mean_tokens_held) == (cold.mean_decode_steps, cold.mean_tokens_held)

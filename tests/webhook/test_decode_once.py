@@ -1,0 +1,140 @@
+"""The server decodes a review once and hands the worker the decoded request (handler.receive): the worker
+must decide on exactly the object it would have decoded from the body itself."""
+
+from __future__ import annotations
+
+import json
+import marshal
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from admission.webhook import handler
+from admission.webhook.handler import (
+    BadRequest,
+    Reviewer,
+    decoded_request,
+    parse_review,
+    parse_timeout,
+    receive,
+    workload_key,
+)
+from admission.webhook.worker import Job, answer
+from planner.policy.model import Policy
+from planner.policy.planning import CoreBackend
+
+GOLDEN = Path(__file__).parent / "golden"
+REVIEWS = [json.loads(p.read_text())["review"] for p in sorted(GOLDEN.glob("*.in.json"))]
+
+# Values json.loads produces that a lossy encoding would change: lone surrogates, big and negative
+# integers, NaN, infinities, -0.0, float precision, unicode, order of keys, empty containers.
+ODD = {
+    "z": "\ud800\udfff\ud800",
+    "big": 2**200,
+    "neg": -(2**70),
+    "nan": math.nan,
+    "inf": -math.inf,
+    "zero": -0.0,
+    "third": 1 / 3,
+    "text": "caf\u00e9 \U0001f4a5 \u202e\x00",
+    "a": [[], {}, [None, True, False]],
+}
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, with the same types, the same key order and the same float bits (NaN equal to itself)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float):
+        return a.hex() == b.hex() if not math.isnan(a) else math.isnan(b)
+    return bool(a == b)
+
+
+def _body(review: dict[str, Any]) -> bytes:
+    return json.dumps(review).encode()
+
+
+@pytest.mark.parametrize("review", REVIEWS, ids=[p.name for p in sorted(GOLDEN.glob("*.in.json"))])
+def test_the_worker_decodes_the_object_the_body_holds(review: dict[str, Any]) -> None:
+    review = json.loads(json.dumps(review))
+    obj = review["request"].get("object")
+    if isinstance(obj, dict):
+        obj.setdefault("metadata", {})["odd"] = ODD
+    body = _body(review)
+    received = receive(body)
+    assert received.encoding == "marshal" and received.request.object is None  # the server keeps no object
+    mine = decoded_request(received.payload, received.encoding)
+    theirs = parse_review(body).request
+    assert _same(mine.object, json.loads(body)["request"]["object"])
+    assert mine.model_dump(exclude={"object", "old_object", "dry_run"}) == theirs.model_dump(
+        exclude={"object", "old_object", "dry_run"}
+    )
+    assert received.key == workload_key(theirs)
+    if received.reviewable:
+        assert received.namespace == (theirs.namespace or handler.namespace_of(theirs.object or {}))
+
+
+def test_an_update_s_old_object_stays_on_the_server() -> None:
+    review = json.loads(json.dumps(REVIEWS[0]))
+    review["request"]["operation"] = "UPDATE"
+    review["request"]["oldObject"] = {"spec": {"x": "y" * 10_000}}
+    received = receive(_body(review))
+    assert len(received.payload) < len(_body(review)) - 10_000
+    assert decoded_request(received.payload, received.encoding).old_object is None
+
+
+def test_nesting_marshal_refuses_sends_the_body_and_decides_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    body = _body(REVIEWS[0])
+    policy = Policy().for_namespace("ml")
+    reviewer = Reviewer(backend=CoreBackend())
+
+    def reply(received: handler.Received) -> bytes:
+        return answer(reviewer, Job(received.payload, received.encoding, "mutate", policy, 0, []), []).body
+
+    expected = reply(receive(body))
+
+    def refuse(value: Any) -> bytes:
+        raise ValueError("object too deeply nested to marshal")
+
+    monkeypatch.setattr(marshal, "dumps", refuse)
+    fallback = receive(body)
+    assert fallback.encoding == "json" and fallback.payload == body
+    assert reply(fallback) == expected
+
+
+def test_what_is_not_a_review_is_still_a_bad_request() -> None:
+    for body in (b"", b"[1]", b"{", b'{"apiVersion": "v1", "kind": "AdmissionReview", "request": {}}'):
+        with pytest.raises(BadRequest):
+            receive(body)
+
+
+def test_skipped_reviews_are_not_reviewable() -> None:
+    review = json.loads(json.dumps(REVIEWS[0]))
+    review["request"]["operation"] = "DELETE"
+    assert not receive(_body(review)).reviewable
+    review["request"]["operation"] = "CREATE"
+    review["request"]["object"] = None
+    assert not receive(_body(review)).reviewable
+
+
+def test_the_api_server_s_timeout_is_read_once_and_the_same_every_time() -> None:
+    cases = {"10s": 10.0, "1m30s": 90.0, "1.5s": 1.5, "500ms": 0.5, "2h": 7200.0, "10": None, "s": None}
+    cases |= {"x10s": None, "10sx": None, "0s": None, "": None, "1s" * 40: 40.0, "1s" * 40 + "?": None}
+    for _ in range(2):  # (the second time from the memo)
+        assert {value: parse_timeout(value) for value in cases} == cases
+    assert parse_timeout(None) is None
+
+
+def test_a_field_sent_under_both_names_reads_the_same_in_the_worker() -> None:
+    review = json.loads(json.dumps(REVIEWS[0]))
+    review["request"]["subResource"] = ""
+    review["request"]["sub_resource"] = "scale"
+    received = receive(_body(review))
+    mine = decoded_request(received.payload, received.encoding)
+    assert mine.sub_resource == received.request.sub_resource == parse_review(_body(review)).request.sub_resource
