@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -133,3 +134,18 @@ def test_help_lists_every_command_with_its_help() -> None:
     for name, entry in COMMANDS.items():
         assert name in result.stdout
         assert entry.summary in result.stdout
+
+
+def test_command_signatures_are_evaluated_at_import() -> None:
+    """typer evaluates string annotations four times per run (see planner/cli/_commands.py)."""
+    load_all_commands()
+    callbacks = [info.callback for info in app.registered_commands if info.callback]
+    callbacks += [c.callback for group in app.registered_groups for c in group.typer_instance.registered_commands]
+    assert callbacks
+    lazy = [
+        f"{cb.__module__}.{cb.__name__}({name})"
+        for cb in callbacks
+        for name, annotation in inspect.get_annotations(cb).items()
+        if isinstance(annotation, str)
+    ]
+    assert not lazy, f"string annotations (from __future__ import annotations?): {lazy}"
