@@ -60,7 +60,8 @@ def test_a_plan_imports_neither_policy_nor_the_shells() -> None:
 @pytest.mark.slow
 def test_a_json_plan_of_a_catalog_model_imports_only_what_it_prints() -> None:
     """-o json prints no rich output and parses no YAML (the catalogs come from their JSON snapshots,
-    planner.datafiles); corrections, GPU sharing, inverse sizing and the catalog table are not asked for."""
+    planner.datafiles); corrections, GPU sharing, inverse sizing and the catalog table are not asked for,
+    and a catalog id needs neither the safetensors reader nor the Hub client."""
     plan = ("recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct")
     loaded = _modules_loaded_by(*plan, "-o", "json")
     assert "planner.plan.build" in loaded
@@ -70,6 +71,8 @@ def test_a_json_plan_of_a_catalog_model_imports_only_what_it_prints() -> None:
         "huggingface_hub",
         "httpx",
         "concurrent.futures",  # the Hub lookup's deadline thread
+        "planner.models.checkpoint",  # a catalog id reads no checkpoint (planner.hub.resolve)
+        "planner.hub.remote",
         "planner.calibration",
         "planner.untrusted",
         "planner.plan.shared",
