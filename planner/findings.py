@@ -369,7 +369,7 @@ class Fix(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    args: list[str] = Field(default_factory=list, description='vLLM arguments, e.g. ["--max-model-len", "32768"]')
+    args: list[str] = Field(default=[], description='vLLM arguments, e.g. ["--max-model-len", "32768"]')
     text: str = Field(description="the fix in words (every option, when there are several)")
 
 

@@ -60,8 +60,8 @@ class _GpuEntry(_Strict):
     nvlink: bool = False
     nvswitch_multicast: bool = False
     fp8: bool = False
-    aliases: list[str] = Field(default_factory=list)
-    mig_profiles: list[_MigEntry] = Field(default_factory=list)
+    aliases: list[str] = Field(default=[])
+    mig_profiles: list[_MigEntry] = Field(default=[])
     mig_source: str | None = None
     notes: str | None = None
 
@@ -104,7 +104,7 @@ class _GpuEntry(_Strict):
 
 class _GpuFile(_Strict):
     gpus: list[_GpuEntry] = Field(min_length=1)
-    ambiguous: dict[str, list[str]] = Field(default_factory=dict)
+    ambiguous: dict[str, list[str]] = Field(default={})
 
 
 class InstanceType(_Strict):

@@ -208,8 +208,8 @@ class ModelSpec(_Spec):
     parameters: int | None = Field(default=None, description="exact parameter count when known")
     checkpoint_bytes: int | None = Field(default=None, description="exact bytes of the weight files")
     source: CatalogSource | None = None
-    aliases: list[str] = Field(default_factory=list)
-    notes: list[str] = Field(default_factory=list, description="caveats found while reading the config")
+    aliases: list[str] = Field(default=[])
+    notes: list[str] = Field(default=[], description="caveats found while reading the config")
     popular_rank: int | None = Field(default=None, description="rough deployment popularity, for listings")
 
     @model_validator(mode="after")

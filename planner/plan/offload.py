@@ -60,7 +60,7 @@ class OffloadReport(BaseModel):
     gpu_tokens: int = Field(description="tokens the GPU tier holds (the plan's KV cache)")
     cpu_blocks: int | None = Field(default=None, description="native: CPU blocks of the GPU block size")
     rule: str
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default=[])
 
 
 def _v(text: str) -> tuple[int, int, int]:

@@ -236,7 +236,7 @@ class DrafterCost(BaseModel):
     kv_bytes_per_token: int = Field(description="K+V bytes per token of those layers on one rank")
     lookahead_tokens: int = Field(description="extra KV slots per running sequence")
     rule: str = Field(description="the release rule applied (file: function)")
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default=[])
 
 
 def _decoder_layer_bytes(model: ModelSpec, tp: int, dtype_bytes: int, qkv_inputs: int = 1) -> float:

@@ -140,7 +140,7 @@ class ServingArgs(BaseModel):
     kv_offloading_backend: str | None = Field(default=None, description="native | lmcache (0.11.1+)")
     swap_space: float | None = None
     # Environment variables of the vLLM process that change sizing (VLLM_* and LMCACHE_* only).
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default={})
 
     @property
     def gpus_per_engine(self) -> int:
