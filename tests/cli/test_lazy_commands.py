@@ -152,3 +152,24 @@ def test_command_signatures_are_evaluated_at_import() -> None:
         if isinstance(annotation, str)
     ]
     assert not lazy, f"string annotations (from __future__ import annotations?): {lazy}"
+
+
+_VALIDATED_PROBE = """
+import sys
+from planner.cli import main
+sys.argv = ["planner", "recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct", "-o", "json"]
+try:
+    main()
+except SystemExit:
+    pass
+from planner.models.catalog import _index
+print(sorted(entry.id for entry in _index().entries if entry.spec is not None), file=sys.stderr)
+"""
+
+
+@pytest.mark.slow
+def test_a_plan_of_one_catalog_model_validates_one_entry() -> None:
+    """The model catalog validates an entry when it is first used (planner/models/catalog.py)."""
+    run = subprocess.run([sys.executable, "-c", _VALIDATED_PROBE], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.strip().splitlines()[-1] == "['meta-llama/Llama-3.1-8B-Instruct']"
