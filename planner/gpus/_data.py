@@ -6,8 +6,6 @@ loudly (:class:`~planner.errors.CatalogDataError`) on anything inconsistent: a m
 GPUs claiming one alias, an instance type naming an unknown GPU.
 """
 
-from __future__ import annotations
-
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,7 +64,7 @@ class _GpuEntry(_Strict):
     notes: str | None = None
 
     @model_validator(mode="after")
-    def _check(self) -> _GpuEntry:
+    def _check(self) -> "_GpuEntry":
         if (self.memory_mib is None) == (self.memory_gib is None):
             raise ValueError("give exactly one of memory_mib and memory_gib")
         if self.mig_profiles and not self.mig_source:

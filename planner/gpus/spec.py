@@ -1,7 +1,5 @@
 """GpuSpec: one GPU model in the embedded catalog."""
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field

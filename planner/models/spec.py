@@ -16,8 +16,6 @@ Everything the planner needs about a model, normalised from the many spellings o
 =====  ==========================================================================================
 """
 
-from __future__ import annotations
-
 import re
 from typing import Literal
 
@@ -213,7 +211,7 @@ class ModelSpec(_Spec):
     popular_rank: int | None = Field(default=None, description="rough deployment popularity, for listings")
 
     @model_validator(mode="after")
-    def _check_layers(self) -> ModelSpec:
+    def _check_layers(self) -> "ModelSpec":
         if not _LAYER_PATTERN.match(self.layer_pattern):
             raise ValueError("layer_pattern must use only the letters F, S, C, M, N")
         if len(self.layer_pattern) != self.num_layers:

@@ -4,8 +4,6 @@ This is the JSON contract of ``planner recommend --output json`` (see DESIGN.md)
 exporter, retuner, simulator and probe all consume it. Memory figures are per GPU.
 """
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field

@@ -30,8 +30,6 @@ this engine's own KV on the host; disaggregated prefill/decode (a ``kv_producer`
 role, or NixlConnector, P2pNcclConnector, MooncakeConnector) moves KV between engines (KVP202).
 """
 
-from __future__ import annotations
-
 import json
 from typing import Any, Literal
 

@@ -45,8 +45,6 @@ decoder layer of the target's shape plus the fc projection (2h x h for EAGLE, 3h
 head shared when identical.
 """
 
-from __future__ import annotations
-
 import json
 import math
 from typing import Literal

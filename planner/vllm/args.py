@@ -6,8 +6,6 @@ fraction, ``kv_cache_memory_bytes`` is bytes, ``cpu_offload_gb`` is GiB) and vLL
 (``kv_cache_dtype="fp8_e4m3"``), so a manifest's args map onto this model one to one.
 """
 
-from __future__ import annotations
-
 from pydantic import BaseModel, ConfigDict, Field
 
 KV_CACHE_DTYPES_ALL = (
