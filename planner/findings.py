@@ -12,8 +12,6 @@ admission response shortens warnings for the API server) and, where one is known
 :class:`Fix` — the vLLM arguments that would fix it and the fix in words.
 """
 
-from __future__ import annotations
-
 from enum import Enum
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -39,7 +37,7 @@ class Code(str, Enum):
     summary: str
     fix: str
 
-    def __new__(cls, value: str, severity: Severity, summary: str, fix: str = "") -> Code:
+    def __new__(cls, value: str, severity: Severity, summary: str, fix: str = "") -> "Code":
         member = str.__new__(cls, value)
         member._value_ = value
         member.severity = severity
@@ -48,7 +46,7 @@ class Code(str, Enum):
         return member
 
     @classmethod
-    def parse(cls, value: str) -> Code:
+    def parse(cls, value: str) -> "Code":
         """The member for ``"KVPnnn"`` (what ``Code("KVPnnn")`` does, in a form type checkers accept)."""
         member = cls._value2member_map_.get(value)
         if not isinstance(member, cls):
@@ -387,7 +385,7 @@ class Fix(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    args: list[str] = Field(default_factory=list, description='vLLM arguments, e.g. ["--max-model-len", "32768"]')
+    args: list[str] = Field(default=[], description='vLLM arguments, e.g. ["--max-model-len", "32768"]')
     text: str = Field(description="the fix in words (every option, when there are several)")
 
 
@@ -410,7 +408,7 @@ class Finding(BaseModel):
         container: str | None = None,
         fix: Fix | None = None,
         severity: Severity | None = None,
-    ) -> Finding:
+    ) -> "Finding":
         """A finding whose message is ``KVPnnn <container>: <text>`` (``KVPnnn <text>`` without one).
 
         ``fix`` defaults to the code's generic fix (no arguments), so every deny and warning says what to do.

@@ -1,7 +1,5 @@
 """``planner calibrate LOG...``: read real vLLM startup logs, compare, write a corrections file."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated
 

@@ -1,7 +1,5 @@
 """``planner gpus`` and ``planner models``: the embedded catalogs, as tables or JSON."""
 
-from __future__ import annotations
-
 from typing import Annotated, Any
 
 import typer

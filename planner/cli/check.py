@@ -1,7 +1,5 @@
 """``planner check``: the admission decision on manifest files, without a cluster (CI, GitOps)."""
 
-from __future__ import annotations
-
 import json
 import sys
 from enum import Enum

@@ -1,7 +1,5 @@
 """``planner estimate``: the KV cost per token and per sequence, from a model or raw dimensions."""
 
-from __future__ import annotations
-
 from typing import Annotated
 
 import typer

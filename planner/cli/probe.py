@@ -4,8 +4,6 @@ Safe to point at production: hard limits on requests, tokens and time; Ctrl-C ca
 in flight and prints the partial report (exit code 130).
 """
 
-from __future__ import annotations
-
 import asyncio
 import contextlib
 import re
@@ -52,7 +50,7 @@ def _levels(value: str | None) -> list[int] | None:
     return levels
 
 
-async def _run(config: ProbeConfig) -> ProbeReport:
+async def _run(config: "ProbeConfig") -> "ProbeReport":
     from planner.probe import run_probe  # httpx/numpy load only for this command
 
     stop = asyncio.Event()
@@ -72,7 +70,7 @@ async def _run(config: ProbeConfig) -> ProbeReport:
             loop.remove_signal_handler(signal.SIGINT)
 
 
-def _print_table(report: ProbeReport) -> None:
+def _print_table(report: "ProbeReport") -> None:
     from rich.table import Table
 
     from planner.probe.report import report_table, summary_lines

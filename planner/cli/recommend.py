@@ -1,7 +1,5 @@
 """``planner recommend``: what vLLM will compute at startup, and the safe limits."""
 
-from __future__ import annotations
-
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -114,7 +112,7 @@ def _warn_ignored_without_model(**given: object) -> None:
         )
 
 
-def _corrections(path: Path | None) -> Corrections | None:
+def _corrections(path: Path | None) -> "Corrections | None":
     if path is None:
         return None
     from planner.calibration.corrections import load_corrections
@@ -377,7 +375,7 @@ def _inverse(
     model: Any,
     gpu: GpuSpec,
     args: ServingArgs,
-    share: GpuShare | None,
+    share: "GpuShare | None",
     plan: Plan,
     target_seqs: int,
     profile: Any,

@@ -1,8 +1,6 @@
 """``planner simulate serve``: a vLLM simulator for trying dashboards, alerts, the exporter and the
 webhook without GPUs. See docs/simulator.md."""
 
-from __future__ import annotations
-
 from enum import Enum
 from typing import Annotated, Any
 

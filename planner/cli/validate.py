@@ -1,7 +1,5 @@
 """``planner validate FILE.jsonl``: the planner against real vLLM startup reports."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated
 

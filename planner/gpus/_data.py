@@ -6,8 +6,6 @@ loudly (:class:`~planner.errors.CatalogDataError`) on anything inconsistent: a m
 GPUs claiming one alias, an instance type naming an unknown GPU.
 """
 
-from __future__ import annotations
-
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,13 +58,13 @@ class _GpuEntry(_Strict):
     nvlink: bool = False
     nvswitch_multicast: bool = False
     fp8: bool = False
-    aliases: list[str] = Field(default_factory=list)
-    mig_profiles: list[_MigEntry] = Field(default_factory=list)
+    aliases: list[str] = Field(default=[])
+    mig_profiles: list[_MigEntry] = Field(default=[])
     mig_source: str | None = None
     notes: str | None = None
 
     @model_validator(mode="after")
-    def _check(self) -> _GpuEntry:
+    def _check(self) -> "_GpuEntry":
         if (self.memory_mib is None) == (self.memory_gib is None):
             raise ValueError("give exactly one of memory_mib and memory_gib")
         if self.mig_profiles and not self.mig_source:
@@ -104,7 +102,7 @@ class _GpuEntry(_Strict):
 
 class _GpuFile(_Strict):
     gpus: list[_GpuEntry] = Field(min_length=1)
-    ambiguous: dict[str, list[str]] = Field(default_factory=dict)
+    ambiguous: dict[str, list[str]] = Field(default={})
 
 
 class InstanceType(_Strict):

@@ -1,7 +1,5 @@
 """GpuSpec: one GPU model in the embedded catalog."""
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -39,8 +37,8 @@ class GpuSpec(BaseModel):
         default=False, description="NVLink SHARP / NVLS (H100/H200/B200 HGX): NCCL reserves larger buffers"
     )
     fp8: bool = Field(default=False, description="native FP8 tensor cores (Ada, Hopper, Blackwell, CDNA3)")
-    aliases: list[str] = Field(default_factory=list)
-    mig_profiles: list[MigProfile] = Field(default_factory=list)
+    aliases: list[str] = Field(default=[])
+    mig_profiles: list[MigProfile] = Field(default=[])
     notes: str | None = None
 
     @property

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from planner.errors import InvalidModelConfigError, ModelNotFoundError, ModelResolutionError
-from planner.models.checkpoint import read_json_file
 
 
 @dataclass(frozen=True)
@@ -36,6 +35,9 @@ def looks_like_path(name: str) -> bool:
 
 def load_local(path: Path) -> LocalModel:
     """Read config.json of a local model directory (or of the folder of a file inside it)."""
+    # Here, not at the top: the resolver imports looks_like_path for every name, catalog ids included.
+    from planner.models.checkpoint import read_json_file
+
     if path.is_file():
         if path.suffix == ".gguf":
             raise InvalidModelConfigError(

@@ -23,10 +23,9 @@ import hashlib
 import importlib
 import os
 from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import TYPE_CHECKING, Literal
 
 from planner.errors import (
     InvalidArgumentError,
@@ -35,32 +34,37 @@ from planner.errors import (
     RepoNotAllowedError,
     UnknownModelError,
 )
-from planner.hub.local import load_local, looks_like_path
+from planner.hub.local import looks_like_path
 from planner.hub.memo import Memo, SingleFlight, run_with_deadline, ttl_for
-from planner.hub.progress import ResolveProgress
-from planner.hub.settings import HubLimits, HubSettings
-from planner.models.checkpoint import CheckpointInfo, read_local_checkpoint
-from planner.models.config import parse_config
+from planner.hub.settings import HubSettings
 from planner.models.spec import ModelSpec
-from planner.models.weights import estimate_weights
+
+# A catalog id never reads a checkpoint: the safetensors reader, the config parser and the local-path
+# loader are imported by the paths that use them (tests/cli/test_lazy_commands.py).
+if TYPE_CHECKING:
+    from planner.hub.progress import ResolveProgress
+    from planner.hub.settings import HubLimits
+    from planner.models.checkpoint import CheckpointInfo
 
 Source = Literal["local", "catalog", "hub", "hub-cache"]
 
 
-class ResolvedModel(BaseModel):
-    """A model's architecture and checkpoint, and where they were read from."""
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model's architecture and checkpoint, and where they were read from.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    A dataclass, not a pydantic model: it is built from already validated parts and never crosses a wire,
+    and as a pydantic model its ``checkpoint`` field made every catalog lookup build the checkpoint
+    reader's models.
+    """
 
-    name: str = Field(description="the name or path as given")
-    spec: ModelSpec = Field(description="checkpoint_bytes/parameters set when the checkpoint was read exactly")
-    checkpoint: CheckpointInfo | None = Field(
-        default=None, description="None for catalog entries (their spec carries checkpoint_bytes)"
-    )
+    name: str  # the name or path as given
+    spec: ModelSpec  # checkpoint_bytes/parameters set when the checkpoint was read exactly
     source: Source
-    revision: str | None = Field(default=None, description="commit sha the files came from (Hub)")
-    location: str | None = Field(default=None, description="directory config.json was read from")
-    warnings: list[str] = Field(default_factory=list)
+    checkpoint: CheckpointInfo | None = None  # None for catalog entries (their spec carries checkpoint_bytes)
+    revision: str | None = None  # commit sha the files came from (Hub)
+    location: str | None = None  # directory config.json was read from
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def weights_exact(self) -> bool:
@@ -156,6 +160,10 @@ def resolve_model(
 
 
 def _resolve_local(name: str, path: Path, *, revision: str | None) -> ResolvedModel:
+    from planner.hub.local import load_local
+    from planner.models.checkpoint import read_local_checkpoint
+    from planner.models.config import parse_config
+
     local = load_local(path)
     spec = parse_config(local.config, model_id=name)
     checkpoint = read_local_checkpoint(local.directory, config=local.config, num_layers=spec.num_layers)
@@ -191,6 +199,7 @@ def _resolve_hub(
     # local paths and catalog ids never need (the CLI starts faster).
     from planner.hub.budget import LookupBudget, bound_cache, budget_scope, install
     from planner.hub.remote import HubReader
+    from planner.models.config import parse_config
 
     budget = None
     if limits is not None and install():
@@ -230,6 +239,9 @@ def _assemble(
     location: str | None,
     warnings: list[str],
 ) -> ResolvedModel:
+    from planner.models.checkpoint import CheckpointInfo
+    from planner.models.weights import estimate_weights
+
     if checkpoint is None:
         estimate = estimate_weights(spec, dtype=spec.dtype)
         checkpoint = CheckpointInfo(

@@ -5,8 +5,6 @@ in ``../shared/calibration`` and checked model-by-model with leave-one-model-out
 ``docs/accuracy.md``. Change them only through that fit; the tests pin the accuracy, not the values.
 """
 
-from __future__ import annotations
-
 from pydantic import BaseModel, ConfigDict, Field
 
 GiB = 1 << 30

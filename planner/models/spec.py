@@ -20,8 +20,6 @@ cache (compress ratio 0) and ``F`` for a compressed layer (ratio 4 or 128), whic
 too; the ratio of each layer is in ``compressed_attention.compress_ratios``.
 """
 
-from __future__ import annotations
-
 import re
 from typing import Literal
 
@@ -282,12 +280,12 @@ class ModelSpec(_Spec):
     parameters: int | None = Field(default=None, description="exact parameter count when known")
     checkpoint_bytes: int | None = Field(default=None, description="exact bytes of the weight files")
     source: CatalogSource | None = None
-    aliases: list[str] = Field(default_factory=list)
-    notes: list[str] = Field(default_factory=list, description="caveats found while reading the config")
+    aliases: list[str] = Field(default=[])
+    notes: list[str] = Field(default=[], description="caveats found while reading the config")
     popular_rank: int | None = Field(default=None, description="rough deployment popularity, for listings")
 
     @model_validator(mode="after")
-    def _check_layers(self) -> ModelSpec:
+    def _check_layers(self) -> "ModelSpec":
         if not _LAYER_PATTERN.match(self.layer_pattern):
             raise ValueError("layer_pattern must use only the letters F, S, C, M, N")
         if len(self.layer_pattern) != self.num_layers:

@@ -37,8 +37,6 @@ A release without calibration records gets the widest bounds measured on any rel
 ``--kv-cache-memory-bytes`` vLLM does not profile: the KV memory is exactly the given figure, band 0.
 """
 
-from __future__ import annotations
-
 from functools import lru_cache
 from importlib import resources
 

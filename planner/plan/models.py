@@ -4,8 +4,6 @@ This is the JSON contract of ``planner recommend --output json`` (see DESIGN.md)
 exporter, retuner, simulator and probe all consume it. Memory figures are per GPU.
 """
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
@@ -158,12 +156,12 @@ class Recommendation(_Report):
     kv_cache_dtype: str
     vllm_args: list[str]
     basis: str = Field(description="how max_num_seqs was chosen: worst-case | workload")
-    notes: list[str] = Field(default_factory=list, description="the trade-off behind max_num_seqs")
+    notes: list[str] = Field(default=[], description="the trade-off behind max_num_seqs")
 
 
 class Alternative(_Report):
     change: str
-    args: list[str] = Field(default_factory=list, description="the vLLM flags this change sets (none for a GPU)")
+    args: list[str] = Field(default=[], description="the vLLM flags this change sets (none for a GPU)")
     vllm_args: list[str]
     fits: bool
     max_model_len: int | None = None
@@ -223,7 +221,7 @@ class Plan(_Report):
     fits: bool = Field(description="vLLM's own startup fit check passes")
     fit_error: str | None = Field(default=None, description="the error vLLM would raise, verbatim")
     recommendation: Recommendation | None = None
-    alternatives: list[Alternative] = Field(default_factory=list)
+    alternatives: list[Alternative] = Field(default=[])
     sharing: SharingReport | None = Field(default=None, description="set when the GPU is shared")
     speculative: DrafterCost | None = Field(default=None, description="the drafter's cost (--speculative-config)")
     offload: OffloadReport | None = Field(default=None, description="the CPU tier of the KV cache, when offloading")
@@ -234,7 +232,7 @@ class Plan(_Report):
         "the recommendation fits at its low end",
     )
     findings: list[Finding] = Field(
-        default_factory=list, description="typed notes: code, severity, message and fix (see planner.findings)"
+        default=[], description="typed notes: code, severity, message and fix (see planner.findings)"
     )
 
     @computed_field  # type: ignore[prop-decorator]

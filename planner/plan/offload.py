@@ -30,8 +30,6 @@ this engine's own KV on the host; disaggregated prefill/decode (a ``kv_producer`
 role, or NixlConnector, P2pNcclConnector, MooncakeConnector) moves KV between engines (KVP202).
 """
 
-from __future__ import annotations
-
 import json
 from typing import Any, Literal
 
@@ -60,7 +58,7 @@ class OffloadReport(BaseModel):
     gpu_tokens: int = Field(description="tokens the GPU tier holds (the plan's KV cache)")
     cpu_blocks: int | None = Field(default=None, description="native: CPU blocks of the GPU block size")
     rule: str
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default=[])
 
 
 def _v(text: str) -> tuple[int, int, int]:

@@ -45,8 +45,6 @@ decoder layer of the target's shape plus the fc projection (2h x h for EAGLE, 3h
 head shared when identical.
 """
 
-from __future__ import annotations
-
 import json
 import math
 from typing import Literal
@@ -236,7 +234,7 @@ class DrafterCost(BaseModel):
     kv_bytes_per_token: int = Field(description="K+V bytes per token of those layers on one rank")
     lookahead_tokens: int = Field(description="extra KV slots per running sequence")
     rule: str = Field(description="the release rule applied (file: function)")
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default=[])
 
 
 def _decoder_layer_bytes(model: ModelSpec, tp: int, dtype_bytes: int, qkv_inputs: int = 1) -> float:

@@ -6,8 +6,6 @@ fraction, ``kv_cache_memory_bytes`` is bytes, ``cpu_offload_gb`` is GiB) and vLL
 (``kv_cache_dtype="fp8_e4m3"``), so a manifest's args map onto this model one to one.
 """
 
-from __future__ import annotations
-
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -164,7 +162,7 @@ class ServingArgs(BaseModel):
     kv_offloading_backend: str | None = Field(default=None, description="native | lmcache (0.11.1+)")
     swap_space: float | None = None
     # Environment variables of the vLLM process that change sizing (VLLM_* and LMCACHE_* only).
-    env: dict[str, str] = Field(default_factory=dict)
+    env: dict[str, str] = Field(default={})
 
     @property
     def gpus_per_engine(self) -> int:

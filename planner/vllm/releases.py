@@ -6,8 +6,6 @@ the older row's behaviour (a change may have landed in any of them). ``docs/vllm
 same table for humans, with the file and function behind every field.
 """
 
-from __future__ import annotations
-
 from functools import lru_cache, total_ordering
 from typing import Literal
 
@@ -44,13 +42,13 @@ class Version(BaseModel):
     patch: int
 
     @classmethod
-    def parse(cls, text: str) -> Version:
+    def parse(cls, text: str) -> "Version":
         """``X.Y.Z`` with an optional leading ``v`` and an optional fourth part (``0.8.5.post1``,
         ``0.10.1.1``) or local/dev suffix, which do not change behaviour."""
         return _parse_version(text)
 
     @classmethod
-    def _parse_uncached(cls, text: str) -> Version:
+    def _parse_uncached(cls, text: str) -> "Version":
         # At most six digits a part: the text is often untrusted (an image tag, an annotation), and int() of a
         # 10,000-digit string raises instead of saying "not a version".
         match = re2.match(r"^\s*v?(\d{1,6})\.(\d{1,6})(?:\.(\d{1,6}))?(?:[.+\-][0-9A-Za-z.+\-]*)?\s*$", text or "")

@@ -410,6 +410,9 @@ _SOURCE = "source: {url: 'https://huggingface.co/x/y', verified: false}"
             "does not validate",
         ),
         ("models: [", "cannot be read"),
+        ("models: []", "non-empty `models:` list"),
+        ("models:" + _ENTRY.format(id="a/one", alias="[x]", source=_SOURCE), "list of string `aliases`"),
+        ("models:" + _ENTRY.format(id="123", alias="x", source=_SOURCE), "needs a string `id`"),
     ],
 )
 def test_a_broken_catalog_fails_loudly(tmp_path: Path, text: str, message: str) -> None:
@@ -417,3 +420,27 @@ def test_a_broken_catalog_fails_loudly(tmp_path: Path, text: str, message: str) 
     path.write_text(text)
     with pytest.raises(CatalogDataError, match=re.escape(message)):
         build_index([path])
+
+
+def test_an_entry_is_validated_when_first_used(tmp_path: Path) -> None:
+    """The lookup index (validate=False) checks ids, aliases and sources up front and each entry's spec on
+    first use: a broken entry fails loudly when it is asked for, and the others still answer."""
+    path = tmp_path / "mixed.yaml"
+    good = _ENTRY.format(id="a/good", alias="g", source=_SOURCE)
+    broken = _ENTRY.format(id="a/broken", alias="b", source=_SOURCE).replace("layer_pattern: FF", "layer_pattern: F")
+    path.write_text("models:" + good + broken)
+    index = build_index([path], validate=False)
+    spec = index.by_key["g"].validated()
+    assert spec.id == "a/good" and index.by_key["a/good"].validated() is spec  # one object per entry
+    with pytest.raises(CatalogDataError, match=re.escape("mixed.yaml: a/broken does not validate")):
+        index.by_key["b"].validated()
+    with pytest.raises(CatalogDataError, match="does not validate"):
+        index.all_specs()
+    with pytest.raises(CatalogDataError, match="does not validate"):
+        build_index([path])
+
+
+def test_lookups_and_the_listing_share_one_spec_per_entry() -> None:
+    """The per-model memos key on the spec's identity (planner/models/memo.py)."""
+    listed = {model.id: model for model in all_models()}
+    assert lookup_model("llama-3.1-8b-instruct") is listed["meta-llama/Llama-3.1-8B-Instruct"]

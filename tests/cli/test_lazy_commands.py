@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -59,7 +60,8 @@ def test_a_plan_imports_neither_policy_nor_the_shells() -> None:
 @pytest.mark.slow
 def test_a_json_plan_of_a_catalog_model_imports_only_what_it_prints() -> None:
     """-o json prints no rich output and parses no YAML (the catalogs come from their JSON snapshots,
-    planner.datafiles); corrections, GPU sharing, inverse sizing and the catalog table are not asked for."""
+    planner.datafiles); corrections, GPU sharing, inverse sizing and the catalog table are not asked for,
+    and a catalog id needs neither the safetensors reader nor the Hub client."""
     plan = ("recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct")
     loaded = _modules_loaded_by(*plan, "-o", "json")
     assert "planner.plan.build" in loaded
@@ -69,6 +71,8 @@ def test_a_json_plan_of_a_catalog_model_imports_only_what_it_prints() -> None:
         "huggingface_hub",
         "httpx",
         "concurrent.futures",  # the Hub lookup's deadline thread
+        "planner.models.checkpoint",  # a catalog id reads no checkpoint (planner.hub.resolve)
+        "planner.hub.remote",
         "planner.calibration",
         "planner.untrusted",
         "planner.plan.shared",
@@ -133,3 +137,39 @@ def test_help_lists_every_command_with_its_help() -> None:
     for name, entry in COMMANDS.items():
         assert name in result.stdout
         assert entry.summary in result.stdout
+
+
+def test_command_signatures_are_evaluated_at_import() -> None:
+    """typer evaluates string annotations four times per run (see planner/cli/_commands.py)."""
+    load_all_commands()
+    callbacks = [info.callback for info in app.registered_commands if info.callback]
+    callbacks += [c.callback for group in app.registered_groups for c in group.typer_instance.registered_commands]
+    assert callbacks
+    lazy = [
+        f"{cb.__module__}.{cb.__name__}({name})"
+        for cb in callbacks
+        for name, annotation in inspect.get_annotations(cb).items()
+        if isinstance(annotation, str)
+    ]
+    assert not lazy, f"string annotations (from __future__ import annotations?): {lazy}"
+
+
+_VALIDATED_PROBE = """
+import sys
+from planner.cli import main
+sys.argv = ["planner", "recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct", "-o", "json"]
+try:
+    main()
+except SystemExit:
+    pass
+from planner.models.catalog import _index
+print(sorted(entry.id for entry in _index().entries if entry.spec is not None), file=sys.stderr)
+"""
+
+
+@pytest.mark.slow
+def test_a_plan_of_one_catalog_model_validates_one_entry() -> None:
+    """The model catalog validates an entry when it is first used (planner/models/catalog.py)."""
+    run = subprocess.run([sys.executable, "-c", _VALIDATED_PROBE], capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.strip().splitlines()[-1] == "['meta-llama/Llama-3.1-8B-Instruct']"
