@@ -18,8 +18,6 @@ vLLM 0.33 (``model_executor/models/deepseek_v2.py``, ``models/deepseek_v32/atten
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,15 +27,13 @@ from planner.models.catalog import lookup_model
 from planner.models.config import parse_config
 from planner.plan.build import kv_report, predict
 from planner.vllm.args import ServingArgs
+from tests.conftest import load_shared_config
 
 GiB = 1 << 30
-_V3 = Path(__file__).resolve().parents[2] / ".." / "shared" / "model-configs" / "deepseek-ai--DeepSeek-V3.json"
 
 
 def _v32_config() -> dict[str, Any]:
-    if not _V3.exists():
-        pytest.skip("../shared/model-configs is not present")
-    config = json.loads(_V3.read_text())
+    config = load_shared_config("deepseek-ai--DeepSeek-V3")
     # DeepSeek-V3.2 = V3's architecture plus the indexer fields (deepseek-ai/DeepSeek-V3.2-Exp config.json).
     return {
         **config,
@@ -96,7 +92,7 @@ def test_indexer_stays_uint8_with_fp8_ds_mla(h100) -> None:  # type: ignore[no-u
 
 
 def test_plain_v3_is_unchanged() -> None:
-    config = json.loads(_V3.read_text()) if _V3.exists() else pytest.skip("no shared configs")
+    config = load_shared_config("deepseek-ai--DeepSeek-V3")
     spec = parse_config(config, model_id="deepseek-ai/DeepSeek-V3")
     assert spec.mla is not None and spec.mla.indexer_head_dim is None and spec.mla.indexer_bytes_per_token == 0
 
