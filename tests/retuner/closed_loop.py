@@ -27,7 +27,7 @@ MODEL, GPU, VERSION, CONTEXT = "meta-llama/Llama-3.1-8B-Instruct", "L4", "0.19.0
 @lru_cache(maxsize=1)
 def planned() -> PlannedCache:
     """The cache of ``planner simulate serve --model meta-llama/Llama-3.1-8B-Instruct --gpu L4
-    --max-model-len 8192 --max-num-seqs 64 --vllm-version 0.19.0`` (2,178 blocks of 16 tokens), the
+    --max-model-len 8192 --max-num-seqs 64 --vllm-version 0.19.0`` (1,799 blocks of 16 tokens), the
     deployment of issue 15. It is kept for every ``--max-num-seqs`` so that the limit is one number
     (on a GPU, fewer sequences leave a little more memory for KV: the retuner reads the real block
     count from each page anyway)."""

@@ -1,6 +1,6 @@
 """The retuner finds the real limit on the simulator, from above and from below, and never ratchets.
 
-The deployment of issue 15: Llama-3.1-8B-Instruct on an L4, vLLM 0.19.0, 8K context (2,178 KV blocks),
+The deployment of issue 15: Llama-3.1-8B-Instruct on an L4, vLLM 0.19.0, 8K context (1,799 KV blocks as planned today),
 64 users each sending 1,024 + 1,024-token requests back to back. The true no-preemption limit is found
 here by a sweep of ``--max-num-seqs``; the retuner, in apply mode, starting from 64 (preempting) and
 from 4 (a long queue with KV to spare), must end within [0.85, 1.0] x that limit, and a rerun at its
