@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from planner.findings import Code, Finding
 from planner.kv.specs import LayerCache
@@ -34,10 +35,21 @@ class Grouping:
     """Layer slots per group (padding included) on the whole model."""
     padding_layers: int = 0
     warnings: list[Finding] = field(default_factory=list)
+    _stage_slots: dict[tuple[int, int, int], int] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """:func:`stage_group_size` per stage range, filled on first use."""
 
     @property
     def page_bytes(self) -> int:
         return self.groups[0].spec.page_bytes if self.groups else 0
+
+    @cached_property
+    def spec_counts(self) -> tuple[tuple[LayerCache, int], ...]:
+        """Each distinct group spec with the number of groups that have it (a hybrid model's groups
+        repeat a few specs: sums over groups are sums over these, computed once per grouping)."""
+        counts: dict[LayerCache, int] = {}
+        for group in self.groups:
+            counts[group.spec] = counts.get(group.spec, 0) + 1
+        return tuple(counts.items())
 
 
 def _unify_page_sizes(specs: list[LayerCache]) -> list[LayerCache]:
@@ -103,6 +115,11 @@ def stage_group_size(grouping: Grouping, stage_layers: range) -> int:
     (vLLM projects the global groups onto each worker's layers)."""
     if not grouping.groups:
         return 0
-    if len(grouping.groups) == 1:
-        return sum(1 for i in grouping.groups[0].layers if i in stage_layers)
-    return max(sum(1 for i in group.layers if i in stage_layers) for group in grouping.groups)
+    # A grouping is shared by every plan of a model (planner/plan/engine.py memoizes it) and never changed:
+    # the count is computed once per stage range.
+    key = (stage_layers.start, stage_layers.stop, stage_layers.step)
+    found = grouping._stage_slots.get(key)
+    if found is None:
+        found = max(sum(1 for i in group.layers if i in stage_layers) for group in grouping.groups)
+        grouping._stage_slots[key] = found
+    return found

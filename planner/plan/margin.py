@@ -30,6 +30,7 @@ from importlib import resources
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planner.models.memo import IdentityMemo
 from planner.models.spec import ModelSpec
 from planner.plan.models import KvBand, MarginTerm, MemoryReport
 from planner.units import GiB
@@ -112,11 +113,18 @@ class MarginModel(BaseModel):
     def bounds(self, release_since: str) -> tuple[ReleaseBounds, bool]:
         """(bounds, measured): the release's own where it has records of that kind, else the widest
         over every measured release."""
+        # A per-release invariant of a frozen model: every plan asks it, filling costs two validations.
+        return _BOUNDS.get(self, release_since, lambda: self._bounds(release_since))
+
+    def _bounds(self, release_since: str) -> tuple[ReleaseBounds, bool]:
         own = self.by_release.get(release_since)
         rows = list(self.by_release.values())
         short = _fill([r.short for r in rows], own.short if own else None)
         over = _fill([r.over for r in rows], own.over if own else None)
         return ReleaseBounds(records=own.records if own else 0, short=short, over=over), own is not None
+
+
+_BOUNDS: IdentityMemo[tuple[ReleaseBounds, bool]] = IdentityMemo(size=256)
 
 
 def activation_kind(model: ModelSpec) -> str:
