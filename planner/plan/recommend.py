@@ -253,8 +253,11 @@ def alternatives(
     *,
     replan: PlanFn,
     bigger_gpus: Sequence[GpuSpec] = (),
+    first_fitting: Callable[[Sequence[GpuSpec]], int | None] | None = None,
 ) -> list[tuple[Alternative, Plan]]:
     """What would fit, with the plan behind each option; computed only when the plan does not fit.
+    ``first_fitting``: the index of the first of ``bigger_gpus`` whose (quiet) offer adds an option, found
+    without planning the others one by one (the same answer as the loop that would).
 
     Single changes first (a shorter context, an fp8 KV cache, a higher utilization, more GPUs, a bigger
     GPU); a change that is not enough on its own is also offered together with the context it allows.
@@ -318,6 +321,13 @@ def alternatives(
             args.model_copy(update={"tensor_parallel_size": tp}),
         ):
             break
+    if first_fitting is not None and bigger_gpus:
+        # The GPUs before the first that fits add nothing (quiet offers): one batched sweep finds it
+        # (planner/plan/sweep.py: first_fitting_gpu), and only its option is planned here.
+        found = first_fitting(bigger_gpus)
+        if found is not None:
+            offer(f"bigger GPU: {bigger_gpus[found].name}", [], args, bigger_gpus[found], quiet=True)
+        return out
     for bigger in bigger_gpus:
         if offer(f"bigger GPU: {bigger.name}", [], args, bigger, quiet=True):
             break

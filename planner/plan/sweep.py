@@ -46,9 +46,8 @@ from planner.plan.build import (
     startup_fit,
 )
 from planner.plan.engine import EngineLayout, kv_layout, memory_budget
-from planner.plan.margin import activation_kind, kv_band
-from planner.plan.models import MemoryReport
-from planner.plan.recommend import _VERIFY_STEPS, safe_context, worst_case_seqs
+from planner.plan.margin import activation_kind, band_terms
+from planner.plan.recommend import _VERIFY_STEPS, round_context, safe_context, worst_case_seqs
 from planner.units import cdiv
 from planner.vllm.args import ServingArgs
 from planner.vllm.checks import derived_length
@@ -58,7 +57,7 @@ from planner.vllm.releases import RELEASES, Release, Version, resolve_release
 if TYPE_CHECKING:
     from planner.plan.vectorized import SweepTable
 
-__all__ = ["PointPlan", "grid", "sweep_plans", "sweep_table"]
+__all__ = ["PointPlan", "first_fitting_gpu", "grid", "sweep_plans", "sweep_table"]
 
 
 @dataclass(slots=True)
@@ -170,34 +169,48 @@ class _Template:
     """Limiting stage -> (down, up) bytes of the band without the unknown-release term."""
     spread_fixed: list[tuple[bool, int]] | None = None
 
-    def offsets(self, stage: int) -> tuple[int, int]:
+    def offsets(self, stage: int, memo: dict[tuple[object, ...], tuple[int, int]]) -> tuple[int, int]:
+        """(down, up) bytes of the band when ``stage`` limits, without the unknown release's spread: they
+        depend on that stage's terms and the release, not on the GPU's memory (``memo``: the sweep's, by
+        every input of :func:`band_terms`)."""
         found = self.band_offsets.get(stage)
         if found is None:
             memory = self.engine.memory[stage]
-            report = MemoryReport(
-                total_bytes=self.gpu.memory_bytes,
-                gpu_memory_utilization=self.resolved.gpu_memory_utilization,
-                budget_bytes=memory.budget_bytes,
-                weights_bytes=memory.weights_bytes,
-                weights_estimated=self.engine.weights_estimated,
-                activation_peak_bytes=memory.activation_peak_bytes,
-                non_torch_bytes=memory.non_torch_bytes,
-                cuda_graph_bytes=memory.cuda_graph_bytes,
-                cuda_graph_counted=memory.cuda_graph_counted,
-                kv_cache_bytes=0,
-                kv_cache_memory_bytes_given=self.args.kv_cache_memory_bytes is not None,
+            given = self.args.kv_cache_memory_bytes is not None
+            quantized = self.model.quantization is not None or self.args.quantization is not None
+            kind = activation_kind(self.model)
+            tp, across = self.args.tensor_parallel_size, self.args.tensor_parallel_across_nodes
+            key = (
+                memory.weights_bytes,
+                self.engine.weights_estimated,
+                memory.activation_peak_bytes,
+                memory.cuda_graph_bytes,
+                memory.cuda_graph_counted,
+                given,
+                self.release.since,
+                tp,
+                quantized,
+                kind,
+                across,
             )
-            # The terms depend on the limiting stage's terms and the release, not on the GPU's memory.
-            band = kv_band(
-                report,
-                release_since=self.release.since,
-                tensor_parallel_size=self.args.tensor_parallel_size,
-                quantized=self.model.quantization is not None or self.args.quantization is not None,
-                activation_kind=activation_kind(self.model),
-                version_spread_bytes=None,
-                tp_across_nodes=self.args.tensor_parallel_across_nodes,
-            )
-            found = (sum(t.low_bytes for t in band.terms), sum(t.high_bytes for t in band.terms))
+            found = memo.get(key)
+            if found is None:
+                terms, _ = band_terms(
+                    weights_bytes=memory.weights_bytes,
+                    weights_estimated=self.engine.weights_estimated,
+                    activation_peak_bytes=memory.activation_peak_bytes,
+                    cuda_graph_bytes=memory.cuda_graph_bytes,
+                    cuda_graph_counted=memory.cuda_graph_counted,
+                    kv_cache_memory_bytes_given=given,
+                    release_since=self.release.since,
+                    tensor_parallel_size=tp,
+                    quantized=quantized,
+                    activation_kind=kind,
+                    version_spread_bytes=None,
+                    tp_across_nodes=across,
+                )
+                found = (sum(low for _, low, _, _ in terms), sum(high for _, _, high, _ in terms))
+                memo[key] = found
             self.band_offsets[stage] = found
         return found
 
@@ -234,6 +247,7 @@ class _Sweeper:
         self.classes: dict[int, tuple[GpuSpec, tuple[object, ...]]] = {}
         self.templates: dict[tuple[int, int, tuple[object, ...]], _Template | KvPlannerError] = {}
         self.shorter: dict[tuple[int, int], ServingArgs] = {}
+        self.band_memo: dict[tuple[object, ...], tuple[int, int]] = {}
         self.keep: list[object] = []  # objects whose id() keys the dictionaries above
 
     def gpu_class(self, gpu: GpuSpec) -> tuple[object, ...]:
@@ -356,7 +370,7 @@ class _Sweeper:
                 if spread_hint is not None
                 else spread_from_fixed(min(available), gpu.memory_bytes, utilization, t.release_fixed())
             )
-        down, up = t.offsets(limiting.stage)
+        down, up = t.offsets(limiting.stage, self.band_memo)
         if spread is not None:
             down += max(0, spread)
         low = max(0, kv - down)
@@ -429,6 +443,40 @@ class _Sweeper:
 
 
 Point = tuple[ModelSpec, GpuSpec, ServingArgs]
+
+
+def first_fitting_gpu(
+    model: ModelSpec,
+    gpus: Sequence[GpuSpec],
+    args: ServingArgs,
+    *,
+    vllm_version: str | None,
+    coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+    spread_hint: int | None = None,
+) -> int | None:
+    """The index of the first GPU on which the flags fit, alone or with the shorter context vLLM's estimate
+    allows — what ``recommend.alternatives`` offers as a bigger GPU (``offer(..., quiet=True)``: a GPU before
+    it adds nothing) —, or None. All GPUs are planned in one sweep; make_plan then plans that one GPU's
+    alternative itself."""
+    sweeper = _Sweeper(vllm_version, headroom=0.0, coefficients=coefficients, with_margin=True)
+    for index, gpu in enumerate(gpus):
+        plan = sweeper.point(model, gpu, args, spread_hint)
+        if plan.error is not None:
+            continue
+        if plan.fits:
+            return index
+        if plan.estimated_max_model_len > 0 and plan.num_gpu_blocks > 0:
+            shorter = round_context(plan.estimated_max_model_len, plan.block_size)
+            combined = sweeper.point(model, gpu, sweeper._with_context(args, shorter), spread_hint)
+            if combined.error is not None or not combined.fits:
+                continue
+            # recommend._try: a context the band calls unsafe is planned again (verified_context).
+            safe = combined._safe_len
+            if safe is None or safe == combined.max_model_len:
+                return index
+            if sweeper._verified(combined, safe, spread_hint)[0] is not None:
+                return index
+    return None
 
 
 def sweep_plans(

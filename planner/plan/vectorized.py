@@ -99,100 +99,110 @@ def _guess_parts(fit: FitTerms) -> tuple[int, int, int, int]:
 class _Layouts:
     """The per-stage constants of every template, and vLLM's layout arithmetic over points."""
 
-    def __init__(self, templates: list[_Template], tid: Array) -> None:
+    def __init__(
+        self, templates: list[_Template], tid: Array, band_memo: dict[tuple[object, ...], tuple[int, int]]
+    ) -> None:
         stages = max(len(t.fixed) for t in templates)
         count = len(templates)
         self.stages = stages
-        shape = (count, stages)
-        self.active = np.zeros(shape, bool)
-        self.fixed = np.zeros(shape, _INT)
-        self.bpb = np.zeros(shape, _INT)
-        self.weights = np.zeros(shape, _INT)
-        self.activation = np.zeros(shape, _INT)
-        self.non_torch = np.zeros(shape, _INT)
-        self.graphs = np.zeros(shape, _INT)
-        self.down = np.zeros(shape, _INT)
-        self.up = np.zeros(shape, _INT)
-        scalars: dict[str, list[Any]] = {
-            name: []
-            for name in (
-                "util",
-                "ceil",
-                "given",
-                "heavy",
-                "max_len",
-                "auto",
-                "derived",
-                "block_size",
-                "v0",
-                "override",
-                "override_fit",
-                "null_block",
-                "global_first",
-                "formula",
-                "groups",
-                "min_block",
-                "dcp",
-                "n_stages",
-                "counted",
-                "spread_ceil",
-                "spread_floor",
-            )
-        }
+        # Per template and stage: active, fixed, bytes per block, weights, activation, non-torch, graphs,
+        # band down, band up (padding stages: inactive zeros, checked nowhere, never limiting).
+        per_stage: list[tuple[int, ...]] = []
+        pad = (0,) * 9
+        scalars: list[tuple[Any, ...]] = []
         check: list[FitTerms] = []
         guess: list[tuple[int, int, int, int]] = []
         per_request: list[FitTerms] = []
         sequence: list[FitTerms] = []
-        for i, t in enumerate(templates):
+        empty = FitTerms(0, ())
+        for t in templates:
             layout = kv_layout(t.engine, t.release, t.resolved, t.args, [0] * len(t.fixed))
             n = len(layout.stages)
-            self.active[i, :n] = True
             for s, stage in enumerate(layout.stages):
                 memory = t.engine.memory[s]
-                self.fixed[i, s] = t.fixed[s]
-                self.bpb[i, s] = stage.bytes_per_block
-                self.weights[i, s] = memory.weights_bytes
-                self.activation[i, s] = memory.activation_peak_bytes
-                self.non_torch[i, s] = memory.non_torch_bytes
-                self.graphs[i, s] = memory.cuda_graph_bytes
-                self.down[i, s], self.up[i, s] = t.offsets(s)
+                down, up = t.offsets(s, band_memo)
+                per_stage.append(
+                    (
+                        1,
+                        t.fixed[s],
+                        stage.bytes_per_block,
+                        memory.weights_bytes,
+                        memory.activation_peak_bytes,
+                        memory.non_torch_bytes,
+                        memory.cuda_graph_bytes,
+                        down,
+                        up,
+                    )
+                )
                 fit = layout.fit_terms(stage)
                 check.append(fit)
                 guess.append(_guess_parts(fit))
-            for _ in range(n, stages):  # padding stages: checked nowhere, never limiting
-                check.append(FitTerms(0, ()))
+            for _ in range(n, stages):
+                per_stage.append(pad)
+                check.append(empty)
                 guess.append((0, 0, 1, 1))
             grouping = t.engine.grouping
-            per_request.append(FitTerms.of(list(grouping.spec_counts), in_flight=layout.in_flight, dcp=layout.dcp))
-            sequence.append(FitTerms.of(list(grouping.spec_counts), in_flight=layout.in_flight, dcp=1))
-            add = {
-                "util": t.resolved.gpu_memory_utilization,
-                "ceil": t.release.budget_ceil,
-                "given": -1 if t.args.kv_cache_memory_bytes is None else t.args.kv_cache_memory_bytes,
-                "heavy": t.heaviest_weights,
-                "max_len": t.max_len,
-                "auto": t.auto,
-                "derived": t.derived,
-                "block_size": layout.block_size,
-                "v0": layout.v0,
-                "override": -1 if layout.num_gpu_blocks_override is None else layout.num_gpu_blocks_override,
-                "override_fit": layout.override_in_fit_check,
-                "null_block": layout.fit_check == "all_groups_null_block",
-                "global_first": layout.fit_check == "first_group_global",
-                "formula": _FORMULAS[t.release.tokens_formula],
-                "groups": max(1, len(grouping.groups)),
-                "min_block": min((g.spec.block_size for g in grouping.groups), default=layout.block_size),
-                "dcp": layout.dcp,
-                "n_stages": n,
-                "counted": t.engine.memory[0].cuda_graph_counted,
-                "spread_ceil": -1,
-                "spread_floor": -1,
-            }
-            for name, value in add.items():
-                scalars[name].append(value)
+            counts = list(grouping.spec_counts)
+            per_request.append(FitTerms.of(counts, in_flight=layout.in_flight, dcp=layout.dcp))
+            sequence.append(FitTerms.of(counts, in_flight=layout.in_flight, dcp=1))
+            override = layout.num_gpu_blocks_override
+            scalars.append(
+                (
+                    t.resolved.gpu_memory_utilization,
+                    t.release.budget_ceil,
+                    -1 if t.args.kv_cache_memory_bytes is None else t.args.kv_cache_memory_bytes,
+                    t.heaviest_weights,
+                    t.max_len,
+                    t.auto,
+                    t.derived,
+                    layout.block_size,
+                    layout.v0,
+                    -1 if override is None else override,
+                    layout.override_in_fit_check,
+                    layout.fit_check == "all_groups_null_block",
+                    layout.fit_check == "first_group_global",
+                    _FORMULAS[t.release.tokens_formula],
+                    max(1, len(grouping.groups)),
+                    min((g.spec.block_size for g in grouping.groups), default=layout.block_size),
+                    layout.dcp,
+                    n,
+                    t.engine.memory[0].cuda_graph_counted,
+                )
+            )
+        table = np.array(per_stage, _INT).reshape(count, stages, 9)
+        self.active = table[:, :, 0] == 1
+        self.fixed, self.bpb, self.weights, self.activation = (
+            table[:, :, 1],
+            table[:, :, 2],
+            table[:, :, 3],
+            table[:, :, 4],
+        )
+        self.non_torch, self.graphs, self.down, self.up = table[:, :, 5], table[:, :, 6], table[:, :, 7], table[:, :, 8]
+        names = (
+            "util",
+            "ceil",
+            "given",
+            "heavy",
+            "max_len",
+            "auto",
+            "derived",
+            "block_size",
+            "v0",
+            "override",
+            "override_fit",
+            "null_block",
+            "global_first",
+            "formula",
+            "groups",
+            "min_block",
+            "dcp",
+            "n_stages",
+            "counted",
+        )
+        columns = list(zip(*scalars, strict=True))
         self.tid = tid
         # Per point: the template's constants.
-        self.s = {name: np.array(values)[tid] for name, values in scalars.items()}
+        self.s = {name: np.array(values)[tid] for name, values in zip(names, columns, strict=True)}
         self.point_fixed = self.fixed[tid]
         self.point_bpb = self.bpb[tid]
         self.point_active = self.active[tid]
@@ -338,7 +348,7 @@ def evaluate(sweeper: _Sweeper, points: list[tuple[ModelSpec, GpuSpec, ServingAr
     columns: dict[str, Array] = {}
     if not templates:
         return SweepTable(points, errors, columns, sweeper)
-    lay = _Layouts(templates, tid[live])
+    lay = _Layouts(templates, tid[live], sweeper.band_memo)
     s = lay.s
     mem = memory[live]
     product = mem.astype(np.float64) * s["util"]
