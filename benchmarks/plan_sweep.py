@@ -98,19 +98,20 @@ def batched_numpy(vllm_version: str | None) -> tuple[int, int, int]:
     return len(table) - refused, int(table["fits"].sum()), refused
 
 
-def cpu_median(run: Callable[[], object], repeats: int) -> float:
-    times = []
+def cpu_median(run: Callable[[], tuple[int, int, int]], repeats: int) -> tuple[float, tuple[int, int, int]]:
+    """(median CPU seconds of ``repeats`` runs, the first run's counts)."""
+    times, results = [], []
     for _ in range(repeats):
         start = time.process_time()
-        run()
+        results.append(run())
         times.append(time.process_time() - start)
-    return statistics.median(times)
+    return statistics.median(times), results[0]
 
 
 def _child(version: str | None, repeats: int) -> None:
     per_plan(LATEST_KNOWN)  # warm caches as the parent does
-    result = per_plan(version)
-    print(json.dumps({"result": result, "cpu": cpu_median(lambda: per_plan(version), repeats)}))
+    median, result = cpu_median(lambda: per_plan(version), repeats)
+    print(json.dumps({"result": result, "cpu": median}))
 
 
 def _compare(directory: str, version: str | None, repeats: int) -> tuple[tuple[int, int, int], float]:
@@ -134,7 +135,7 @@ def main() -> None:
         return
     load = os.getloadavg()[0]
     per_plan(LATEST_KNOWN)  # warm caches (catalog loading, per-model invariants) before timing
-    base = cpu_median(baseline, options.repeats)
+    base, _ = cpu_median(lambda: (baseline(), 0, 0), options.repeats)
     models, gpus = len(list(all_models())), len(list(all_gpus()))
     print(f"sweep: {models} models x {gpus} GPUs x 2 KV dtypes x 4 TP = {models * gpus * 8} combinations")
     print(f"load average at the start: {load:.1f}")
@@ -152,8 +153,7 @@ def main() -> None:
             (plans, fits, refused), median = _compare(options.compare, version, options.repeats)
             _report(f"{label}, per plan, {options.compare}", plans, fits, refused, median, base, options.repeats)
         for name, run in runs:
-            plans, fits, refused = run(version)
-            median = cpu_median(lambda run=run, version=version: run(version), options.repeats)
+            median, (plans, fits, refused) = cpu_median(lambda run=run, version=version: run(version), options.repeats)
             _report(f"{label}, {name}", plans, fits, refused, median, base, options.repeats)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 

@@ -78,7 +78,8 @@ def group_layers(
     if not indexed:
         return Grouping(groups=[], group_size=0)
     specs = [spec for _, spec in indexed]
-    if len(set(specs)) == 1:
+    first = specs[0]
+    if all(spec is first for spec in specs) or len(set(specs)) == 1:
         return Grouping(groups=[KvGroup(specs[0], tuple(i for i, _ in indexed))], group_size=len(indexed))
 
     specs = _unify_page_sizes(specs)

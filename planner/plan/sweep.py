@@ -406,9 +406,10 @@ class _Sweeper:
             # make_plan's verified_context: the shorter context is planned, stepping down until it fits at the
             # low end of its own band; the replans reuse the spread (make_plan's spread_hint).
             hint = None if out.version_spread_bytes is None else max(0, out.version_spread_bytes)
-            verified, checked = self._verified(out, rec_len, hint)
+            verified, replanned = self._verified(out, rec_len, hint)
+            # make_plan keeps the limits of the plan itself when the context holds, else takes the replan's.
             if verified != rec_len:
-                rec_len = None if verified is None else checked._safe_len
+                rec_len, checked = (None if verified is None else replanned._safe_len), replanned
         if rec_len is not None:
             worst = worst_case_seqs(checked._safe_blocks, checked.sequence_blocks(rec_len), self.headroom)
             out.recommended_max_model_len = rec_len

@@ -150,21 +150,27 @@ def test_the_catalog_has_every_kind_of_model_the_grid_claims() -> None:
     assert all(kinds.values()), kinds
 
 
-# A GPU of every architecture, memory class and NVSwitch kind in the catalog.
-_SOME_GPUS = ["T4", "V100-32GB", "A10G", "A100-80GB", "L4", "L40S", "H100-80GB", "H100-PCIe-80GB", "B200", "MI300X"]
-
-
-def test_every_catalog_model_on_some_gpus_at_the_newest_release() -> None:
-    gpus = [lookup_gpu(name) for name in _SOME_GPUS]
-    points = grid(MODELS, gpus, tensor_parallel_sizes=(1, 2, 4, 8), kv_cache_dtypes=("auto", "fp8"))
-    assert_same(points, "0.33.0")
+@pytest.mark.parametrize(
+    ("version", "gpu_names", "step"),
+    [
+        ("0.33.0", ["L4", "H100-80GB", "MI300X"], 1),
+        # V0 on pre-Ampere cards (a shorter context changes the profile batch: the replanned limits differ)
+        ("0.8.0", ["T4", "V100-32GB"], 3),
+        ("0.13.0", ["A10G", "B200"], 3),
+    ],
+)
+def test_every_catalog_model_on_some_gpus(version: str, gpu_names: list[str], step: int) -> None:
+    gpus = [lookup_gpu(name) for name in gpu_names]
+    points = grid(MODELS[::step], gpus, tensor_parallel_sizes=(1, 2, 4, 8), kv_cache_dtypes=("auto", "fp8"))
+    assert_same(points, version)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("version", ["0.8.0", "0.10.1", "0.13.0", "0.15.0", "0.20.0", "0.26.0", "0.33.0", None])
-def test_every_catalog_model_on_every_catalog_gpu(version: str | None) -> None:
-    # The unknown release (None) plans every checked release per point: every other GPU keeps it in minutes.
-    gpus = GPUS if version is not None else GPUS[::2]
+def test_every_catalog_model_on_the_catalog_gpus(version: str | None) -> None:
+    # Every GPU at two releases (the members of one GPU class each with its own memory); every other GPU at
+    # the rest, every fourth for the unknown release (which plans every checked release per point).
+    gpus = GPUS if version in ("0.33.0", "0.10.1") else GPUS[::2] if version is not None else GPUS[::4]
     points = grid(MODELS, gpus, tensor_parallel_sizes=(1, 2, 4, 8), kv_cache_dtypes=("auto", "fp8"))
     assert_same(points, version)
 
