@@ -123,7 +123,7 @@ def make_plan(
         plan.recommendation.notes = notes
     if with_alternatives:
         search: Callable[[Sequence[GpuSpec]], int | None] | None = None
-        if corrections is None and draft is None:
+        if corrections is None and draft is None and bigger_gpus and not plan.fits:
             # The bigger GPUs in one batched sweep (the sweep has no corrections or drafter model).
             from planner.plan.sweep import first_fitting_gpu
 

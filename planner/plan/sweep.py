@@ -20,7 +20,7 @@ one engine stage per checked release and template, not per point.
 A point's figures are those of ``make_plan(model, gpu, args, vllm_version=..., headroom=...,
 with_alternatives=False)`` (tests/core/test_sweep.py checks every field on a broad grid): a deployment
 that does not fit gets no alternatives here (they are other deployments: plan one point with
-``make_plan`` for them). Measurement corrections and drafter models are not batched (``make_plan``).
+``make_plan`` for them). Measurement corrections and resolved draft models (``make_plan(draft=...)``) are not batched.
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ class PointPlan:
     cuda_graph_bytes: int = 0
     cuda_graph_counted: bool = False
     kv_cache_bytes: int = 0
+    kv_cache_dtype: str = ""
     block_size: int = 0
     bytes_per_block: int = 0
     num_gpu_blocks: int = 0
@@ -347,6 +348,7 @@ class _Sweeper:
             cuda_graph_bytes=stage.cuda_graph_bytes,
             cuda_graph_counted=stage.cuda_graph_counted,
             kv_cache_bytes=kv,
+            kv_cache_dtype=engine.kv_dtype.name,
             block_size=layout.block_size,
             bytes_per_block=limiting.bytes_per_block,
             num_gpu_blocks=blocks,

@@ -477,7 +477,11 @@ def evaluate(sweeper: _Sweeper, points: list[tuple[ModelSpec, GpuSpec, ServingAr
         column = np.zeros(count, values.dtype)
         column[live] = values
         columns[name] = column
-    versions = np.array([str(t.version) for t in templates])[tid]
-    versions[~ok] = ""
-    columns["vllm_version"] = versions
+    for name, values in (
+        ("vllm_version", [str(t.version) for t in templates]),
+        ("kv_cache_dtype", [t.engine.kv_dtype.name for t in templates]),
+    ):
+        strings = np.array(values)[tid]
+        strings[~ok] = ""
+        columns[name] = strings
     return SweepTable(points, errors, columns, sweeper)

@@ -36,6 +36,7 @@ _FIGURES = (
     "cuda_graph_bytes",
     "cuda_graph_counted",
     "kv_cache_bytes",
+    "kv_cache_dtype",
     "block_size",
     "bytes_per_block",
     "num_gpu_blocks",
@@ -77,6 +78,7 @@ def expected(model: ModelSpec, gpu: GpuSpec, args: ServingArgs, version: str | N
         "cuda_graph_bytes": memory.cuda_graph_bytes,
         "cuda_graph_counted": memory.cuda_graph_counted,
         "kv_cache_bytes": memory.kv_cache_bytes,
+        "kv_cache_dtype": kv.kv_cache_dtype,
         "block_size": kv.block_size,
         "bytes_per_block": kv.bytes_per_block,
         "num_gpu_blocks": kv.num_gpu_blocks,
@@ -113,6 +115,7 @@ def table_figures(table: SweepTable, index: int) -> dict[str, Any]:
         return {"error": table.errors[index]}
     out: dict[str, Any] = {name: table[name][index].item() for name in _FIGURES if name in table.columns}
     out["vllm_version"] = str(table["vllm_version"][index])
+    out["kv_cache_dtype"] = str(table["kv_cache_dtype"][index])
     if not table["has_version_spread"][index]:
         out["version_spread_bytes"] = None
     if not table["has_recommendation"][index]:
