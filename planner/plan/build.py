@@ -397,23 +397,59 @@ def release_fixed_bytes(
     the spread for any GPU whose memory is all that differs (planner/plan/sweep.py)."""
     pinned = args.model_copy(update={"gpu_memory_utilization": utilization})
     out = []
+    seen: dict[tuple[object, ...], tuple[bool, int] | None] = {}
     for row in RELEASES:
         if not row.v1_default:
             continue
-        try:
-            _, release, *_, other = _engine_stage(
-                model,
-                gpu,
-                pinned,
-                vllm_version=row.since,
-                coefficients=coefficients,
-                corrections=corrections,
-                draft=draft,
-            )
-        except KvPlannerError:
-            continue  # a flag that release does not have: it would not run these flags at all
-        out.append((release.budget_ceil, max(stage.budget_bytes - stage.kv_bytes for stage in other.memory)))
+        # Rows that differ only in their release number (0.15/0.16, 0.22-0.24) compute the same stage unless
+        # the number itself changes something: the derived context, the architecture's support, a drafter.
+        version = Version.parse(row.since)
+        key = (
+            _row_behaviour(row),
+            derived_length(model, version),
+            _architecture_refused(model, version),
+            row.since if args.speculative_config else None,
+        )
+        if key not in seen:
+            try:
+                _, release, *_, other = _engine_stage(
+                    model,
+                    gpu,
+                    pinned,
+                    vllm_version=row.since,
+                    coefficients=coefficients,
+                    corrections=corrections,
+                    draft=draft,
+                )
+                seen[key] = (
+                    release.budget_ceil,
+                    max(stage.budget_bytes - stage.kv_bytes for stage in other.memory),
+                )
+            except KvPlannerError:
+                seen[key] = None  # a flag that release does not have: it would not run these flags at all
+        found = seen[key]
+        if found is not None:
+            out.append(found)
     return out
+
+
+_BEHAVIOUR: dict[str, str] = {}
+
+
+def _row_behaviour(row: Release) -> str:
+    """Every field of a release row but its number and evidence (computed once per row)."""
+    found = _BEHAVIOUR.get(row.since)
+    if found is None:
+        found = _BEHAVIOUR[row.since] = repr(sorted(row.model_dump(exclude={"since", "evidence"}).items()))
+    return found
+
+
+def _architecture_refused(model: ModelSpec, version: Version) -> bool:
+    try:
+        check_architecture(model.architecture, version)
+    except KvPlannerError:
+        return True
+    return False
 
 
 def spread_from_fixed(planned: int, memory_bytes: int, utilization: float, fixed: list[tuple[bool, int]]) -> int:
