@@ -11,7 +11,8 @@ checked release), the median CPU time (time.process_time: the machines are share
   limits of every combination, one PointPlan each;
 * batched, numpy: ``sweep_table`` — the same figures as numpy columns;
 * with ``--compare DIR``: the per-plan sweep of another checkout (e.g. a ``git archive`` of the commit
-  before), in a child process with that checkout on PYTHONPATH, timed the same way in the same run;
+  before), in a child process with that checkout on PYTHONPATH, timed the same way in the same run
+  (repeats interleaved with this checkout's rows);
 
 with plans per second and the ratio to a baseline measured in the same run: constructing the sweep's
 ServingArgs (pydantic validation of the flags, the least any plan costs). Each timing starts warm (catalog
@@ -149,12 +150,18 @@ def main() -> None:
         ("batched, numpy", batched_numpy),
     ]
     for label, version in releases:
-        if options.compare:
-            (plans, fits, refused), median = _compare(options.compare, version, options.repeats)
-            _report(f"{label}, per plan, {options.compare}", plans, fits, refused, median, base, options.repeats)
-        for name, run in runs:
-            median, (plans, fits, refused) = cpu_median(lambda run=run, version=version: run(version), options.repeats)
-            _report(f"{label}, {name}", plans, fits, refused, median, base, options.repeats)
+        # Interleaved: repeat r of every row runs before repeat r + 1 of any, so a change in the machine's
+        # load during the run reaches every row alike.
+        rows: dict[str, tuple[list[float], tuple[int, int, int]]] = {}
+        for _ in range(options.repeats):
+            if options.compare:
+                counts, cpu = _compare(options.compare, version, 1)
+                rows.setdefault(f"per plan, {options.compare}", ([], counts))[0].append(cpu)
+            for name, run in runs:
+                cpu, counts = cpu_median(lambda run=run, version=version: run(version), 1)
+                rows.setdefault(name, ([], counts))[0].append(cpu)
+        for name, (times, (plans, fits, refused)) in rows.items():
+            _report(f"{label}, {name}", plans, fits, refused, statistics.median(times), base, options.repeats)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 

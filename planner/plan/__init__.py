@@ -124,7 +124,7 @@ def make_plan(
     if with_alternatives:
         search: Callable[[Sequence[GpuSpec]], int | None] | None = None
         if corrections is None and draft is None and bigger_gpus and not plan.fits:
-            # The bigger GPUs in one batched sweep (the sweep has no corrections or drafter model).
+            # The bigger GPUs through the batched sweep (which takes no corrections or draft model).
             from planner.plan.sweep import first_fitting_gpu
 
             def search(gpus: Sequence[GpuSpec]) -> int | None:

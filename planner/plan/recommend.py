@@ -322,7 +322,7 @@ def alternatives(
         ):
             break
     if first_fitting is not None and bigger_gpus:
-        # The GPUs before the first that fits add nothing (quiet offers): one batched sweep finds it
+        # The GPUs before the first that fits add nothing (quiet offers): the batched sweep finds it
         # (planner/plan/sweep.py: first_fitting_gpu), and only its option is planned here.
         found = first_fitting(bigger_gpus)
         if found is not None:

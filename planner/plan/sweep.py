@@ -459,8 +459,8 @@ def first_fitting_gpu(
 ) -> int | None:
     """The index of the first GPU on which the flags fit, alone or with the shorter context vLLM's estimate
     allows — what ``recommend.alternatives`` offers as a bigger GPU (``offer(..., quiet=True)``: a GPU before
-    it adds nothing) —, or None. All GPUs are planned in one sweep; make_plan then plans that one GPU's
-    alternative itself."""
+    it adds nothing) —, or None. The GPUs are planned in order by one sweeper (the GPUs of a class share a
+    template), as sweep points rather than Plans; make_plan then plans that one GPU's alternative itself."""
     sweeper = _Sweeper(vllm_version, headroom=0.0, coefficients=coefficients, with_margin=True)
     for index, gpu in enumerate(gpus):
         plan = sweeper.point(model, gpu, args, spread_hint)

@@ -375,3 +375,21 @@ def test_the_bigger_gpu_search_on_every_model(monkeypatch: pytest.MonkeyPatch) -
     _assert_bigger_gpu_search_is_the_loop(
         monkeypatch, MODELS, ["T4", "L4", "MI250X"], flags, ["0.33.0", "0.10.1", None]
     )
+
+
+def test_gpus_of_one_class_differ_only_in_memory() -> None:
+    """The sweep plans a GPU class with its first member. A card that differs in any other field the class
+    key leaves out (name, compute capability, bandwidth, fp8 flag, NVLink, form factor) must plan alike:
+    this fails when the engine starts reading such a field."""
+    variants = []
+    for name in ("A100-80GB", "H100-80GB", "L4", "T4", "MI300X"):
+        gpu = lookup_gpu(name)
+        variants += [
+            gpu,
+            gpu.model_copy(update={"name": f"{name}-X", "aliases": [], "bandwidth_bytes_per_s": 1}),
+            gpu.model_copy(update={"compute_capability": "1.0", "fp8": not gpu.fp8, "nvlink": not gpu.nvlink}),
+            gpu.model_copy(update={"form_factor": "other", "memory_bytes": gpu.memory_bytes - 3 * GiB}),
+        ]
+    for version in ("0.33.0", "0.10.1", None):
+        points = [(model, gpu, ServingArgs()) for model in MODELS[::6] for gpu in variants]
+        assert_same(points, version)
