@@ -8,14 +8,15 @@ table = sweep_table(points, vllm_version="0.33.0")      # the same figures as nu
 table["num_gpu_blocks"], table["recommended_max_num_seqs"], table.errors
 
 Most of what one plan costs does not depend on the GPU's memory: vLLM's defaults, the KV specs and their
-grouping, the weights, activation peak, CUDA graphs and non-torch memory. Those read the GPU only through
-its architecture, NVSwitch multicast and the batch defaults its memory gets (every ``GpuSpec`` field the
-engine stage reads besides ``memory_bytes``: planner/vllm/defaults.py, planner/plan/engine.py,
-planner/memory). So the sweep runs the engine stage once per (model, flags, GPU class) — a template, with
-the class's first GPU — and each point adds only what its memory changes: the budget, the KV layout of what
-is left, vLLM's fit check, capacity, the KV band and the recommended limits, through the functions
-``make_plan`` uses, without building the pydantic reports. The spread of an unknown release is likewise
-one engine stage per checked release and template, not per point.
+grouping, the weights, activation peak (vision encoder and cold compile included), CUDA graphs and
+non-torch memory (NCCL at init included). Those read the GPU only through its vendor, architecture, compute
+capability, NVSwitch multicast and the batch defaults its memory gets (every ``GpuSpec`` field the engine
+stage reads besides ``memory_bytes``: planner/vllm/defaults.py, planner/plan/engine.py,
+planner/plan/multimodal.py, planner/memory). So the sweep runs the engine stage once per (model, flags,
+GPU class) — a template, with the class's first GPU — and each point adds only what its memory changes:
+the budget, the KV layout of what is left, vLLM's fit check, capacity, the KV band and the recommended
+limits, through the functions ``make_plan`` uses, without building the pydantic reports. The spread of an
+unknown release is likewise one engine stage per checked release and template, not per point.
 
 A point's figures are those of ``make_plan(model, gpu, args, vllm_version=..., headroom=...,
 with_alternatives=False)`` (tests/core/test_sweep.py checks every field on a broad grid): a deployment
@@ -181,9 +182,10 @@ class _Template:
             quantized = self.model.quantization is not None or self.args.quantization is not None
             kind = activation_kind(self.model)
             tp, across = self.args.tensor_parallel_size, self.args.tensor_parallel_across_nodes
+            engine = self.engine
             key = (
                 memory.weights_bytes,
-                self.engine.weights_estimated,
+                engine.weights_estimated,
                 memory.activation_peak_bytes,
                 memory.cuda_graph_bytes,
                 memory.cuda_graph_counted,
@@ -193,6 +195,10 @@ class _Template:
                 quantized,
                 kind,
                 across,
+                engine.mxfp4_spread_bytes,
+                engine.encoder_band_bytes,
+                engine.cold_compile_bytes,
+                engine.nccl_at_init_bytes,
             )
             found = memo.get(key)
             if found is None:
@@ -209,6 +215,10 @@ class _Template:
                     activation_kind=kind,
                     version_spread_bytes=None,
                     tp_across_nodes=across,
+                    mxfp4_spread_bytes=engine.mxfp4_spread_bytes,
+                    encoder_estimate_bytes=engine.encoder_band_bytes,
+                    cold_compile_bytes=engine.cold_compile_bytes,
+                    nccl_at_init_bytes=engine.nccl_at_init_bytes,
                 )
                 found = (sum(low for _, low, _, _ in terms), sum(high for _, _, high, _ in terms))
                 memo[key] = found
@@ -254,10 +264,17 @@ class _Sweeper:
     def gpu_class(self, gpu: GpuSpec) -> tuple[object, ...]:
         found = self.classes.get(id(gpu))
         if found is None:
+            # Every GpuSpec field the engine stage reads but the memory (and the name, which words only
+            # refusals: see template): the compute capability picks the MXFP4 kernel, the vision encoder's
+            # attention backend, the SM10x capture ceiling, the FP8 MoE workspace and DeepSeek-V4's support;
+            # NVLink and native FP8 are read nowhere there today and kept so that a new reader stays exact.
             key = (
                 gpu.vendor,
                 gpu.architecture,
+                gpu.compute_capability,
+                gpu.nvlink,
                 gpu.nvswitch_multicast,
+                gpu.fp8,
                 tuple(batch_defaults(gpu, release) for release in self.releases),
             )
             found = (gpu, key)
