@@ -8,7 +8,9 @@ need is the sum of terms of :class:`planner.kv.capacity.FitTerms`; vLLM's binary
 context is the guess of ``FitTerms.longest`` proven by two evaluations of the need, and the binary
 search itself for the points where the guess fails. A context recommended shorter than the one planned
 is planned again (make_plan's ``verified_context``) by the Python sweep, as are the recommended
-``--max-num-seqs`` (a float product and floor, kept in Python's own arithmetic).
+``--max-num-seqs`` (a float product and floor, kept in Python's own arithmetic). Points whose KV groups are
+packed (DeepSeek-V4, vLLM 0.29+) are planned by the Python sweep too: a packed group's need is the most any
+of its members needs, which is not a sum of terms.
 
 Imported only for large sweeps: importing numpy costs more than a catalog table's arithmetic.
 """
@@ -332,12 +334,17 @@ def evaluate(sweeper: _Sweeper, points: list[tuple[ModelSpec, GpuSpec, ServingAr
     tid = np.zeros(count, _INT)
     memory = np.zeros(count, _INT)
     ok = np.ones(count, bool)
+    packed: list[int] = []
     for i, (model, gpu, args) in enumerate(points):
         found = sweeper.template(model, gpu, args)
         memory[i] = gpu.memory_bytes
         if isinstance(found, KvPlannerError):
             errors[i] = str(found)
             ok[i] = False
+            continue
+        if found.engine.grouping.packed:
+            ok[i] = False
+            packed.append(i)
             continue
         j = index.get(id(found))
         if j is None:
@@ -347,6 +354,10 @@ def evaluate(sweeper: _Sweeper, points: list[tuple[ModelSpec, GpuSpec, ServingAr
     live = np.flatnonzero(ok)
     columns: dict[str, Array] = {}
     if not templates:
+        if packed:
+            _fill_from_plans(columns, sweeper, points, packed, list(_PLAN_COLUMNS))
+            for name in ("vllm_version", "kv_cache_dtype"):
+                columns[name] = columns[name].astype(str)
         return SweepTable(points, errors, columns, sweeper)
     lay = _Layouts(templates, tid[live], sweeper.band_memo)
     s = lay.s
@@ -481,7 +492,82 @@ def evaluate(sweeper: _Sweeper, points: list[tuple[ModelSpec, GpuSpec, ServingAr
         ("vllm_version", [str(t.version) for t in templates]),
         ("kv_cache_dtype", [t.engine.kv_dtype.name for t in templates]),
     ):
-        strings = np.array(values)[tid]
+        strings = np.array(values, dtype=object)[tid]
         strings[~ok] = ""
         columns[name] = strings
+    if packed:
+        _fill_from_plans(columns, sweeper, points, packed, list(columns))
+    for name in ("vllm_version", "kv_cache_dtype"):
+        columns[name] = columns[name].astype(str)
     return SweepTable(points, errors, columns, sweeper)
+
+
+# Every column a sweep with its band fills (the names of PointPlan fields, plus two flags).
+_PLAN_COLUMNS = (
+    "fits",
+    "gpu_memory_utilization",
+    "budget_bytes",
+    "weights_bytes",
+    "activation_peak_bytes",
+    "non_torch_bytes",
+    "cuda_graph_bytes",
+    "cuda_graph_counted",
+    "kv_cache_bytes",
+    "block_size",
+    "bytes_per_block",
+    "num_gpu_blocks",
+    "tokens",
+    "max_concurrency",
+    "max_model_len",
+    "blocks_per_request",
+    "estimated_max_model_len",
+    "derived_max_model_len",
+    "band_low_bytes",
+    "band_high_bytes",
+    "num_gpu_blocks_low",
+    "max_model_len_fits_low",
+    "estimated_max_model_len_low",
+    "version_spread_bytes",
+    "has_version_spread",
+    "recommended_max_model_len",
+    "recommended_max_num_seqs",
+    "has_recommendation",
+    "vllm_version",
+    "kv_cache_dtype",
+)
+
+
+def _fill_from_plans(
+    columns: dict[str, Array],
+    sweeper: _Sweeper,
+    points: list[tuple[ModelSpec, GpuSpec, ServingArgs]],
+    rows: list[int],
+    names: list[str],
+) -> None:
+    """Rows planned by the Python sweep (packed groups) into the columns (``names``: the columns to fill,
+    created where missing; the band's are left out when the sweep has no band)."""
+    count = len(points)
+    plans = {i: sweeper.plan(*points[i]) for i in rows}
+    for name in names:
+        if not sweeper.with_margin and name in _BAND_COLUMNS:
+            continue
+        values = [_column_value(plans[i], name) for i in rows]
+        column = columns.get(name)
+        if column is None:
+            text = name in ("vllm_version", "kv_cache_dtype")
+            kind = object if text else type(values[0]) if values else int
+            column = np.full(count, "", dtype=object) if text else np.zeros(count, kind)
+            columns[name] = column
+        column[rows] = values
+
+
+_BAND_COLUMNS = frozenset(_PLAN_COLUMNS[_PLAN_COLUMNS.index("band_low_bytes") : _PLAN_COLUMNS.index("vllm_version")])
+
+
+def _column_value(plan: PointPlan, name: str) -> object:
+    if name == "has_version_spread":
+        return plan.version_spread_bytes is not None
+    if name == "has_recommendation":
+        return plan.recommended_max_model_len is not None
+    value = getattr(plan, name)
+    return 0 if value is None else value
