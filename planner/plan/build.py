@@ -423,13 +423,15 @@ def release_fixed_bytes(
         if not row.v1_default:
             continue
         # Rows that differ only in their release number (0.15/0.16, 0.22-0.24) compute the same stage unless
-        # the number itself changes something: the derived context, the architecture's support, a drafter.
+        # the number itself changes something: the derived context, the architecture's support, a drafter,
+        # the release thresholds the engine stage compares the number with (_NUMBER_THRESHOLDS).
         version = Version.parse(row.since)
         key = (
             _row_behaviour(row),
             derived_length(model, version),
             _architecture_refused(model, version),
             row.since if args.speculative_config else None,
+            tuple(version >= threshold for threshold in _NUMBER_THRESHOLDS),
         )
         if key not in seen:
             try:
@@ -455,6 +457,11 @@ def release_fixed_bytes(
 
 
 _BEHAVIOUR: dict[str, str] = {}
+# Release numbers the engine stage compares a row's own number with, besides its fields: the towers that take
+# --mm-encoder-tp-mode data (planner/plan/multimodal.py, 0.11.0) and Kimi-Linear's reading of
+# --mamba-ssm-cache-dtype (planner/plan/engine.py _KDA_SSM_FLAG_FROM, 0.32.0). A new comparison of the number in
+# the engine stage belongs here.
+_NUMBER_THRESHOLDS = (Version.parse("0.11.0"), Version.parse("0.32.0"))
 
 
 def _row_behaviour(row: Release) -> str:
