@@ -1,6 +1,8 @@
 """Batched planning (planner/plan/sweep.py, planner/plan/vectorized.py) gives every point the figures of
 its own ``make_plan`` (no alternatives), field by field: on the catalog grid (every model x GPUs x TP x
-KV dtype x releases, unknown included) and on random points with the other flags drawn too."""
+KV dtype x releases, unknown included), on named points for each plan term added after the sweep was
+written (MXFP4, vision encoder, NCCL at init, cold compile, Model Runner V2, packed KV groups) and on
+random points with the other flags drawn too."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from hypothesis import strategies as st
 from planner.errors import KvPlannerError
 from planner.gpus.catalog import all_gpus, lookup_gpu
 from planner.gpus.spec import GpuSpec
+from planner.memory.coefficients import DEFAULT_COEFFICIENTS
 from planner.models.catalog import all_models
 from planner.models.spec import ModelSpec
 from planner.plan import make_plan
@@ -225,15 +228,48 @@ def _args(draw: st.DrawFn) -> ServingArgs:
     if draw(st.integers(0, 4)) == 0:
         flags["num_gpu_blocks_override"] = draw(st.integers(min_value=1, max_value=100_000))
     if draw(st.integers(0, 5)) == 0:
-        flags["env"] = {"VLLM_USE_V1": draw(st.sampled_from(["0", "1"]))}
-    if draw(st.integers(0, 5)) == 0:
         flags["speculative_config"] = '{"method": "ngram", "num_speculative_tokens": 3}'
+    # The terms planned since the sweep was written: CUDA-graph capture flags, Model Runner V2 and its
+    # sampler, a cold compile, NCCL at init, the MXFP4 kernel, the vision encoder's profile.
+    names = draw(st.sets(st.sampled_from(sorted(_ENV)), max_size=3))
+    flags["env"] = {name: draw(st.sampled_from(_ENV[name])) for name in sorted(names)}
+    flags["performance_mode"] = draw(maybe() | st.sampled_from(["interactivity", "throughput"]))
+    flags["max_cudagraph_capture_size"] = draw(maybe() | maybe() | st.sampled_from([8, 64, 300, 1024]))
+    flags["nnodes"] = draw(st.sampled_from([1, 1, 1, 2]))
+    flags["moe_backend"] = draw(maybe() | st.sampled_from(["auto", "triton", "marlin", "flashinfer_cutlass"]))
+    flags["mxfp4_backend"] = draw(maybe() | maybe() | st.sampled_from(["marlin", "triton", "exact"]))
+    flags["mm_encoder_tp_mode"] = draw(maybe() | st.just("data"))
+    flags["limit_mm_per_prompt"] = draw(maybe() | maybe() | st.sampled_from(['{"image": 0}', '{"image": 2}']))
+    flags["language_model_only"] = draw(st.integers(0, 5)) == 0
+    flags["skip_mm_profiling"] = draw(st.integers(0, 5)) == 0
+    flags["mamba_ssm_cache_dtype"] = draw(st.sampled_from(["auto", "auto", "float32", "bfloat16"]))
     return ServingArgs(**flags)
+
+
+_ENV = {
+    "VLLM_USE_V1": ["0", "1"],
+    "VLLM_USE_V2_MODEL_RUNNER": ["0", "1"],
+    "VLLM_USE_STANDALONE_COMPILE": ["0", "1"],
+    "VLLM_USE_FLASHINFER_SAMPLER": ["0", "1"],
+    "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS": ["0"],
+    "NCCL_P2P_DISABLE": ["1"],
+}
+# Models whose plans hold the terms planned since the sweep was written, drawn as often as the catalog:
+# MXFP4 (gpt-oss), vision encoders, packed KV groups (DeepSeek-V4), Kimi delta attention, Mamba hybrids.
+_NEW_TERMS = [
+    m
+    for m in MODELS
+    if (m.quantization is not None and m.quantization.method == "mxfp4")
+    or m.vision is not None
+    or m.compressed_attention is not None
+    or (m.mamba is not None and m.mamba.kind == "kda")
+    or "M" in m.layer_pattern
+]
 
 
 @settings(max_examples=150, deadline=None, derandomize=True)
 @given(
-    model=st.sampled_from(MODELS),
+    model=st.sampled_from(MODELS) | st.sampled_from(_NEW_TERMS),
     gpus=st.lists(_gpu(), min_size=1, max_size=4),
     flags=st.lists(_args(), min_size=1, max_size=2),
     version=st.sampled_from(_RELEASES),
@@ -378,9 +414,10 @@ def test_the_bigger_gpu_search_on_every_model(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_gpus_of_one_class_differ_only_in_memory() -> None:
-    """The sweep plans a GPU class with its first member. A card that differs in any other field the class
-    key leaves out (name, compute capability, bandwidth, fp8 flag, NVLink, form factor) must plan alike:
-    this fails when the engine starts reading such a field."""
+    """The sweep plans a GPU class with its first member. A card that differs in a field the class key
+    leaves out (name, bandwidth, form factor, memory) must plan alike, and one that differs in a field the
+    key holds (compute capability, fp8 flag, NVLink) gets its own template: this fails when the engine
+    starts reading a field the key leaves out."""
     variants = []
     for name in ("A100-80GB", "H100-80GB", "L4", "T4", "MI300X"):
         gpu = lookup_gpu(name)
@@ -393,3 +430,185 @@ def test_gpus_of_one_class_differ_only_in_memory() -> None:
     for version in ("0.33.0", "0.10.1", None):
         points = [(model, gpu, ServingArgs()) for model in MODELS[::6] for gpu in variants]
         assert_same(points, version)
+
+
+def _models(*ids: str) -> list[ModelSpec]:
+    by_id = {m.id: m for m in MODELS}
+    return [by_id[i] for i in ids]
+
+
+def _gpus(*names: str) -> list[GpuSpec]:
+    return [lookup_gpu(name) for name in names]
+
+
+# The plan terms added after the sweep was written, each on the points that have it (every point also
+# through sweep_table; the GPUs of a class differ in memory and, here, in compute capability).
+_TERM_CASES: dict[str, tuple[list[str], list[str], list[ServingArgs], list[str | None]]] = {
+    # MXFP4 per-kernel weights and the kernel spread (up to 0.11 the kernel depends on the install).
+    "mxfp4": (
+        ["openai/gpt-oss-20b", "openai/gpt-oss-120b"],
+        ["A100-80GB", "A30", "A10", "H100-80GB", "H100-PCIe-80GB", "B200", "B300", "L40S"],
+        [
+            ServingArgs(),
+            ServingArgs(tensor_parallel_size=2),
+            ServingArgs(tensor_parallel_size=4, enable_expert_parallel=True),
+            ServingArgs(mxfp4_backend="marlin"),
+            ServingArgs(moe_backend="triton"),
+        ],
+        ["0.10.1", "0.11.0", "0.20.0", "0.24.0", "0.33.0"],
+    ),
+    # The vision encoder's profile run, its band term, encoder data parallel (0.11's towers) and MRV2.
+    "vision": (
+        [
+            "Qwen/Qwen3-VL-8B-Instruct",
+            "Qwen/Qwen2.5-VL-7B-Instruct",
+            "google/gemma-3-12b-it",
+            "llava-hf/llava-v1.6-mistral-7b-hf",
+            "Qwen/Qwen3.5-27B",
+            "google/gemma-4-31B-it",  # an estimated encoder profile (KVP131): the vision_encoder band term
+        ],
+        ["L4", "A100-80GB", "H100-80GB", "MI300X"],
+        [
+            ServingArgs(),
+            ServingArgs(tensor_parallel_size=2, mm_encoder_tp_mode="data"),
+            ServingArgs(limit_mm_per_prompt='{"image": 0}'),
+            ServingArgs(skip_mm_profiling=True, max_num_seqs=64),
+        ],
+        ["0.10.1", "0.11.0", "0.26.0", "0.27.0", "0.33.0"],
+    ),
+    # NCCL's channel buffers at TP communicator creation (up to 0.10.1.1; not on NVSwitch, not without P2P).
+    "nccl_at_init": (
+        ["meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-30B-A3B"],
+        ["A100-80GB", "A100-40GB", "L40S", "H100-80GB", "H100-PCIe-80GB"],
+        [
+            ServingArgs(tensor_parallel_size=2),
+            ServingArgs(tensor_parallel_size=4),
+            ServingArgs(tensor_parallel_size=2, env={"NCCL_P2P_DISABLE": "1"}),
+            ServingArgs(tensor_parallel_size=2, pipeline_parallel_size=2),
+        ],
+        ["0.7.2", "0.8.0", "0.10.1.1", "0.10.2"],
+    ),
+    # A cold compile's embedding copy (the compile_cache term) and Model Runner V2 with its sampler.
+    "cold_compile_runner_v2": (
+        ["meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-30B-A3B", "google/gemma-3-4b-it"],
+        ["L4", "A100-80GB", "H100-80GB", "B200"],
+        [
+            ServingArgs(),
+            ServingArgs(enforce_eager=True),
+            ServingArgs(env={"VLLM_USE_STANDALONE_COMPILE": "0"}),
+            ServingArgs(env={"VLLM_USE_V2_MODEL_RUNNER": "1"}),
+            ServingArgs(env={"VLLM_USE_V2_MODEL_RUNNER": "0", "VLLM_USE_FLASHINFER_SAMPLER": "0"}),
+            ServingArgs(pipeline_parallel_size=2, env={"VLLM_USE_V2_MODEL_RUNNER": "1"}),
+            ServingArgs(performance_mode="interactivity", max_cudagraph_capture_size=64),
+        ],
+        ["0.20.0", "0.26.0", "0.27.0", "0.29.0", "0.31.0", "0.33.0"],
+    ),
+    # Packed KV groups (DeepSeek-V4, 0.29+) and a hybrid whose block follows the Mamba state (Kimi-Linear).
+    "packed_groups": (
+        [
+            "deepseek-ai/DeepSeek-V4-Flash",
+            "moonshotai/Kimi-Linear-48B-A3B-Instruct",
+            "Qwen/Qwen3-Next-80B-A3B-Instruct",
+        ],
+        ["H100-80GB", "H200-141GB", "B200", "A100-80GB"],
+        [
+            ServingArgs(tensor_parallel_size=4, kv_cache_dtype="fp8"),
+            ServingArgs(tensor_parallel_size=8, kv_cache_dtype="fp8", max_model_len=-1),
+            ServingArgs(tensor_parallel_size=4, max_model_len=32768),
+            ServingArgs(tensor_parallel_size=4, pipeline_parallel_size=2, mamba_ssm_cache_dtype="bfloat16"),
+        ],
+        ["0.28.0", "0.29.0", "0.32.0", "0.33.0"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_TERM_CASES))
+def test_the_terms_planned_since_the_sweep_was_written(case: str) -> None:
+    ids, gpu_names, flags, versions = _TERM_CASES[case]
+    models, gpus = _models(*ids), _gpus(*gpu_names)
+    for version in versions:
+        assert_same([(model, gpu, args) for model in models for gpu in gpus for args in flags], version)
+
+
+@pytest.mark.parametrize("case", sorted(_TERM_CASES))
+def test_the_terms_planned_since_the_sweep_was_written_with_an_unknown_release(case: str) -> None:
+    ids, gpu_names, flags, _ = _TERM_CASES[case]
+    assert_same(
+        [(model, gpu, args) for model in _models(*ids) for gpu in _gpus(*gpu_names[:2]) for args in flags[:2]], None
+    )
+
+
+def test_the_cases_hold_the_terms_they_name() -> None:
+    """Each case above plans its term somewhere (else it would check nothing new)."""
+    from planner.plan.build import predict
+
+    def engines(case: str) -> list[Any]:
+        ids, gpu_names, flags, versions = _TERM_CASES[case]
+        found = []
+        for model in _models(*ids):
+            for gpu in _gpus(*gpu_names):
+                for args in flags:
+                    for version in versions:
+                        try:
+                            found.append(predict(model, gpu, args, vllm_version=version).engine)
+                        except KvPlannerError:
+                            continue
+        return found
+
+    assert any(e.mxfp4 is not None and e.mxfp4_spread_bytes > 0 for e in engines("mxfp4"))
+    vision = engines("vision")
+    assert any(e.encoder is not None for e in vision) and any(e.encoder_band_bytes > 0 for e in vision)
+    assert any(e.nccl_at_init_bytes > 0 for e in engines("nccl_at_init"))
+    compiled = engines("cold_compile_runner_v2")
+    assert any(e.cold_compile_bytes > 0 for e in compiled) and any(e.model_runner_v2 for e in compiled)
+    assert any(e.grouping.packed for e in engines("packed_groups"))
+
+
+def test_releases_planned_once_for_an_unknown_release_compute_alike() -> None:
+    """release_fixed_bytes plans rows that differ only in their number once: each row planned on its own
+    gives the same list, on flags whose terms compare the release number (encoder data parallel,
+    Kimi-Linear's --mamba-ssm-cache-dtype, the YaRN rules, a drafter)."""
+    from planner.plan.build import _engine_stage, release_fixed_bytes
+
+    checked = _models(
+        "Qwen/Qwen2.5-VL-7B-Instruct",
+        "moonshotai/Kimi-Linear-48B-A3B-Instruct",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "openai/gpt-oss-20b",
+        "deepseek-ai/DeepSeek-V4-Flash",
+    )
+    flags = [
+        ServingArgs(),
+        ServingArgs(tensor_parallel_size=2, mm_encoder_tp_mode="data"),
+        ServingArgs(tensor_parallel_size=4, mamba_ssm_cache_dtype="bfloat16"),
+        ServingArgs(tensor_parallel_size=8, kv_cache_dtype="fp8"),
+        ServingArgs(speculative_config='{"method": "ngram", "num_speculative_tokens": 3}'),
+    ]
+    gpu = lookup_gpu("H100-80GB")
+    for model in checked:
+        for args in flags:
+            one_by_one = []
+            for row in RELEASES:
+                if not row.v1_default:
+                    continue
+                try:
+                    _, release, *_, engine = _engine_stage(
+                        model,
+                        gpu,
+                        args,
+                        vllm_version=row.since,
+                        coefficients=DEFAULT_COEFFICIENTS,
+                        corrections=None,
+                        draft=None,
+                    )
+                except KvPlannerError:
+                    continue
+                one_by_one.append(
+                    (release.budget_ceil, max(stage.budget_bytes - stage.kv_bytes for stage in engine.memory))
+                )
+            utilization = args.gpu_memory_utilization or 0.9
+            pinned = args.model_copy(update={"gpu_memory_utilization": utilization})
+            got = release_fixed_bytes(
+                model, gpu, pinned, utilization, coefficients=DEFAULT_COEFFICIENTS, corrections=None
+            )
+            assert got == one_by_one, (model.id, args)
