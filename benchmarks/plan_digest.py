@@ -5,6 +5,9 @@ Run it on two checkouts and compare the digests:
     PYTHONPATH=OLD python benchmarks/plan_digest.py
     PYTHONPATH=.   python benchmarks/plan_digest.py
 
+(the script only needs ``make_plan`` and ``fleet_rows``: an older checkout runs this copy of it).
+``--releases 0.7.2,0.26.0,unknown`` plans other releases than the default three (``unknown``: no version).
+
 It hashes the JSON of ``make_plan`` (recommendation, alternatives and the bigger GPUs ``planner recommend``
 offers) for every catalog model x every third catalog GPU x {auto, fp8} KV cache x TP {1, 2, 4} x vLLM
 {unknown, 0.10.1, 0.20.0} (refusals by their message), the catalog table (``fleet_rows``) of every GPU x
@@ -33,10 +36,10 @@ from planner.vllm.args import ServingArgs
 RELEASES = (None, "0.10.1", "0.20.0")
 
 
-def lines() -> list[str]:
+def lines(releases: tuple[str | None, ...] = RELEASES) -> list[str]:
     gpus, models = list(all_gpus()), list(all_models())
     out = []
-    for release in RELEASES:
+    for release in releases:
         for gpu in gpus[::3]:
             bigger = sorted(
                 (g for g in gpus if g.vendor == gpu.vendor and g.memory_bytes > gpu.memory_bytes),
@@ -74,9 +77,16 @@ def lines() -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, help="write every hashed line here")
+    parser.add_argument(
+        "--releases",
+        help="comma-separated vLLM releases to plan, 'unknown' for none (default: unknown,0.10.1,0.20.0)",
+    )
     options = parser.parse_args()
+    releases = RELEASES
+    if options.releases:
+        releases = tuple(None if r.strip() == "unknown" else r.strip() for r in options.releases.split(","))
     start = time.process_time()
-    found = lines()
+    found = lines(releases)
     digest = hashlib.sha256("\n".join(found).encode()).hexdigest()
     if options.out:
         options.out.write_text("\n".join(found) + "\n")
