@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from planner.kv.grouping import Grouping
 from planner.kv.specs import LayerCache
-from planner.units import GiB
+from planner.units import GiB, cdiv
 
 _DOCS = " See https://docs.vllm.ai/en/latest/configuration/conserving_memory/ for more details."
 
@@ -44,6 +44,60 @@ class StageKv:
         if self.bytes_per_block <= 0:
             return 1  # attention-free stage: vLLM keeps one (null) block
         return max(0, self.available_bytes // self.bytes_per_block)
+
+
+@dataclass(frozen=True)
+class FitTerms:
+    """Bytes one request of ``t`` tokens needs: ``constant + sum(coef x cdiv(min(cap, cdiv(t, div)), block))``
+    over ``terms`` of ``(coef, cap, div, block)`` (``cap`` None: no cap). Every spec's
+    :meth:`LayerCache.blocks_for` is one such term (constant blocks and a sliding window's extra block go
+    into ``constant``), so a stage's need is a short sum however many layers and groups it has."""
+
+    constant: int
+    terms: tuple[tuple[int, int | None, int, int], ...]
+
+    @classmethod
+    def of(cls, weighted: list[tuple[LayerCache, int]], *, in_flight: int, dcp: int) -> FitTerms:
+        constant = 0
+        terms: list[tuple[int, int | None, int, int]] = []
+        for spec, coef in weighted:
+            if spec.const_blocks is not None:
+                constant += coef * spec.const_blocks
+            elif spec.kind in ("sliding_window", "chunked_local"):
+                cap = spec.tokens_cap(in_flight)
+                assert cap is not None
+                if spec.kind == "sliding_window":
+                    constant += coef
+                terms.append((coef, cap, 1, spec.block_size))
+            else:
+                terms.append((coef, None, dcp, spec.block_size))
+        return cls(constant=constant, terms=tuple(terms))
+
+    def needed(self, tokens: int) -> int:
+        total = self.constant
+        for coef, cap, div, block in self.terms:
+            t = cdiv(tokens, div)
+            total += coef * cdiv(t if cap is None else min(cap, t), block)
+        return total
+
+    def longest(self, budget: int, upper: int) -> int | None:
+        """A guess of the largest length in [1, upper] whose need fits ``budget``: exact once every capped
+        term is saturated and the uncapped ones share one block size (None when they do not)."""
+        rest = self.constant
+        growing: set[tuple[int, int]] = set()
+        weight = 0
+        for coef, cap, div, block in self.terms:
+            if cap is None:
+                growing.add((div, block))
+                weight += coef
+            else:
+                rest += coef * cdiv(cap, block)
+        if not growing:
+            return upper
+        if len(growing) > 1 or weight <= 0:
+            return None
+        ((div, block),) = growing
+        return max(1, min(upper, (budget - rest) // weight * block * div))
 
 
 @dataclass
@@ -72,7 +126,10 @@ class KvLayout:
 
     def blocks_per_request(self, tokens: int) -> int:
         """Blocks one request of ``tokens`` tokens holds, summed over groups."""
-        return sum(group.blocks_for(tokens, in_flight=self.in_flight, dcp=self.dcp) for group in self.grouping.groups)
+        return sum(
+            count * group.blocks_for(tokens, in_flight=self.in_flight, dcp=self.dcp)
+            for group, count in self.grouping.request_groups
+        )
 
     # --- the fit check -----------------------------------------------------------------------------
 
@@ -121,15 +178,42 @@ class KvLayout:
             budget = self.check_memory(stage)
             if self.needed_bytes(stage, 1) > budget:
                 return 0
-            lo, hi, found = 1, upper, 1
-            while lo <= hi:
-                mid = (lo + hi) // 2
-                if self.needed_bytes(stage, mid) <= budget:
-                    found, lo = mid, mid + 1
-                else:
-                    hi = mid - 1
+            # The need grows with the length, so vLLM's search finds the largest length that fits. The
+            # closed form of the need's terms guesses it; two evaluations of the need itself prove it (it fits
+            # and one token more does not), else the search runs as vLLM's does.
+            # A packed group's need is the most any member needs (KvGroup.blocks_for), not a sum of terms.
+            guess = upper >= 1 and not self.grouping.packed
+            found = self.fit_terms(stage).longest(budget, upper) if guess else None
+            if found is None or not (
+                self.needed_bytes(stage, found) <= budget
+                and (found == upper or self.needed_bytes(stage, found + 1) > budget)
+            ):
+                lo, hi, found = 1, upper, 1
+                while lo <= hi:
+                    mid = (lo + hi) // 2
+                    if self.needed_bytes(stage, mid) <= budget:
+                        found, lo = mid, mid + 1
+                    else:
+                        hi = mid - 1
             best = min(best, found)
         return best
+
+    def fit_terms(self, stage: StageKv) -> FitTerms:
+        """:meth:`needed_bytes` of one stage as a sum of terms (see :class:`FitTerms`)."""
+        page = self.grouping.page_bytes
+        weighted: list[tuple[LayerCache, int]]
+        if self.fit_check == "per_layer":
+            counts: dict[LayerCache, int] = {}
+            for spec in self.raw_layers[stage.first_layer : stage.first_layer + stage.num_layers]:
+                if spec is not None:
+                    counts[spec] = counts.get(spec, 0) + 1
+            weighted = [(spec, spec.page_bytes * count) for spec, count in counts.items()]
+        elif self.fit_check in ("first_group_global", "first_group"):
+            slots = self.grouping.group_size if self.fit_check == "first_group_global" else stage.group_slots
+            weighted = [(self.grouping.groups[0].spec, slots * page)]
+        else:
+            weighted = [(spec, stage.bytes_per_block * count) for spec, count in self.grouping.spec_counts]
+        return FitTerms.of(weighted, in_flight=self.in_flight, dcp=self.dcp)
 
     def limiting_fit_stage(self, tokens: int) -> StageKv:
         """The stage whose fit check fails first (the one vLLM reports)."""

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from planner.errors import UnsupportedArchitectureError
 from planner.findings import Code, Finding
@@ -60,6 +61,8 @@ class Grouping:
     warnings: list[Finding] = field(default_factory=list)
     packed: bool = False
     """Groups of mixed page sizes packed block-outermost (``_get_packed_kv_cache_groups``)."""
+    _stage_slots: dict[tuple[int, int, int], int] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """:func:`stage_group_size` per stage range, filled on first use."""
 
     @property
     def page_bytes(self) -> int:
@@ -69,6 +72,28 @@ class Grouping:
         """Packed groups: one block id's bytes on a stage, the widest group's pages there
         (``_get_kv_cache_bytes_per_block`` for a block-outermost layout)."""
         return max((group.stage_bytes(stage_layers) for group in self.groups), default=0)
+
+    @cached_property
+    def spec_counts(self) -> tuple[tuple[LayerCache, int], ...]:
+        """Each distinct group spec with the number of groups that have it (a hybrid model's groups
+        repeat a few specs: sums over groups are sums over these, computed once per grouping). A packed
+        group counts by its first member's spec here, as the plan's group report shows it; what a request
+        holds in it is :attr:`request_groups`."""
+        counts: dict[LayerCache, int] = {}
+        for group in self.groups:
+            counts[group.spec] = counts.get(group.spec, 0) + 1
+        return tuple(counts.items())
+
+    @cached_property
+    def request_groups(self) -> tuple[tuple[KvGroup, int], ...]:
+        """One group of each kind a request's blocks depend on, with how many groups are alike
+        (:meth:`KvGroup.blocks_for` reads only the spec, or a packed group's set of member specs)."""
+        counts: dict[tuple[LayerCache, frozenset[LayerCache]], tuple[KvGroup, int]] = {}
+        for group in self.groups:
+            key = (group.spec, frozenset(group.members))
+            first, count = counts.get(key, (group, 0))
+            counts[key] = (first, count + 1)
+        return tuple(counts.values())
 
 
 def _unify_page_sizes(specs: list[LayerCache], *, pad: bool = False) -> list[LayerCache]:
@@ -107,7 +132,8 @@ def group_layers(
     if not indexed:
         return Grouping(groups=[], group_size=0)
     specs = [spec for _, spec in indexed]
-    if len(set(specs)) == 1:
+    first = specs[0]
+    if all(spec is first for spec in specs) or len(set(specs)) == 1:
         return Grouping(groups=[KvGroup(specs[0], tuple(i for i, _ in indexed))], group_size=len(indexed))
 
     specs = _unify_page_sizes(specs, pad=pad_pages)
@@ -223,6 +249,11 @@ def stage_group_size(grouping: Grouping, stage_layers: range) -> int:
     (vLLM projects the global groups onto each worker's layers)."""
     if not grouping.groups:
         return 0
-    if len(grouping.groups) == 1:
-        return sum(1 for i in grouping.groups[0].layers if i in stage_layers)
-    return max(sum(1 for i in group.layers if i in stage_layers) for group in grouping.groups)
+    # A grouping is shared by every plan of a model (planner/plan/engine.py memoizes it) and never changed:
+    # the count is computed once per stage range.
+    key = (stage_layers.start, stage_layers.stop, stage_layers.step)
+    found = grouping._stage_slots.get(key)
+    if found is None:
+        found = max(sum(1 for i in group.layers if i in stage_layers) for group in grouping.groups)
+        grouping._stage_slots[key] = found
+    return found

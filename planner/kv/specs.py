@@ -209,6 +209,46 @@ def hybrid_block_size(
     return max(requested, needed)
 
 
+def _letter_spec(
+    model: ModelSpec,
+    letter: str,
+    block_size: int,
+    per_token: int,
+    state: int,
+    attention_page: int,
+    full_page: int,
+    mamba_blocks_per_request: int | None,
+    *,
+    unify: bool,
+    sliding_block_size: int | None,
+) -> tuple[LayerCache | None, LayerCache | None]:
+    """(the spec of a layer of this letter, the spec after the hybrid manager's unification)."""
+    spec: LayerCache | None
+    if letter == "N":
+        return None, None
+    if letter == "M":
+        page = max(state, attention_page) if per_token else state
+        spec = LayerCache("mamba", page, block_size, const_blocks=mamba_blocks_per_request)
+    elif letter == "F":
+        spec = LayerCache("full", full_page, block_size)
+    elif letter == "S":
+        window_block = sliding_block_size or block_size
+        spec = LayerCache("sliding_window", per_token * window_block, window_block, window=model.sliding_window)
+    else:
+        spec = LayerCache("chunked_local", attention_page, block_size, window=model.attention_chunk_size)
+    if unify and spec.kind in ("sliding_window", "chunked_local"):
+        if full_page != attention_page:
+            # vLLM merges the full specs of both shapes into one group (UniformTypeKVCacheSpecs) whose
+            # block holds every layer's page: not modelled, so refused rather than sized wrongly.
+            raise UnsupportedArchitectureError(
+                f"{model.id}: with the hybrid KV cache manager off, full and sliding layers of different "
+                "KV shapes share one group (vLLM UniformTypeKVCacheSpecs); kv-planner does not model it",
+                field="--disable-hybrid-kv-cache-manager",
+            )
+        return spec, LayerCache("full", attention_page, block_size)
+    return spec, spec
+
+
 @dataclass(frozen=True)
 class RankLayout:
     """What one TP rank stores per layer, before grouping."""
@@ -251,34 +291,27 @@ def build_layer_caches(
     # Gemma-4: the full layers' page differs from the sliding layers'; the grouping unifies them.
     full_page = attention_bytes_per_token(model, kv, tp, full=True) * block_size if per_token else 0
     has_full = "F" in model.layer_pattern
+    # Every layer of one letter has the same spec: one object per letter (grouping compares them).
+    by_letter: dict[str, tuple[LayerCache | None, LayerCache | None]] = {}
     layers: list[LayerCache | None] = []
     raw: list[LayerCache | None] = []
     for letter in model.layer_pattern:
-        spec: LayerCache | None
-        if letter == "N":
-            spec = None
-        elif letter == "M":
-            page = max(state, attention_page) if per_token else state
-            spec = LayerCache("mamba", page, block_size, const_blocks=mamba_blocks_per_request)
-        elif letter == "F":
-            spec = LayerCache("full", full_page, block_size)
-        elif letter == "S":
-            window_block = sliding_block_size or block_size
-            spec = LayerCache("sliding_window", per_token * window_block, window_block, window=model.sliding_window)
-        else:
-            spec = LayerCache("chunked_local", attention_page, block_size, window=model.attention_chunk_size)
-        raw.append(spec)
-        if spec is not None and unify_hybrid and has_full and spec.kind in ("sliding_window", "chunked_local"):
-            if full_page != attention_page:
-                # vLLM merges the full specs of both shapes into one group (UniformTypeKVCacheSpecs) whose
-                # block holds every layer's page: not modelled, so refused rather than sized wrongly.
-                raise UnsupportedArchitectureError(
-                    f"{model.id}: with the hybrid KV cache manager off, full and sliding layers of different "
-                    "KV shapes share one group (vLLM UniformTypeKVCacheSpecs); kv-planner does not model it",
-                    field="--disable-hybrid-kv-cache-manager",
-                )
-            spec = LayerCache("full", attention_page, block_size)
-        layers.append(spec)
+        found = by_letter.get(letter)
+        if found is None:
+            found = by_letter[letter] = _letter_spec(
+                model,
+                letter,
+                block_size,
+                per_token,
+                state,
+                attention_page,
+                full_page,
+                mamba_blocks_per_request,
+                unify=unify_hybrid and has_full,
+                sliding_block_size=sliding_block_size,
+            )
+        raw.append(found[0])
+        layers.append(found[1])
     return RankLayout(
         layers=layers,
         raw_layers=raw,

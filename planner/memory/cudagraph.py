@@ -7,6 +7,8 @@ layers keep larger fused-MoE buffers. ``--enforce-eager`` captures nothing.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from planner.memory.coefficients import MemoryCoefficients
 
 
@@ -81,11 +83,27 @@ def cuda_graph_bytes(
 ) -> int:
     if enforce_eager or layers_on_rank == 0:
         return 0
-    sizes = capture_sizes(
-        max_num_seqs, max_num_batched_tokens, rule, limit, explicit_max=explicit_max, interactivity=interactivity
-    )
-    scale = len(sizes) / coefficients.cudagraph_reference_sizes
+    count = _capture_count(max_num_seqs, max_num_batched_tokens, rule, limit, explicit_max, interactivity)
+    scale = count / coefficients.cudagraph_reference_sizes
     per_rank_base = coefficients.cudagraph_base_bytes / max(1.0, tp**0.5)
     depth = coefficients.cudagraph_bytes_per_layer * layers_on_rank
     moe = coefficients.cudagraph_bytes_per_moe_layer * moe_layers_on_rank
     return int(per_rank_base + scale * (depth + moe))
+
+
+@lru_cache(maxsize=1024)
+def _capture_count(
+    max_num_seqs: int,
+    max_num_batched_tokens: int | None,
+    rule: str,
+    limit: int,
+    explicit_max: int | None,
+    interactivity: bool,
+) -> int:
+    # A few (max_num_seqs, max_num_batched_tokens) pairs per release recur in every plan and every release
+    # of an unknown release's spread: the list is built once per set of inputs.
+    return len(
+        capture_sizes(
+            max_num_seqs, max_num_batched_tokens, rule, limit, explicit_max=explicit_max, interactivity=interactivity
+        )
+    )

@@ -7,7 +7,7 @@ plan.kv_cache.num_gpu_blocks, plan.fits, plan.recommendation.vllm_args
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from planner.errors import PlannerInputError
@@ -122,7 +122,17 @@ def make_plan(
     if plan.recommendation is not None and workload_limit is not None:
         plan.recommendation.notes = notes
     if with_alternatives:
-        options = alternatives(plan, model, gpu, args, replan=replan, bigger_gpus=bigger_gpus)
+        search: Callable[[Sequence[GpuSpec]], int | None] | None = None
+        if corrections is None and draft is None and bigger_gpus and not plan.fits:
+            # The bigger GPUs through the batched sweep (which takes no corrections or draft model).
+            from planner.plan.sweep import first_fitting_gpu
+
+            def search(gpus: Sequence[GpuSpec]) -> int | None:
+                return first_fitting_gpu(
+                    model, gpus, args, vllm_version=vllm_version, coefficients=coefficients, spread_hint=spread
+                )
+
+        options = alternatives(plan, model, gpu, args, replan=replan, bigger_gpus=bigger_gpus, first_fitting=search)
         plan.alternatives = [alt for alt, _ in options]
         if plan.recommendation is None or not plan.fits:
             fitting = next(((alt, alt_plan) for alt, alt_plan in options if alt.fits), None)

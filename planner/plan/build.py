@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from planner.errors import InvalidArgumentError, KvPlannerError
 from planner.findings import Code, Finding, fix_args
@@ -12,7 +13,7 @@ from planner.kv.dtypes import is_approximate
 from planner.kv.specs import kv_bytes_per_token_all_layers, mamba_state_bytes
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.models.spec import ModelSpec
-from planner.plan.engine import EngineLayout, TermCorrections, compute_engine, kv_layout
+from planner.plan.engine import EngineLayout, TermCorrections, compute_engine, kv_layout, memory_budget
 from planner.plan.margin import activation_kind, kv_band
 from planner.plan.models import (
     GpuReport,
@@ -170,6 +171,57 @@ def _engine_stage(
     return version, release, warnings, max_len, auto, resolved, engine
 
 
+FitFailure = Literal["", "weights", "no_memory", "auto", "length"]
+
+
+def startup_fit(
+    layout: KvLayout, max_len: int, auto: bool, *, weights_bytes: int | None, budget_bytes: int
+) -> tuple[bool, FitFailure, int]:
+    """vLLM's startup checks on a KV layout: (fits, which check failed, the context in force — the
+    auto-fit one for ``--max-model-len auto``). ``weights_bytes``: the heaviest stage's weights, None when
+    the KV memory was given (a log's figure), so the weights are known to have loaded."""
+    if weights_bytes is not None and weights_bytes >= budget_bytes:
+        return False, "weights", max_len
+    if min(stage.available_bytes for stage in layout.stages) <= 0:
+        return False, "no_memory", max_len
+    if auto:
+        fit = layout.max_len_that_fits(max_len)
+        if fit <= 0:
+            return False, "auto", max_len
+        return True, "", min(max_len, fit)
+    if layout.fits(max_len):
+        return True, "", max_len
+    return False, "length", max_len
+
+
+def fit_error_message(
+    failure: FitFailure,
+    layout: KvLayout,
+    release: Release,
+    max_len: int,
+    *,
+    weights_bytes: int,
+    budget_bytes: int,
+    utilization: float,
+    memory_bytes: int,
+) -> str:
+    """The error vLLM raises for the failed check of :func:`startup_fit`."""
+    if failure == "weights":
+        return (
+            f"Model weights ({weights_bytes / GiB:.2f} GiB per GPU) do not fit in the memory budget "
+            f"({budget_bytes / GiB:.2f} GiB = {utilization:g} x {memory_bytes / GiB:.2f} GiB): vLLM fails "
+            "while loading the model (CUDA out of memory)"
+        )
+    if failure == "no_memory":
+        return no_memory_text(release.fit_error_style)
+    if failure == "auto":
+        return (
+            "Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single "
+            "token. Try increasing `gpu_memory_utilization`."
+        )
+    return fit_error_text(layout, max_len, release.fit_error_style)
+
+
 def predict(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -193,40 +245,37 @@ def predict(
     else:
         available = [stage.kv_bytes for stage in engine.memory]
     layout = kv_layout(engine, release, resolved, args, available)
-    fit_error: str | None = None
+    before = max_len
     heaviest = max(engine.memory, key=lambda stage: stage.weights_bytes)
-    if available_override is None and heaviest.weights_bytes >= heaviest.budget_bytes:
-        fits = False
-        fit_error = (
-            f"Model weights ({heaviest.weights_bytes / GiB:.2f} GiB per GPU) do not fit in the memory budget "
-            f"({heaviest.budget_bytes / GiB:.2f} GiB = {resolved.gpu_memory_utilization:g} x "
-            f"{gpu.memory_bytes / GiB:.2f} GiB): vLLM fails while loading the model (CUDA out of memory)"
+    fits, failure, max_len = startup_fit(
+        layout,
+        max_len,
+        auto,
+        weights_bytes=heaviest.weights_bytes if available_override is None else None,
+        budget_bytes=heaviest.budget_bytes,
+    )
+    fit_error = (
+        None
+        if fits
+        else fit_error_message(
+            failure,
+            layout,
+            release,
+            max_len,
+            weights_bytes=heaviest.weights_bytes,
+            budget_bytes=heaviest.budget_bytes,
+            utilization=resolved.gpu_memory_utilization,
+            memory_bytes=gpu.memory_bytes,
         )
-    elif min(available) <= 0:
-        fits = False
-        fit_error = no_memory_text(release.fit_error_style)
-    elif auto:
-        fit = layout.max_len_that_fits(max_len)
-        if fit <= 0:
-            fits = False
-            fit_error = (
-                "Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single "
-                "token. Try increasing `gpu_memory_utilization`."
+    )
+    if fits and auto and max_len < before:
+        warnings.append(
+            Finding.of(
+                Code.AUTO_FIT_CONTEXT,
+                f"--max-model-len auto: vLLM will reduce the context from {before} to {max_len}",
+                fix=fix_args(["--max-model-len", str(max_len)]),
             )
-        else:
-            if fit < max_len:
-                warnings.append(
-                    Finding.of(
-                        Code.AUTO_FIT_CONTEXT,
-                        f"--max-model-len auto: vLLM will reduce the context from {max_len} to {fit}",
-                        fix=fix_args(["--max-model-len", str(fit)]),
-                    )
-                )
-            max_len, fits = min(max_len, fit), True
-    else:
-        fits = layout.fits(max_len)
-        if not fits:
-            fit_error = fit_error_text(layout, max_len, release.fit_error_style)
+        )
     if model.compressed_attention is not None:
         warnings.append(_window_blocks_note(layout, max_len))
     return Prediction(
@@ -346,25 +395,96 @@ def version_spread(
     """How much less KV memory (limiting stage) any checked V1 release computes for the same flags than
     the release planned: the uncertainty of a plan whose vLLM version is unknown. The utilization is
     pinned to the planned one, since the recommended flags spell it out."""
-    pinned = args.model_copy(update={"gpu_memory_utilization": prediction.resolved.gpu_memory_utilization})
+    utilization = prediction.resolved.gpu_memory_utilization
+    fixed = release_fixed_bytes(
+        model, gpu, args, utilization, coefficients=coefficients, corrections=corrections, draft=draft
+    )
     planned = min(prediction.layout.stages, key=lambda s: s.available_bytes).available_bytes
-    least = planned
+    return spread_from_fixed(planned, gpu.memory_bytes, utilization, fixed)
+
+
+def release_fixed_bytes(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    args: ServingArgs,
+    utilization: float,
+    *,
+    coefficients: MemoryCoefficients,
+    corrections: TermCorrections | None,
+    draft: ModelSpec | None = None,
+) -> list[tuple[bool, int]]:
+    """Per checked V1 release that takes these flags: (budget rounded up, the most memory any stage needs
+    besides the KV cache). A stage's KV memory is the budget minus that, so :func:`spread_from_fixed` gives
+    the spread for any GPU whose memory is all that differs (planner/plan/sweep.py)."""
+    pinned = args.model_copy(update={"gpu_memory_utilization": utilization})
+    out = []
+    seen: dict[tuple[object, ...], tuple[bool, int] | None] = {}
     for row in RELEASES:
         if not row.v1_default:
             continue
-        try:
-            *_, other = _engine_stage(
-                model,
-                gpu,
-                pinned,
-                vllm_version=row.since,
-                coefficients=coefficients,
-                corrections=corrections,
-                draft=draft,
-            )
-        except KvPlannerError:
-            continue  # a flag that release does not have: it would not run these flags at all
-        least = min(least, *(stage.kv_bytes for stage in other.memory))
+        # Rows that differ only in their release number (0.15/0.16, 0.22-0.24) compute the same stage unless
+        # the number itself changes something: the derived context, the architecture's support, a drafter,
+        # the release thresholds the engine stage compares the number with (_NUMBER_THRESHOLDS).
+        version = Version.parse(row.since)
+        key = (
+            _row_behaviour(row),
+            derived_length(model, version),
+            _architecture_refused(model, version),
+            row.since if args.speculative_config else None,
+            tuple(version >= threshold for threshold in _NUMBER_THRESHOLDS),
+        )
+        if key not in seen:
+            try:
+                _, release, *_, other = _engine_stage(
+                    model,
+                    gpu,
+                    pinned,
+                    vllm_version=row.since,
+                    coefficients=coefficients,
+                    corrections=corrections,
+                    draft=draft,
+                )
+                seen[key] = (
+                    release.budget_ceil,
+                    max(stage.budget_bytes - stage.kv_bytes for stage in other.memory),
+                )
+            except KvPlannerError:
+                seen[key] = None  # a flag that release does not have: it would not run these flags at all
+        found = seen[key]
+        if found is not None:
+            out.append(found)
+    return out
+
+
+_BEHAVIOUR: dict[str, str] = {}
+# Release numbers the engine stage compares a row's own number with, besides its fields: the towers that take
+# --mm-encoder-tp-mode data (planner/plan/multimodal.py, 0.11.0) and Kimi-Linear's reading of
+# --mamba-ssm-cache-dtype (planner/plan/engine.py _KDA_SSM_FLAG_FROM, 0.32.0). A new comparison of the number in
+# the engine stage belongs here.
+_NUMBER_THRESHOLDS = (Version.parse("0.11.0"), Version.parse("0.32.0"))
+
+
+def _row_behaviour(row: Release) -> str:
+    """Every field of a release row but its number and evidence (computed once per row)."""
+    found = _BEHAVIOUR.get(row.since)
+    if found is None:
+        found = _BEHAVIOUR[row.since] = repr(sorted(row.model_dump(exclude={"since", "evidence"}).items()))
+    return found
+
+
+def _architecture_refused(model: ModelSpec, version: Version) -> bool:
+    try:
+        check_architecture(model.architecture, version)
+    except KvPlannerError:
+        return True
+    return False
+
+
+def spread_from_fixed(planned: int, memory_bytes: int, utilization: float, fixed: list[tuple[bool, int]]) -> int:
+    """``planned`` minus the least KV memory of the releases in ``fixed`` (:func:`release_fixed_bytes`)."""
+    least = planned
+    for ceil, need in fixed:
+        least = min(least, memory_budget(memory_bytes, utilization, ceil=ceil) - need)
     return planned - least
 
 
@@ -406,14 +526,39 @@ def margin_band(
         cold_compile_bytes=prediction.engine.cold_compile_bytes,
         nccl_at_init_bytes=prediction.engine.nccl_at_init_bytes,
     )
-    low = [stage.available_bytes - band.down_bytes for stage in prediction.layout.stages]
-    layout = kv_layout(prediction.engine, prediction.release, prediction.resolved, args, low)
-    derived = derived_length(model, prediction.version)
-    blocks = layout.num_gpu_blocks if min(low) > 0 else 0
-    band.num_gpu_blocks_low = blocks
-    band.max_model_len_fits_low = blocks > 0 and layout.fits(prediction.max_model_len)
-    band.estimated_max_model_len_low = layout.max_len_that_fits(max(derived, prediction.max_model_len)) if blocks else 0
+    (
+        band.num_gpu_blocks_low,
+        band.max_model_len_fits_low,
+        band.estimated_max_model_len_low,
+    ) = band_low_end(
+        prediction.engine,
+        prediction.release,
+        prediction.resolved,
+        args,
+        [stage.available_bytes for stage in prediction.layout.stages],
+        band.down_bytes,
+        prediction.max_model_len,
+        derived_length(model, prediction.version),
+    )
     return band
+
+
+def band_low_end(
+    engine: EngineLayout,
+    release: Release,
+    resolved: ResolvedArgs,
+    args: ServingArgs,
+    available: list[int],
+    down_bytes: int,
+    max_len: int,
+    derived: int,
+) -> tuple[int, bool, int]:
+    """What vLLM would make of the band's low end: (blocks, the context still fits, the longest context)."""
+    low = [stage - down_bytes for stage in available]
+    layout = kv_layout(engine, release, resolved, args, low)
+    blocks = layout.num_gpu_blocks if min(low) > 0 else 0
+    fits = blocks > 0 and layout.fits(max_len)
+    return blocks, fits, layout.max_len_that_fits(max(derived, max_len)) if blocks else 0
 
 
 def plan_without_recommendation(

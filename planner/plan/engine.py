@@ -409,6 +409,13 @@ def compiles_with_autotune_examples(model: ModelSpec, args: ServingArgs, release
     return model.vision is None or vision_tower_disabled(model, args)
 
 
+def memory_budget(memory_bytes: int, utilization: float, *, ceil: bool) -> int:
+    """The bytes vLLM may use on one GPU: ceil(total x util) from 0.14 (request_memory); a float product
+    before, floored by the block division (``Release.budget_ceil``)."""
+    product = memory_bytes * utilization
+    return math.ceil(product) if ceil else math.floor(product)
+
+
 def stage_memory(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -431,9 +438,7 @@ def stage_memory(
     buffers NCCL allocates at their creation (planner/memory/nontorch.py ``nccl_at_init_bytes``), every stage's."""
     d = deltas or TermDeltas()
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
-    # ceil(total x util) from 0.14 (request_memory); a float product before, floored by the block division.
-    product = gpu.memory_bytes * resolved.gpu_memory_utilization
-    budget = math.ceil(product) if release.budget_ceil else math.floor(product)
+    budget = memory_budget(gpu.memory_bytes, resolved.gpu_memory_utilization, ceil=release.budget_ceil)
     dtype_bytes = DTYPE_BYTES[resolved.dtype]
     scope = release.v0_non_torch_scope if resolved.engine == "v0" else release.v1_non_torch_scope
     device_scope = scope == "device"

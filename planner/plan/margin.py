@@ -42,6 +42,7 @@ from importlib import resources
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from planner.models.memo import IdentityMemo
 from planner.models.spec import ModelSpec
 from planner.plan.models import KvBand, MarginTerm, MemoryReport
 from planner.units import GiB
@@ -127,11 +128,18 @@ class MarginModel(BaseModel):
     def bounds(self, release_since: str) -> tuple[ReleaseBounds, bool]:
         """(bounds, measured): the release's own where it has records of that kind, else the widest
         over every measured release."""
+        # A per-release invariant of a frozen model: every plan asks it, filling costs two validations.
+        return _BOUNDS.get(self, release_since, lambda: self._bounds(release_since))
+
+    def _bounds(self, release_since: str) -> tuple[ReleaseBounds, bool]:
         own = self.by_release.get(release_since)
         rows = list(self.by_release.values())
         short = _fill([r.short for r in rows], own.short if own else None)
         over = _fill([r.over for r in rows], own.over if own else None)
         return ReleaseBounds(records=own.records if own else 0, short=short, over=over), own is not None
+
+
+_BOUNDS: IdentityMemo[tuple[ReleaseBounds, bool]] = IdentityMemo(size=256)
 
 
 def activation_kind(model: ModelSpec) -> str:
@@ -162,19 +170,65 @@ def kv_band(
 ) -> KvBand:
     """The band around ``memory.kv_cache_bytes``. ``version_spread_bytes`` is how much less KV memory the
     checked releases compute for the same flags when the release is unknown (None: release known)."""
-    margin = model or default_margin()
     kv = memory.kv_cache_bytes
-    if memory.kv_cache_memory_bytes_given:
-        return KvBand(
-            kv_cache_bytes=kv,
-            low_bytes=kv,
-            high_bytes=kv,
-            release_measured=True,
-            terms=[MarginTerm(name="kv_cache_memory_bytes", low_bytes=0, high_bytes=0, basis="given, not profiled")],
-        )
+    terms, measured = band_terms(
+        weights_bytes=memory.weights_bytes,
+        weights_estimated=memory.weights_estimated,
+        activation_peak_bytes=memory.activation_peak_bytes,
+        cuda_graph_bytes=memory.cuda_graph_bytes,
+        cuda_graph_counted=memory.cuda_graph_counted,
+        kv_cache_memory_bytes_given=memory.kv_cache_memory_bytes_given,
+        release_since=release_since,
+        tensor_parallel_size=tensor_parallel_size,
+        quantized=quantized,
+        activation_kind=activation_kind,
+        version_spread_bytes=version_spread_bytes,
+        tp_across_nodes=tp_across_nodes,
+        mxfp4_spread_bytes=mxfp4_spread_bytes,
+        model=model,
+        encoder_estimate_bytes=encoder_estimate_bytes,
+        cold_compile_bytes=cold_compile_bytes,
+        nccl_at_init_bytes=nccl_at_init_bytes,
+    )
+    down = sum(low for _, low, _, _ in terms)
+    up = sum(high for _, _, high, _ in terms)
+    return KvBand(
+        kv_cache_bytes=kv,
+        low_bytes=max(0, kv - down),
+        high_bytes=kv + up,
+        release_measured=measured,
+        terms=[MarginTerm(name=name, low_bytes=low, high_bytes=high, basis=basis) for name, low, high, basis in terms],
+    )
+
+
+def band_terms(
+    *,
+    weights_bytes: int,
+    weights_estimated: bool,
+    activation_peak_bytes: int,
+    cuda_graph_bytes: int,
+    cuda_graph_counted: bool,
+    kv_cache_memory_bytes_given: bool,
+    release_since: str,
+    tensor_parallel_size: int,
+    quantized: bool,
+    activation_kind: str,
+    version_spread_bytes: int | None,
+    tp_across_nodes: bool = False,
+    mxfp4_spread_bytes: int = 0,
+    model: MarginModel | None = None,
+    encoder_estimate_bytes: int = 0,
+    cold_compile_bytes: int = 0,
+    nccl_at_init_bytes: int = 0,
+) -> tuple[list[tuple[str, int, int, str]], bool]:
+    """The terms of :func:`kv_band` as (name, low bytes, high bytes, basis), and whether the release has
+    records of its own: the figures without the report (a batched sweep sums them, planner/plan/sweep.py)."""
+    if kv_cache_memory_bytes_given:
+        return [("kv_cache_memory_bytes", 0, 0, "given, not profiled")], True
+    margin = model or default_margin()
     bounds, measured = margin.bounds(release_since)
     short, over = bounds.short, bounds.over
-    if memory.weights_estimated:
+    if weights_estimated:
         kind = "estimated"
     elif quantized:
         kind = "quantized"
@@ -184,124 +238,100 @@ def kv_band(
     where = f"vLLM {release_since} records" if measured else "widest over measured releases"
     a_short, a_over = short.value(f"activation_{activation_kind}"), over.value(f"activation_{activation_kind}")
     terms = [
-        MarginTerm(
-            name="weights",
-            low_bytes=int(w_short * memory.weights_bytes),
-            high_bytes=int(w_over * memory.weights_bytes),
-            basis=f"{kind} weights, {where}",
+        ("weights", int(w_short * weights_bytes), int(w_over * weights_bytes), f"{kind} weights, {where}"),
+        (
+            "activation_peak",
+            int(a_short * activation_peak_bytes),
+            int(a_over * activation_peak_bytes),
+            f"{activation_kind} models, {where}",
         ),
-        MarginTerm(
-            name="activation_peak",
-            low_bytes=int(a_short * memory.activation_peak_bytes),
-            high_bytes=int(a_over * memory.activation_peak_bytes),
-            basis=f"{activation_kind} models, {where}",
-        ),
-        MarginTerm(
-            name="non_torch",
-            low_bytes=int(short.value("non_torch_bytes")),
-            high_bytes=int(over.value("non_torch_bytes")),
-            basis=where,
-        ),
-        MarginTerm(
-            name="unattributed",
-            low_bytes=int(short.value("unattributed_bytes")),
-            high_bytes=int(over.value("unattributed_bytes")),
-            basis="records without a per-term breakdown",
+        ("non_torch", int(short.value("non_torch_bytes")), int(over.value("non_torch_bytes")), where),
+        (
+            "unattributed",
+            int(short.value("unattributed_bytes")),
+            int(over.value("unattributed_bytes")),
+            "records without a per-term breakdown",
         ),
     ]
-    if memory.cuda_graph_counted:
+    if cuda_graph_counted:
         terms.append(
-            MarginTerm(
-                name="cuda_graph",
-                low_bytes=int(short.value("cuda_graph") * memory.cuda_graph_bytes),
-                high_bytes=int(over.value("cuda_graph") * memory.cuda_graph_bytes),
-                basis="vLLM's graph estimate vs the planner's, every record that logs it",
+            (
+                "cuda_graph",
+                int(short.value("cuda_graph") * cuda_graph_bytes),
+                int(over.value("cuda_graph") * cuda_graph_bytes),
+                "vLLM's graph estimate vs the planner's, every record that logs it",
             )
         )
     if tensor_parallel_size > 1:
         terms.append(
-            MarginTerm(
-                name="rank_asymmetry",
-                low_bytes=margin.rank_spread_bytes,
-                high_bytes=0,
-                basis="vLLM sizes every rank with the minimum over ranks",
-            )
+            ("rank_asymmetry", margin.rank_spread_bytes, 0, "vLLM sizes every rank with the minimum over ranks")
         )
     if tp_across_nodes:
         terms.append(
-            MarginTerm(
-                name="tp_across_nodes",
-                low_bytes=margin.tp_across_nodes_bytes,
-                high_bytes=0,
-                basis="tensor parallelism across nodes: no custom all-reduce, NCCL over the network "
+            (
+                "tp_across_nodes",
+                margin.tp_across_nodes_bytes,
+                0,
+                "tensor parallelism across nodes: no custom all-reduce, NCCL over the network "
                 "(largest miss of the multi-node records)",
             )
         )
     if nccl_at_init_bytes > 0:
         terms.append(
-            MarginTerm(
-                name="nccl_at_init",
-                low_bytes=nccl_at_init_bytes,
-                high_bytes=nccl_at_init_bytes,
-                basis="NCCL channel buffers of the TP communicators, connected at their creation: one startup "
+            (
+                "nccl_at_init",
+                nccl_at_init_bytes,
+                nccl_at_init_bytes,
+                "NCCL channel buffers of the TP communicators, connected at their creation: one startup "
                 "measures them, their size follows the interconnect and TP (none without GPU P2P)",
             )
         )
     if mxfp4_spread_bytes > 0:
         terms.append(
-            MarginTerm(
-                name="mxfp4_kernel",
-                low_bytes=mxfp4_spread_bytes,
-                high_bytes=0,
-                basis="the MXFP4 MoE kernel depends on the install's extras: the heaviest candidate's weights",
+            (
+                "mxfp4_kernel",
+                mxfp4_spread_bytes,
+                0,
+                "the MXFP4 MoE kernel depends on the install's extras: the heaviest candidate's weights",
             )
         )
     if encoder_estimate_bytes > 0:
         terms.append(
-            MarginTerm(
-                name="vision_encoder",
-                low_bytes=encoder_estimate_bytes,
-                high_bytes=0,
-                basis="the vision encoder's profile run is not derived for this model or engine (KVP131): "
-                "its estimated peak",
+            (
+                "vision_encoder",
+                encoder_estimate_bytes,
+                0,
+                "the vision encoder's profile run is not derived for this model or engine (KVP131): its estimated peak",
             )
         )
     if cold_compile_bytes > 0:
         terms.append(
-            MarginTerm(
-                name="compile_cache",
-                low_bytes=0,
-                high_bytes=cold_compile_bytes,
-                basis="planned as a cold start: a warm torch.compile cache skips Inductor's compile-time "
+            (
+                "compile_cache",
+                0,
+                cold_compile_bytes,
+                "planned as a cold start: a warm torch.compile cache skips Inductor's compile-time "
                 "autotuning and its copy of the embedding table",
             )
         )
     if version_spread_bytes is not None:
         terms.append(
-            MarginTerm(
-                name="unknown_release",
-                low_bytes=max(0, version_spread_bytes),
-                high_bytes=0,
-                basis="no vLLM version given: the least KV memory any checked release computes",
+            (
+                "unknown_release",
+                max(0, version_spread_bytes),
+                0,
+                "no vLLM version given: the least KV memory any checked release computes",
             )
         )
     terms.append(
-        MarginTerm(
-            name="print_precision",
-            low_bytes=margin.print_precision_bytes,
-            high_bytes=margin.print_precision_bytes,
-            basis="vLLM prints the KV memory to 0.01 GiB",
+        (
+            "print_precision",
+            margin.print_precision_bytes,
+            margin.print_precision_bytes,
+            "vLLM prints the KV memory to 0.01 GiB",
         )
     )
-    down = sum(t.low_bytes for t in terms)
-    up = sum(t.high_bytes for t in terms)
-    return KvBand(
-        kv_cache_bytes=kv,
-        low_bytes=max(0, kv - down),
-        high_bytes=kv + up,
-        release_measured=measured,
-        terms=terms,
-    )
+    return terms, measured
 
 
 # The constants that are not measured per release; ``by_release`` is filled by the fit.

@@ -60,18 +60,39 @@ def safe_max_model_len(plan: Plan) -> int | None:
     longest = kv.estimated_max_model_len
     if band is not None and band.estimated_max_model_len_low is not None:
         longest = min(longest, band.estimated_max_model_len_low)
-    if plan.fits and fits_low:
-        return kv.max_model_len
-    if longest > 0 and safe_cache(plan).num_gpu_blocks > 0:
-        return min(kv.max_model_len, round_context(longest, kv.block_size))
+    return safe_context(
+        fits=plan.fits,
+        fits_low=fits_low,
+        max_model_len=kv.max_model_len,
+        longest=longest,
+        safe_blocks=safe_cache(plan).num_gpu_blocks,
+        block_size=kv.block_size,
+    )
+
+
+def safe_context(
+    *, fits: bool, fits_low: bool, max_model_len: int, longest: int, safe_blocks: int, block_size: int
+) -> int | None:
+    """:func:`safe_max_model_len` from the figures it reads (``longest``: the longest context at the low end
+    of the band, ``safe_blocks``: the blocks there)."""
+    if fits and fits_low:
+        return max_model_len
+    if longest > 0 and safe_blocks > 0:
+        return min(max_model_len, round_context(longest, block_size))
     return None
 
 
 def safe_max_num_seqs(plan: Plan, max_len: int, headroom: float) -> int:
     """Worst case at the low end of the band: every sequence at ``max_len``, ``headroom`` kept free."""
     kv = safe_cache(plan)
-    per_request = max(1, kv.blocks_for_sequence(max_len))
-    return int(kv.usable_blocks * (1.0 - headroom) // per_request)
+    return worst_case_seqs(kv.num_gpu_blocks, kv.blocks_for_sequence(max_len), headroom)
+
+
+def worst_case_seqs(blocks: int, blocks_per_sequence: int, headroom: float) -> int:
+    """Sequences of ``blocks_per_sequence`` blocks each in ``blocks`` (one is vLLM's null block), ``headroom``
+    of them kept free."""
+    usable = max(0, blocks - 1)
+    return int(usable * (1.0 - headroom) // max(1, blocks_per_sequence))
 
 
 def vllm_args_for(
@@ -234,8 +255,11 @@ def alternatives(
     *,
     replan: PlanFn,
     bigger_gpus: Sequence[GpuSpec] = (),
+    first_fitting: Callable[[Sequence[GpuSpec]], int | None] | None = None,
 ) -> list[tuple[Alternative, Plan]]:
     """What would fit, with the plan behind each option; computed only when the plan does not fit.
+    ``first_fitting``: the index of the first of ``bigger_gpus`` whose (quiet) offer adds an option, found
+    without planning the others one by one (the same answer as the loop that would).
 
     Single changes first (a shorter context, an fp8 KV cache, a higher utilization, more GPUs, a bigger
     GPU); a change that is not enough on its own is also offered together with the context it allows.
@@ -299,6 +323,13 @@ def alternatives(
             args.model_copy(update={"tensor_parallel_size": tp}),
         ):
             break
+    if first_fitting is not None and bigger_gpus:
+        # The GPUs before the first that fits add nothing (quiet offers): the batched sweep finds it
+        # (planner/plan/sweep.py: first_fitting_gpu), and only its option is planned here.
+        found = first_fitting(bigger_gpus)
+        if found is not None:
+            offer(f"bigger GPU: {bigger_gpus[found].name}", [], args, bigger_gpus[found], quiet=True)
+        return out
     for bigger in bigger_gpus:
         if offer(f"bigger GPU: {bigger.name}", [], args, bigger, quiet=True):
             break

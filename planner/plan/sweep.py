@@ -1,0 +1,565 @@
+"""Batched planning: many (model, GPU, flags) points at once, each with the figures its ``make_plan`` gives.
+
+from planner.plan.sweep import grid, sweep_plans, sweep_table
+points = grid(models, gpus, tensor_parallel_sizes=(1, 2, 4, 8), kv_cache_dtypes=("auto", "fp8"))
+plans = sweep_plans(points, vllm_version="0.33.0")      # one PointPlan per point, plain Python
+[(p.gpu.name, p.args.tensor_parallel_size, p.num_gpu_blocks, p.recommended_max_num_seqs) for p in plans if p.fits]
+table = sweep_table(points, vllm_version="0.33.0")      # the same figures as numpy columns (large sweeps)
+table["num_gpu_blocks"], table["recommended_max_num_seqs"], table.errors
+
+Most of what one plan costs does not depend on the GPU's memory: vLLM's defaults, the KV specs and their
+grouping, the weights, activation peak (vision encoder and cold compile included), CUDA graphs and
+non-torch memory (NCCL at init included). Those read the GPU only through its vendor, architecture, compute
+capability, NVSwitch multicast and the batch defaults its memory gets (every ``GpuSpec`` field the engine
+stage reads besides ``memory_bytes``: planner/vllm/defaults.py, planner/plan/engine.py,
+planner/plan/multimodal.py, planner/memory). So the sweep runs the engine stage once per (model, flags,
+GPU class) — a template, with the class's first GPU — and each point adds only what its memory changes:
+the budget, the KV layout of what is left, vLLM's fit check, capacity, the KV band and the recommended
+limits, through the functions ``make_plan`` uses, without building the pydantic reports. The spread of an
+unknown release is likewise one engine stage per checked release and template, not per point.
+
+A point's figures are those of ``make_plan(model, gpu, args, vllm_version=..., headroom=...,
+with_alternatives=False)`` (tests/core/test_sweep.py checks every field on a broad grid): a deployment
+that does not fit gets no alternatives here (they are other deployments: plan one point with
+``make_plan`` for them). Measurement corrections and resolved draft models (``make_plan(draft=...)``) are not batched.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from planner.errors import KvPlannerError, PlannerInputError
+from planner.gpus.spec import GpuSpec
+from planner.kv.capacity import KvLayout, capacity
+from planner.kv.grouping import Grouping
+from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
+from planner.models.spec import ModelSpec
+from planner.plan.build import (
+    FitFailure,
+    _engine_stage,
+    band_low_end,
+    fit_error_message,
+    release_fixed_bytes,
+    spread_from_fixed,
+    startup_fit,
+)
+from planner.plan.engine import EngineLayout, kv_layout, memory_budget
+from planner.plan.margin import activation_kind, band_terms
+from planner.plan.recommend import _VERIFY_STEPS, round_context, safe_context, worst_case_seqs
+from planner.units import cdiv
+from planner.vllm.args import ServingArgs
+from planner.vllm.checks import derived_length
+from planner.vllm.defaults import ResolvedArgs, batch_defaults
+from planner.vllm.releases import RELEASES, Release, Version, resolve_release
+
+if TYPE_CHECKING:
+    from planner.plan.vectorized import SweepTable
+
+__all__ = ["PointPlan", "first_fitting_gpu", "grid", "sweep_plans", "sweep_table"]
+
+
+@dataclass(slots=True)
+class PointPlan:
+    """One point's figures, named as in the Plan (memory figures per GPU, of the limiting rank).
+
+    ``error`` is set when vLLM refuses the flags before sizing anything (``make_plan`` raises then); the
+    figures are 0 / False. ``recommended_*`` are None when nothing fits at the low end of the band (and
+    always without the band, ``with_margin=False``)."""
+
+    model: ModelSpec
+    gpu: GpuSpec
+    args: ServingArgs
+    error: str | None = None
+    vllm_version: str = ""
+    fits: bool = False
+    gpu_memory_utilization: float = 0.0
+    budget_bytes: int = 0
+    weights_bytes: int = 0
+    activation_peak_bytes: int = 0
+    non_torch_bytes: int = 0
+    cuda_graph_bytes: int = 0
+    cuda_graph_counted: bool = False
+    kv_cache_bytes: int = 0
+    kv_cache_dtype: str = ""
+    block_size: int = 0
+    bytes_per_block: int = 0
+    num_gpu_blocks: int = 0
+    tokens: int = 0
+    max_concurrency: float = 0.0
+    max_model_len: int = 0
+    blocks_per_request: int = 0
+    estimated_max_model_len: int = 0
+    derived_max_model_len: int = 0
+    band_low_bytes: int | None = None
+    band_high_bytes: int | None = None
+    num_gpu_blocks_low: int | None = None
+    max_model_len_fits_low: bool | None = None
+    estimated_max_model_len_low: int | None = None
+    version_spread_bytes: int | None = None
+    recommended_max_model_len: int | None = None
+    recommended_max_num_seqs: int | None = None
+    # Internal: what fit_error and sequence_blocks need, and the context the band calls safe.
+    _template: _Template | None = field(default=None, repr=False)
+    _layout: KvLayout | None = field(default=None, repr=False)
+    _failure: FitFailure = field(default="", repr=False)
+    _safe_len: int | None = field(default=None, repr=False)
+    _safe_blocks: int = field(default=0, repr=False)
+
+    @property
+    def fit_error(self) -> str | None:
+        """vLLM's error when the point does not fit (``Plan.fit_error``), built on demand."""
+        t, layout = self._template, self._layout
+        if self.fits or t is None or layout is None:
+            return None
+        return fit_error_message(
+            self._failure,
+            layout,
+            t.release,
+            self.max_model_len,
+            weights_bytes=t.heaviest_weights,
+            budget_bytes=self.budget_bytes,
+            utilization=self.gpu_memory_utilization,
+            memory_bytes=self.gpu.memory_bytes,
+        )
+
+    def sequence_blocks(self, tokens: int) -> int:
+        """Blocks one sequence of ``tokens`` tokens holds over every group (``KvCacheReport.blocks_for_sequence``)."""
+        t, layout = self._template, self._layout
+        if t is None or layout is None:
+            return 0
+        return _sequence_blocks(t.engine.grouping, layout.in_flight, tokens)
+
+
+def _sequence_blocks(grouping: Grouping, in_flight: int, tokens: int) -> int:
+    # KvGroupReport.blocks_for over the groups kv_report reports (no decode-context split: the report's view).
+    total = 0
+    for spec, count in grouping.spec_counts:
+        if spec.const_blocks is not None:
+            blocks = spec.const_blocks
+        else:
+            cap = spec.tokens_cap(in_flight)
+            if cap is None:
+                blocks = cdiv(tokens, spec.block_size)
+            else:
+                blocks = cdiv(min(cap, tokens), spec.block_size) + (1 if spec.kind == "sliding_window" else 0)
+        total += count * blocks
+    return total
+
+
+@dataclass
+class _Template:
+    """The engine stage of one (model, flags, GPU class), computed with the class's first GPU."""
+
+    model: ModelSpec
+    args: ServingArgs
+    gpu: GpuSpec
+    version: Version
+    release: Release
+    resolved: ResolvedArgs
+    engine: EngineLayout
+    max_len: int
+    auto: bool
+    derived: int
+    fixed: list[int]
+    """Per stage: the memory besides the KV cache (budget minus the stage's KV memory)."""
+    heaviest_weights: int
+    coefficients: MemoryCoefficients
+    band_offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """Limiting stage -> (down, up) bytes of the band without the unknown-release term."""
+    spread_fixed: list[tuple[bool, int]] | None = None
+
+    def offsets(self, stage: int, memo: dict[tuple[object, ...], tuple[int, int]]) -> tuple[int, int]:
+        """(down, up) bytes of the band when ``stage`` limits, without the unknown release's spread: they
+        depend on that stage's terms and the release, not on the GPU's memory (``memo``: the sweep's, by
+        every input of :func:`band_terms`)."""
+        found = self.band_offsets.get(stage)
+        if found is None:
+            memory = self.engine.memory[stage]
+            given = self.args.kv_cache_memory_bytes is not None
+            quantized = self.model.quantization is not None or self.args.quantization is not None
+            kind = activation_kind(self.model)
+            tp, across = self.args.tensor_parallel_size, self.args.tensor_parallel_across_nodes
+            engine = self.engine
+            key = (
+                memory.weights_bytes,
+                engine.weights_estimated,
+                memory.activation_peak_bytes,
+                memory.cuda_graph_bytes,
+                memory.cuda_graph_counted,
+                given,
+                self.release.since,
+                tp,
+                quantized,
+                kind,
+                across,
+                engine.mxfp4_spread_bytes,
+                engine.encoder_band_bytes,
+                engine.cold_compile_bytes,
+                engine.nccl_at_init_bytes,
+            )
+            found = memo.get(key)
+            if found is None:
+                terms, _ = band_terms(
+                    weights_bytes=memory.weights_bytes,
+                    weights_estimated=self.engine.weights_estimated,
+                    activation_peak_bytes=memory.activation_peak_bytes,
+                    cuda_graph_bytes=memory.cuda_graph_bytes,
+                    cuda_graph_counted=memory.cuda_graph_counted,
+                    kv_cache_memory_bytes_given=given,
+                    release_since=self.release.since,
+                    tensor_parallel_size=tp,
+                    quantized=quantized,
+                    activation_kind=kind,
+                    version_spread_bytes=None,
+                    tp_across_nodes=across,
+                    mxfp4_spread_bytes=engine.mxfp4_spread_bytes,
+                    encoder_estimate_bytes=engine.encoder_band_bytes,
+                    cold_compile_bytes=engine.cold_compile_bytes,
+                    nccl_at_init_bytes=engine.nccl_at_init_bytes,
+                )
+                found = (sum(low for _, low, _, _ in terms), sum(high for _, _, high, _ in terms))
+                memo[key] = found
+            self.band_offsets[stage] = found
+        return found
+
+    def release_fixed(self) -> list[tuple[bool, int]]:
+        if self.spread_fixed is None:
+            self.spread_fixed = release_fixed_bytes(
+                self.model,
+                self.gpu,
+                self.args,
+                self.resolved.gpu_memory_utilization,
+                coefficients=self.coefficients,
+                corrections=None,
+            )
+        return self.spread_fixed
+
+
+class _Sweeper:
+    """Templates by (model, flags, GPU class) and the points evaluated from them, for one release."""
+
+    def __init__(
+        self, vllm_version: str | None, *, headroom: float, coefficients: MemoryCoefficients, with_margin: bool
+    ) -> None:
+        if not 0 <= headroom < 1:
+            raise PlannerInputError(f"headroom must be in [0, 1), got {headroom}")
+        self.vllm_version = vllm_version
+        self.version_known = vllm_version is not None
+        self.headroom = headroom
+        self.coefficients = coefficients
+        self.with_margin = with_margin
+        _, planned, _ = resolve_release(vllm_version)
+        # The releases whose batch defaults an engine stage may read: the planned one, and for an unknown
+        # release every checked V1 release of the spread.
+        self.releases = [planned] if self.version_known else [planned, *(r for r in RELEASES if r.v1_default)]
+        self.classes: dict[int, tuple[GpuSpec, tuple[object, ...]]] = {}
+        self.templates: dict[tuple[int, int, tuple[object, ...]], _Template | KvPlannerError] = {}
+        self.shorter: dict[tuple[int, int], ServingArgs] = {}
+        self.band_memo: dict[tuple[object, ...], tuple[int, int]] = {}
+        self.keep: list[object] = []  # objects whose id() keys the dictionaries above
+
+    def gpu_class(self, gpu: GpuSpec) -> tuple[object, ...]:
+        found = self.classes.get(id(gpu))
+        if found is None:
+            # Every GpuSpec field the engine stage reads but the memory (and the name, which words only
+            # refusals: see template): the compute capability picks the MXFP4 kernel, the vision encoder's
+            # attention backend, the SM10x capture ceiling, the FP8 MoE workspace and DeepSeek-V4's support;
+            # NVLink and native FP8 are read nowhere there today and kept so that a new reader stays exact.
+            key = (
+                gpu.vendor,
+                gpu.architecture,
+                gpu.compute_capability,
+                gpu.nvlink,
+                gpu.nvswitch_multicast,
+                gpu.fp8,
+                tuple(batch_defaults(gpu, release) for release in self.releases),
+            )
+            found = (gpu, key)
+            self.classes[id(gpu)] = found
+        return found[1]
+
+    def template(self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs) -> _Template | KvPlannerError:
+        key: tuple[int, int, tuple[object, ...]] = (id(model), id(args), self.gpu_class(gpu))
+        found = self.templates.get(key)
+        if found is None:
+            self.keep += (model, args)
+            found = self._build(model, gpu, args)
+            self.templates[key] = found
+        if isinstance(found, KvPlannerError):
+            # Each GPU's own engine stage words its refusal (a message may name the GPU); one that takes the
+            # flags after all gets a template of its own.
+            own_key = (id(model), id(args), ("gpu", id(gpu)))
+            found = self.templates.get(own_key)
+            if found is None:
+                found = self._build(model, gpu, args)
+                self.templates[own_key] = found
+        return found
+
+    def _build(self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs) -> _Template | KvPlannerError:
+        try:
+            version, release, _, max_len, auto, resolved, engine = _engine_stage(
+                model,
+                gpu,
+                args,
+                vllm_version=self.vllm_version,
+                coefficients=self.coefficients,
+                corrections=None,
+                draft=None,
+            )
+        except KvPlannerError as error:
+            return error
+        heaviest = max(engine.memory, key=lambda stage: stage.weights_bytes)
+        return _Template(
+            model=model,
+            args=args,
+            gpu=gpu,
+            version=version,
+            release=release,
+            resolved=resolved,
+            engine=engine,
+            max_len=max_len,
+            auto=auto,
+            derived=derived_length(model, version),
+            fixed=[stage.budget_bytes - stage.kv_bytes for stage in engine.memory],
+            heaviest_weights=heaviest.weights_bytes,
+            coefficients=self.coefficients,
+        )
+
+    def point(self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs, spread_hint: int | None = None) -> PointPlan:
+        """One point without the verification of a shorter recommended context (see :meth:`plan`)."""
+        found = self.template(model, gpu, args)
+        if isinstance(found, KvPlannerError):
+            return PointPlan(model=model, gpu=gpu, args=args, error=str(found))
+        t = found
+        resolved, engine, release = t.resolved, t.engine, t.release
+        utilization = resolved.gpu_memory_utilization
+        budget = memory_budget(gpu.memory_bytes, utilization, ceil=release.budget_ceil)
+        if args.kv_cache_memory_bytes is not None:
+            available = [args.kv_cache_memory_bytes] * len(t.fixed)
+        else:
+            available = [budget - fixed for fixed in t.fixed]
+        layout = kv_layout(engine, release, resolved, args, available)
+        fits, failure, max_len = startup_fit(
+            layout, t.max_len, t.auto, weights_bytes=t.heaviest_weights, budget_bytes=budget
+        )
+        tokens, concurrency = capacity(layout, max_len, release.tokens_formula)
+        limiting = layout.limiting_stage
+        stage = engine.memory[limiting.stage]
+        blocks = layout.num_gpu_blocks
+        kv = max(0, limiting.available_bytes)
+        estimated = layout.max_len_that_fits(max(t.derived, max_len))
+        out = PointPlan(
+            model=model,
+            gpu=gpu,
+            args=args,
+            vllm_version=str(t.version),
+            fits=fits,
+            gpu_memory_utilization=utilization,
+            budget_bytes=budget,
+            weights_bytes=stage.weights_bytes,
+            activation_peak_bytes=stage.activation_peak_bytes,
+            non_torch_bytes=stage.non_torch_bytes,
+            cuda_graph_bytes=stage.cuda_graph_bytes,
+            cuda_graph_counted=stage.cuda_graph_counted,
+            kv_cache_bytes=kv,
+            kv_cache_dtype=engine.kv_dtype.name,
+            block_size=layout.block_size,
+            bytes_per_block=limiting.bytes_per_block,
+            num_gpu_blocks=blocks,
+            tokens=tokens,
+            max_concurrency=concurrency,
+            max_model_len=max_len,
+            blocks_per_request=layout.blocks_per_request(max_len),
+            estimated_max_model_len=estimated,
+            derived_max_model_len=t.derived,
+            _template=t,
+            _layout=layout,
+            _failure=failure,
+        )
+        if not self.with_margin:
+            return out
+        # margin_band: the band's terms, the unknown release's spread, what vLLM makes of the low end.
+        spread = None
+        if not self.version_known and args.kv_cache_memory_bytes is None:
+            spread = (
+                spread_hint
+                if spread_hint is not None
+                else spread_from_fixed(min(available), gpu.memory_bytes, utilization, t.release_fixed())
+            )
+        down, up = t.offsets(limiting.stage, self.band_memo)
+        if spread is not None:
+            down += max(0, spread)
+        low = max(0, kv - down)
+        blocks_low, fits_low, estimated_low = band_low_end(
+            engine, release, resolved, args, available, kv - low, max_len, t.derived
+        )
+        out.band_low_bytes, out.band_high_bytes = low, kv + up
+        out.num_gpu_blocks_low, out.max_model_len_fits_low = blocks_low, fits_low
+        out.estimated_max_model_len_low = estimated_low
+        out.version_spread_bytes = spread
+        # recommend.safe_max_model_len / safe_cache
+        out._safe_blocks = min(blocks, blocks_low)
+        out._safe_len = safe_context(
+            fits=fits,
+            fits_low=fits_low,
+            max_model_len=max_len,
+            longest=min(estimated, estimated_low),
+            safe_blocks=out._safe_blocks,
+            block_size=layout.block_size,
+        )
+        return out
+
+    def plan(self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs, spread_hint: int | None = None) -> PointPlan:
+        """A point with make_plan's recommendation (no workload, no alternatives)."""
+        out = self.point(model, gpu, args, spread_hint)
+        if out.error is not None or not self.with_margin or out._safe_len is None:
+            return out
+        t = out._template
+        assert t is not None
+        rec_len: int | None = out._safe_len
+        checked = out
+        if out.fits and rec_len != out.max_model_len:
+            # make_plan's verified_context: the shorter context is planned, stepping down until it fits at the
+            # low end of its own band; the replans reuse the spread (make_plan's spread_hint).
+            hint = None if out.version_spread_bytes is None else max(0, out.version_spread_bytes)
+            verified, replanned = self._verified(out, rec_len, hint)
+            # make_plan keeps the limits of the plan itself when the context holds, else takes the replan's.
+            if verified != rec_len:
+                rec_len, checked = (None if verified is None else replanned._safe_len), replanned
+        if rec_len is not None:
+            worst = worst_case_seqs(checked._safe_blocks, checked.sequence_blocks(rec_len), self.headroom)
+            out.recommended_max_model_len = rec_len
+            out.recommended_max_num_seqs = max(1, min(worst, t.resolved.max_num_seqs))
+        return out
+
+    def _verified(self, plan: PointPlan, max_len: int | None, hint: int | None) -> tuple[int | None, PointPlan]:
+        current = plan
+        for _ in range(_VERIFY_STEPS):
+            assert max_len is not None
+            if max_len == current.max_model_len and current.fits:
+                return max_len, current
+            current = self.point(plan.model, plan.gpu, self._with_context(plan.args, max_len), hint)
+            if current.error is not None:
+                return None, current
+            found = current._safe_len
+            if found == max_len and current.fits:
+                return max_len, current
+            if found is None or found >= max_len:
+                return None, current
+            max_len = found
+        return None, current
+
+    def _with_context(self, args: ServingArgs, max_len: int) -> ServingArgs:
+        key = (id(args), max_len)
+        found = self.shorter.get(key)
+        if found is None:
+            found = args.model_copy(update={"max_model_len": max_len})
+            self.keep.append(args)
+            self.shorter[key] = found
+        return found
+
+
+Point = tuple[ModelSpec, GpuSpec, ServingArgs]
+
+
+def first_fitting_gpu(
+    model: ModelSpec,
+    gpus: Sequence[GpuSpec],
+    args: ServingArgs,
+    *,
+    vllm_version: str | None,
+    coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+    spread_hint: int | None = None,
+) -> int | None:
+    """The index of the first GPU on which the flags fit, alone or with the shorter context vLLM's estimate
+    allows — what ``recommend.alternatives`` offers as a bigger GPU (``offer(..., quiet=True)``: a GPU before
+    it adds nothing) —, or None. The GPUs are planned in order by one sweeper (the GPUs of a class share a
+    template), as sweep points rather than Plans; make_plan then plans that one GPU's alternative itself."""
+    sweeper = _Sweeper(vllm_version, headroom=0.0, coefficients=coefficients, with_margin=True)
+    for index, gpu in enumerate(gpus):
+        plan = sweeper.point(model, gpu, args, spread_hint)
+        if plan.error is not None:
+            continue
+        if plan.fits:
+            return index
+        if plan.estimated_max_model_len > 0 and plan.num_gpu_blocks > 0:
+            shorter = round_context(plan.estimated_max_model_len, plan.block_size)
+            combined = sweeper.point(model, gpu, sweeper._with_context(args, shorter), spread_hint)
+            if combined.error is not None or not combined.fits:
+                continue
+            # recommend._try: a context the band calls unsafe is planned again (verified_context).
+            safe = combined._safe_len
+            if safe is None or safe == combined.max_model_len:
+                return index
+            if sweeper._verified(combined, safe, spread_hint)[0] is not None:
+                return index
+    return None
+
+
+def sweep_plans(
+    points: Iterable[Point],
+    *,
+    vllm_version: str | None = None,
+    headroom: float = 0.1,
+    coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+    with_margin: bool = True,
+    spread_hint: int | None = None,
+) -> list[PointPlan]:
+    """Plan every (model, GPU, flags) point for one vLLM release (None: unknown, as ``make_plan``).
+
+    ``with_margin`` False skips the KV band and the recommendation (the catalog table's view);
+    ``spread_hint``: an unknown release's spread already known for these points (make_plan's replans)."""
+    sweeper = _Sweeper(vllm_version, headroom=headroom, coefficients=coefficients, with_margin=with_margin)
+    return [sweeper.plan(model, gpu, args, spread_hint) for model, gpu, args in points]
+
+
+def sweep_table(
+    points: Iterable[Point],
+    *,
+    vllm_version: str | None = None,
+    headroom: float = 0.1,
+    coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+    with_margin: bool = True,
+) -> SweepTable:
+    """:func:`sweep_plans` as numpy columns, the per-point arithmetic vectorised (planner/plan/vectorized.py):
+    for thousands of points. Imports numpy."""
+    from planner.plan.vectorized import evaluate
+
+    sweeper = _Sweeper(vllm_version, headroom=headroom, coefficients=coefficients, with_margin=with_margin)
+    return evaluate(sweeper, list(points))
+
+
+def grid(
+    models: Sequence[ModelSpec],
+    gpus: Sequence[GpuSpec],
+    *,
+    args: ServingArgs | None = None,
+    tensor_parallel_sizes: Sequence[int] | None = None,
+    kv_cache_dtypes: Sequence[str] | None = None,
+    gpu_memory_utilizations: Sequence[float | None] | None = None,
+    max_model_lens: Sequence[int | None] | None = None,
+) -> list[Point]:
+    """Every model x GPU x TP x KV dtype x utilization x context, in that order (the last varies fastest).
+    An axis left None keeps ``args``'s value; ``args`` gives every other flag."""
+    base = args or ServingArgs()
+    axes = itertools.product(
+        tensor_parallel_sizes or (base.tensor_parallel_size,),
+        kv_cache_dtypes or (base.kv_cache_dtype,),
+        gpu_memory_utilizations or (base.gpu_memory_utilization,),
+        max_model_lens or (base.max_model_len,),
+    )
+    flags = [
+        base.model_copy(
+            update={
+                "tensor_parallel_size": int(tp),
+                "kv_cache_dtype": str(kv),
+                "gpu_memory_utilization": None if util is None else float(util),
+                "max_model_len": None if length is None else int(length),
+            }
+        )
+        for tp, kv, util, length in axes
+    ]
+    return [(model, gpu, one) for model in models for gpu in gpus for one in flags]

@@ -1,0 +1,573 @@
+"""The per-point arithmetic of :mod:`planner.plan.sweep` in numpy, for sweeps of thousands of points.
+
+The engine stage of each template (planner/plan/sweep.py) stays in Python; what a point adds — the budget
+of its GPU, the KV layout of what is left, vLLM's fit check and context search, capacity, the KV band and
+the recommended limits — is the same integer arithmetic as ``kv_layout`` / ``KvLayout`` /
+``startup_fit`` / ``capacity`` / ``band_low_end`` / ``safe_context``, over arrays of points. A stage's
+need is the sum of terms of :class:`planner.kv.capacity.FitTerms`; vLLM's binary search for the longest
+context is the guess of ``FitTerms.longest`` proven by two evaluations of the need, and the binary
+search itself for the points where the guess fails. A context recommended shorter than the one planned
+is planned again (make_plan's ``verified_context``) by the Python sweep, as are the recommended
+``--max-num-seqs`` (a float product and floor, kept in Python's own arithmetic). Points whose KV groups are
+packed (DeepSeek-V4, vLLM 0.29+) are planned by the Python sweep too: a packed group's need is the most any
+of its members needs, which is not a sum of terms.
+
+Imported only for large sweeps: importing numpy costs more than a catalog table's arithmetic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from planner.errors import KvPlannerError
+from planner.kv.capacity import FitTerms
+from planner.plan.engine import kv_layout
+from planner.plan.recommend import worst_case_seqs
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from planner.gpus.spec import GpuSpec
+    from planner.models.spec import ModelSpec
+    from planner.plan.sweep import PointPlan, _Sweeper, _Template
+    from planner.vllm.args import ServingArgs
+
+Array = Any  # numpy arrays (numpy's stubs are not part of the strict gates)
+
+_INT = np.int64
+_NO_CAP = 1 << 62  # an uncapped term: min(cap, t) is t
+_BIG = 1 << 62  # an absent stage: never the minimum
+_FORMULAS = {"blocks_x_block_size": 0, "blocks_div_groups": 1, "concurrency_x_len": 2}
+
+
+def _cdiv(a: Array, b: Array) -> Array:
+    return -((-a) // b)
+
+
+@dataclass
+class _Terms:
+    """FitTerms of many rows, padded to the same number of terms (padding: coefficient 0)."""
+
+    constant: Array  # (R,)
+    coef: Array  # (R, K)
+    cap: Array
+    div: Array
+    block: Array
+
+    def needed(self, tokens: Array) -> Array:
+        t = _cdiv(tokens[:, None], self.div)
+        return self.constant + (self.coef * _cdiv(np.minimum(self.cap, t), self.block)).sum(axis=1)
+
+    def take(self, rows: Array) -> _Terms:
+        return _Terms(self.constant[rows], self.coef[rows], self.cap[rows], self.div[rows], self.block[rows])
+
+
+def _pack(terms: Sequence[FitTerms]) -> _Terms:
+    width = max([1, *(len(t.terms) for t in terms)])
+    rows = len(terms)
+    coef = np.zeros((rows, width), _INT)
+    cap = np.full((rows, width), _NO_CAP, _INT)
+    div = np.ones((rows, width), _INT)
+    block = np.ones((rows, width), _INT)
+    for r, fit in enumerate(terms):
+        for k, (c, limit, d, b) in enumerate(fit.terms):
+            coef[r, k], div[r, k], block[r, k] = c, d, b
+            if limit is not None:
+                cap[r, k] = limit
+    return _Terms(np.array([t.constant for t in terms], _INT), coef, cap, div, block)
+
+
+def _guess_parts(fit: FitTerms) -> tuple[int, int, int, int]:
+    """(mode, rest, weight, step) of ``FitTerms.longest``: mode 0 = the upper bound, 1 = ``(budget - rest)
+    // weight x step``, 2 = no guess."""
+    rest, weight, growing = fit.constant, 0, set()
+    for coef, cap, div, block in fit.terms:
+        if cap is None:
+            growing.add((div, block))
+            weight += coef
+        else:
+            rest += coef * -(-cap // block)
+    if not growing:
+        return 0, 0, 1, 1
+    if len(growing) > 1 or weight <= 0:
+        return 2, 0, 1, 1
+    ((div, block),) = growing
+    return 1, rest, weight, div * block
+
+
+class _Layouts:
+    """The per-stage constants of every template, and vLLM's layout arithmetic over points."""
+
+    def __init__(
+        self, templates: list[_Template], tid: Array, band_memo: dict[tuple[object, ...], tuple[int, int]]
+    ) -> None:
+        stages = max(len(t.fixed) for t in templates)
+        count = len(templates)
+        self.stages = stages
+        # Per template and stage: active, fixed, bytes per block, weights, activation, non-torch, graphs,
+        # band down, band up (padding stages: inactive zeros, checked nowhere, never limiting).
+        per_stage: list[tuple[int, ...]] = []
+        pad = (0,) * 9
+        scalars: list[tuple[Any, ...]] = []
+        check: list[FitTerms] = []
+        guess: list[tuple[int, int, int, int]] = []
+        per_request: list[FitTerms] = []
+        sequence: list[FitTerms] = []
+        empty = FitTerms(0, ())
+        for t in templates:
+            layout = kv_layout(t.engine, t.release, t.resolved, t.args, [0] * len(t.fixed))
+            n = len(layout.stages)
+            for s, stage in enumerate(layout.stages):
+                memory = t.engine.memory[s]
+                down, up = t.offsets(s, band_memo)
+                per_stage.append(
+                    (
+                        1,
+                        t.fixed[s],
+                        stage.bytes_per_block,
+                        memory.weights_bytes,
+                        memory.activation_peak_bytes,
+                        memory.non_torch_bytes,
+                        memory.cuda_graph_bytes,
+                        down,
+                        up,
+                    )
+                )
+                fit = layout.fit_terms(stage)
+                check.append(fit)
+                guess.append(_guess_parts(fit))
+            for _ in range(n, stages):
+                per_stage.append(pad)
+                check.append(empty)
+                guess.append((0, 0, 1, 1))
+            grouping = t.engine.grouping
+            counts = list(grouping.spec_counts)
+            per_request.append(FitTerms.of(counts, in_flight=layout.in_flight, dcp=layout.dcp))
+            sequence.append(FitTerms.of(counts, in_flight=layout.in_flight, dcp=1))
+            override = layout.num_gpu_blocks_override
+            scalars.append(
+                (
+                    t.resolved.gpu_memory_utilization,
+                    t.release.budget_ceil,
+                    -1 if t.args.kv_cache_memory_bytes is None else t.args.kv_cache_memory_bytes,
+                    t.heaviest_weights,
+                    t.max_len,
+                    t.auto,
+                    t.derived,
+                    layout.block_size,
+                    layout.v0,
+                    -1 if override is None else override,
+                    layout.override_in_fit_check,
+                    layout.fit_check == "all_groups_null_block",
+                    layout.fit_check == "first_group_global",
+                    _FORMULAS[t.release.tokens_formula],
+                    max(1, len(grouping.groups)),
+                    min((g.spec.block_size for g in grouping.groups), default=layout.block_size),
+                    layout.dcp,
+                    n,
+                    t.engine.memory[0].cuda_graph_counted,
+                )
+            )
+        table = np.array(per_stage, _INT).reshape(count, stages, 9)
+        self.active = table[:, :, 0] == 1
+        self.fixed, self.bpb, self.weights, self.activation = (
+            table[:, :, 1],
+            table[:, :, 2],
+            table[:, :, 3],
+            table[:, :, 4],
+        )
+        self.non_torch, self.graphs, self.down, self.up = table[:, :, 5], table[:, :, 6], table[:, :, 7], table[:, :, 8]
+        names = (
+            "util",
+            "ceil",
+            "given",
+            "heavy",
+            "max_len",
+            "auto",
+            "derived",
+            "block_size",
+            "v0",
+            "override",
+            "override_fit",
+            "null_block",
+            "global_first",
+            "formula",
+            "groups",
+            "min_block",
+            "dcp",
+            "n_stages",
+            "counted",
+        )
+        columns = list(zip(*scalars, strict=True))
+        self.tid = tid
+        # Per point: the template's constants.
+        self.s = {name: np.array(values)[tid] for name, values in zip(names, columns, strict=True)}
+        self.point_fixed = self.fixed[tid]
+        self.point_bpb = self.bpb[tid]
+        self.point_active = self.active[tid]
+        self.checked = self.point_active & (self.point_bpb > 0)
+        rows = (tid[:, None] * stages + np.arange(stages)[None, :]).reshape(-1)
+        self.check = _pack(check).take(rows)
+        parts = np.array(guess, _INT).reshape(count, stages, 4)[tid]
+        self.guess_mode, self.guess_rest, self.guess_weight, self.guess_step = (
+            parts[:, :, 0],
+            parts[:, :, 1],
+            parts[:, :, 2],
+            parts[:, :, 3],
+        )
+        self.per_request = _pack(per_request).take(tid)
+        self.sequence = _pack(sequence).take(tid)
+        self.templates = templates
+
+    def spread_needs(self) -> tuple[Array, Array, Array, Array]:
+        """Per point: (has a ceil release, its most fixed memory, has a floor release, its most)."""
+        ceil_need, floor_need = [], []
+        for t in self.templates:
+            fixed = t.release_fixed()
+            ceil_need.append(max([-1, *(need for up, need in fixed if up)]))
+            floor_need.append(max([-1, *(need for up, need in fixed if not up)]))
+        c = np.array(ceil_need, _INT)[self.tid]
+        f = np.array(floor_need, _INT)[self.tid]
+        return c >= 0, c, f >= 0, f
+
+    # --- vLLM's layout arithmetic (planner/kv/capacity.py), over points x stages -------------------------
+
+    def blocks(self, available: Array) -> tuple[Array, Array]:
+        """(limiting stage, num_gpu_blocks) per point."""
+        bpb = self.point_bpb
+        per_stage = np.where(bpb > 0, np.maximum(0, available // np.where(bpb > 0, bpb, 1)), 1)
+        per_stage = np.where(self.point_active, per_stage, _BIG)
+        limiting = np.argmin(per_stage, axis=1)
+        count = per_stage[np.arange(len(limiting)), limiting]
+        override = self.s["override"]
+        return limiting, np.where(override >= 0, override, count)
+
+    def check_memory(self, available: Array) -> Array:
+        first = np.where(self.point_active, available, _BIG).min(axis=1, keepdims=True)
+        memory = np.where(self.s["global_first"][:, None], first, available)
+        override = self.s["override"][:, None]
+        memory = np.where((override >= 0) & self.s["override_fit"][:, None], override * self.point_bpb, memory)
+        return memory - np.where(self.s["null_block"][:, None], self.point_bpb, 0)
+
+    def _needed(self, tokens: Array) -> Array:
+        """Need of every (point, stage) for ``tokens`` per point."""
+        return self.check.needed(np.repeat(tokens, self.stages)).reshape(-1, self.stages)
+
+    def fits(self, available: Array, blocks: Array, tokens: Array) -> Array:
+        memory = self.check_memory(available)
+        ok = (self._needed(tokens) <= memory) | ~self.checked
+        v0_ok = tokens <= self.s["block_size"] * (blocks // self.s["n_stages"])
+        return np.where(self.s["v0"], v0_ok, ok.all(axis=1))
+
+    def longest(self, available: Array, blocks: Array, upper: Array) -> Array:
+        """``KvLayout.max_len_that_fits(upper)`` per point."""
+        memory = self.check_memory(available)
+        stages = self.stages
+        up = np.repeat(upper, stages).reshape(-1, stages)
+        ones = np.ones_like(upper)
+        zero = ((self._needed(ones) > memory) & self.checked).any(axis=1)
+        mode = self.guess_mode
+        weight = self.guess_weight
+        guessed = (memory - self.guess_rest) // weight * self.guess_step
+        guess = np.where(mode == 0, up, np.minimum(up, np.maximum(1, guessed)))
+        flat_guess = guess.reshape(-1)
+        need = self.check.needed(flat_guess).reshape(-1, stages)
+        after = self.check.needed(flat_guess + 1).reshape(-1, stages)
+        proven = (mode != 2) & (up >= 1) & (need <= memory) & ((guess == up) | (after > memory))
+        search = self.checked & ~zero[:, None] & ~proven
+        found = guess
+        if search.any():
+            rows = np.flatnonzero(search.reshape(-1))
+            terms = self.check.take(rows)
+            budget = memory.reshape(-1)[rows]
+            lo = np.ones(len(rows), _INT)
+            hi = up.reshape(-1)[rows].copy()
+            best = np.ones(len(rows), _INT)
+            while True:
+                going = lo <= hi
+                if not going.any():
+                    break
+                mid = (lo + hi) // 2
+                ok = terms.needed(mid) <= budget
+                best = np.where(going & ok, mid, best)
+                lo = np.where(going & ok, mid + 1, lo)
+                hi = np.where(going & ~ok, mid - 1, hi)
+            found = found.reshape(-1).copy()
+            found[rows] = best
+            found = found.reshape(-1, stages)
+        result = np.minimum(upper, np.where(self.checked, found, _BIG).min(axis=1))
+        result = np.where(zero, 0, result)
+        v0 = np.minimum(upper, self.s["block_size"] * (blocks // self.s["n_stages"]))
+        return np.where(self.s["v0"], v0, result)
+
+
+@dataclass
+class SweepTable:
+    """A sweep as columns (numpy arrays, one entry per point, in the order given). Refused points
+    (``errors[i]`` set) hold 0 / False; ``has_recommendation`` False where ``make_plan`` recommends
+    nothing. :meth:`point` gives one point as a :class:`PointPlan` (with its ``fit_error``)."""
+
+    points: list[tuple[ModelSpec, GpuSpec, ServingArgs]]
+    errors: list[str | None]
+    columns: dict[str, Array]
+    sweeper: _Sweeper
+
+    def __len__(self) -> int:
+        return len(self.points)
+
+    def __getitem__(self, name: str) -> Array:
+        return self.columns[name]
+
+    def point(self, index: int) -> PointPlan:
+        model, gpu, args = self.points[index]
+        return self.sweeper.plan(model, gpu, args)
+
+
+def evaluate(sweeper: _Sweeper, points: list[tuple[ModelSpec, GpuSpec, ServingArgs]]) -> SweepTable:
+    count = len(points)
+    errors: list[str | None] = [None] * count
+    index: dict[int, int] = {}
+    templates: list[_Template] = []
+    tid = np.zeros(count, _INT)
+    memory = np.zeros(count, _INT)
+    ok = np.ones(count, bool)
+    packed: list[int] = []
+    for i, (model, gpu, args) in enumerate(points):
+        found = sweeper.template(model, gpu, args)
+        memory[i] = gpu.memory_bytes
+        if isinstance(found, KvPlannerError):
+            errors[i] = str(found)
+            ok[i] = False
+            continue
+        if found.engine.grouping.packed:
+            ok[i] = False
+            packed.append(i)
+            continue
+        j = index.get(id(found))
+        if j is None:
+            j = index[id(found)] = len(templates)
+            templates.append(found)
+        tid[i] = j
+    live = np.flatnonzero(ok)
+    columns: dict[str, Array] = {}
+    if not templates:
+        if packed:
+            _fill_from_plans(columns, sweeper, points, packed, list(_PLAN_COLUMNS))
+            for name in ("vllm_version", "kv_cache_dtype"):
+                columns[name] = columns[name].astype(str)
+        return SweepTable(points, errors, columns, sweeper)
+    lay = _Layouts(templates, tid[live], sweeper.band_memo)
+    s = lay.s
+    mem = memory[live]
+    product = mem.astype(np.float64) * s["util"]
+    budget_ceil = np.ceil(product).astype(_INT)
+    budget_floor = np.floor(product).astype(_INT)
+    budget = np.where(s["ceil"], budget_ceil, budget_floor)
+    given = s["given"]
+    available = np.where(given[:, None] >= 0, given[:, None], budget[:, None] - lay.point_fixed)
+    available = np.where(lay.point_active, available, _BIG)
+    limiting, blocks = lay.blocks(available)
+    n = len(live)
+    pick = np.arange(n)
+    least_available = available.min(axis=1)
+    # startup_fit
+    weights_fail = s["heavy"] >= budget
+    memory_fail = ~weights_fail & (least_available <= 0)
+    max_len = s["max_len"].astype(_INT)
+    auto = s["auto"] & ~weights_fail & ~memory_fail
+    fit = np.zeros(n, _INT)
+    if auto.any():
+        fit = lay.longest(available, blocks, max_len)
+    fits_plain = lay.fits(available, blocks, max_len)
+    fits = ~weights_fail & ~memory_fail & np.where(s["auto"], fit > 0, fits_plain)
+    max_len = np.where(auto & (fit > 0), np.minimum(max_len, fit), max_len)
+    # capacity
+    block_size = s["block_size"]
+    per_request = lay.per_request.needed(max_len)
+    concurrency = blocks / np.maximum(1, per_request)
+    formula = s["formula"]
+    by_blocks = (formula == 0) | s["v0"]
+    tokens = np.where(
+        by_blocks,
+        blocks * block_size,
+        np.where(
+            formula == 1,
+            blocks // s["groups"] * s["min_block"] * s["dcp"],
+            (concurrency * max_len).astype(_INT),
+        ),
+    )
+    concurrency = np.where(by_blocks, (blocks * block_size) / max_len, concurrency)
+    kv = np.maximum(0, available[pick, limiting])
+    derived = s["derived"]
+    estimated = lay.longest(available, blocks, np.maximum(derived, max_len))
+    out = {
+        "fits": fits,
+        "gpu_memory_utilization": s["util"],
+        "budget_bytes": budget,
+        "weights_bytes": lay.weights[lay.tid, limiting],
+        "activation_peak_bytes": lay.activation[lay.tid, limiting],
+        "non_torch_bytes": lay.non_torch[lay.tid, limiting],
+        "cuda_graph_bytes": lay.graphs[lay.tid, limiting],
+        "cuda_graph_counted": s["counted"],
+        "kv_cache_bytes": kv,
+        "block_size": block_size,
+        "bytes_per_block": lay.point_bpb[pick, limiting],
+        "num_gpu_blocks": blocks,
+        "tokens": tokens,
+        "max_concurrency": concurrency,
+        "max_model_len": max_len,
+        "blocks_per_request": per_request,
+        "estimated_max_model_len": estimated,
+        "derived_max_model_len": derived,
+    }
+    verify: list[int] = []
+    if sweeper.with_margin:
+        spread_on = np.zeros(n, bool)
+        spread = np.zeros(n, _INT)
+        if not sweeper.version_known:
+            spread_on = given < 0
+            has_c, need_c, has_f, need_f = lay.spread_needs()
+            least = np.minimum(least_available, np.where(has_c, budget_ceil - need_c, _BIG))
+            least = np.minimum(least, np.where(has_f, budget_floor - need_f, _BIG))
+            spread = np.where(spread_on, least_available - least, 0)
+        down = lay.down[lay.tid, limiting] + np.where(spread_on, np.maximum(0, spread), 0)
+        low = np.maximum(0, kv - down)
+        low_available = np.where(lay.point_active, available - (kv - low)[:, None], _BIG)
+        _, low_blocks = lay.blocks(low_available)
+        low_blocks = np.where(low_available.min(axis=1) > 0, low_blocks, 0)
+        fits_low = (low_blocks > 0) & lay.fits(low_available, low_blocks, max_len)
+        estimated_low = np.where(
+            low_blocks > 0, lay.longest(low_available, low_blocks, np.maximum(derived, max_len)), 0
+        )
+        safe_blocks = np.minimum(blocks, low_blocks)
+        longest = np.minimum(estimated, estimated_low)
+        # safe_context / round_context
+        big = longest >= 4096
+        rounded = np.where(
+            big,
+            longest // 1024 * 1024,
+            np.where(longest >= block_size, np.maximum(block_size, longest // block_size * block_size), longest),
+        )
+        keep = fits & fits_low
+        shorter = ~keep & (longest > 0) & (safe_blocks > 0)
+        safe_len = np.where(keep, max_len, np.where(shorter, np.minimum(max_len, rounded), 0))
+        has_safe = keep | shorter
+        sequence = lay.sequence.needed(np.where(has_safe, safe_len, 1))
+        out.update(
+            band_low_bytes=low,
+            band_high_bytes=kv + lay.up[lay.tid, limiting],
+            num_gpu_blocks_low=low_blocks,
+            max_model_len_fits_low=fits_low,
+            estimated_max_model_len_low=estimated_low,
+            version_spread_bytes=spread,
+            has_version_spread=spread_on,
+        )
+        rec_len = np.where(has_safe, safe_len, 0)
+        rec_seqs = np.zeros(n, _INT)
+        seqs_default = np.array([t.resolved.max_num_seqs for t in templates], _INT)[lay.tid]
+        headroom = sweeper.headroom
+        verify_mask = has_safe & fits & (safe_len != max_len)
+        for j in np.flatnonzero(has_safe & ~verify_mask).tolist():
+            worst = worst_case_seqs(int(safe_blocks[j]), int(sequence[j]), headroom)
+            rec_seqs[j] = max(1, min(worst, int(seqs_default[j])))
+        verify = np.flatnonzero(verify_mask).tolist()
+        for j in verify:  # a shorter context than planned: make_plan plans it again (verified_context)
+            model, gpu, args = points[int(live[j])]
+            checked = sweeper.plan(model, gpu, args)
+            rec_len[j] = checked.recommended_max_model_len or 0
+            rec_seqs[j] = checked.recommended_max_num_seqs or 0
+        out.update(
+            recommended_max_model_len=rec_len,
+            recommended_max_num_seqs=rec_seqs,
+            has_recommendation=rec_len > 0,
+        )
+    for name, values in out.items():
+        column = np.zeros(count, values.dtype)
+        column[live] = values
+        columns[name] = column
+    for name, values in (
+        ("vllm_version", [str(t.version) for t in templates]),
+        ("kv_cache_dtype", [t.engine.kv_dtype.name for t in templates]),
+    ):
+        strings = np.array(values, dtype=object)[tid]
+        strings[~ok] = ""
+        columns[name] = strings
+    if packed:
+        _fill_from_plans(columns, sweeper, points, packed, list(columns))
+    for name in ("vllm_version", "kv_cache_dtype"):
+        columns[name] = columns[name].astype(str)
+    return SweepTable(points, errors, columns, sweeper)
+
+
+# Every column a sweep with its band fills (the names of PointPlan fields, plus two flags).
+_PLAN_COLUMNS = (
+    "fits",
+    "gpu_memory_utilization",
+    "budget_bytes",
+    "weights_bytes",
+    "activation_peak_bytes",
+    "non_torch_bytes",
+    "cuda_graph_bytes",
+    "cuda_graph_counted",
+    "kv_cache_bytes",
+    "block_size",
+    "bytes_per_block",
+    "num_gpu_blocks",
+    "tokens",
+    "max_concurrency",
+    "max_model_len",
+    "blocks_per_request",
+    "estimated_max_model_len",
+    "derived_max_model_len",
+    "band_low_bytes",
+    "band_high_bytes",
+    "num_gpu_blocks_low",
+    "max_model_len_fits_low",
+    "estimated_max_model_len_low",
+    "version_spread_bytes",
+    "has_version_spread",
+    "recommended_max_model_len",
+    "recommended_max_num_seqs",
+    "has_recommendation",
+    "vllm_version",
+    "kv_cache_dtype",
+)
+
+
+def _fill_from_plans(
+    columns: dict[str, Array],
+    sweeper: _Sweeper,
+    points: list[tuple[ModelSpec, GpuSpec, ServingArgs]],
+    rows: list[int],
+    names: list[str],
+) -> None:
+    """Rows planned by the Python sweep (packed groups) into the columns (``names``: the columns to fill,
+    created where missing; the band's are left out when the sweep has no band)."""
+    count = len(points)
+    plans = {i: sweeper.plan(*points[i]) for i in rows}
+    for name in names:
+        if not sweeper.with_margin and name in _BAND_COLUMNS:
+            continue
+        values = [_column_value(plans[i], name) for i in rows]
+        column = columns.get(name)
+        if column is None:
+            text = name in ("vllm_version", "kv_cache_dtype")
+            kind = object if text else type(values[0]) if values else int
+            column = np.full(count, "", dtype=object) if text else np.zeros(count, kind)
+            columns[name] = column
+        column[rows] = values
+
+
+_BAND_COLUMNS = frozenset(_PLAN_COLUMNS[_PLAN_COLUMNS.index("band_low_bytes") : _PLAN_COLUMNS.index("vllm_version")])
+
+
+def _column_value(plan: PointPlan, name: str) -> object:
+    if name == "has_version_spread":
+        return plan.version_spread_bytes is not None
+    if name == "has_recommendation":
+        return plan.recommended_max_model_len is not None
+    value = getattr(plan, name)
+    return 0 if value is None else value
