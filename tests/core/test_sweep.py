@@ -13,20 +13,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.errors import KvPlannerError
-from planner.gpus.catalog import all_gpus, lookup_gpu
+from planner.gpus.catalog import lookup_gpu
 from planner.gpus.spec import GpuSpec
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS
-from planner.models.catalog import all_models
 from planner.models.spec import ModelSpec
 from planner.plan import make_plan
 from planner.plan.sweep import PointPlan, grid, sweep_plans, sweep_table
 from planner.plan.vectorized import SweepTable
 from planner.vllm.args import ServingArgs
 from planner.vllm.releases import RELEASES
+from tests.core.sweep_grid import GPUS, MODELS
 
 GiB = 1 << 30
-MODELS = list(all_models())
-GPUS = list(all_gpus())
 
 _FIGURES = (
     "vllm_version",
@@ -168,16 +166,6 @@ def test_the_catalog_has_every_kind_of_model_the_grid_claims() -> None:
 def test_every_catalog_model_on_some_gpus(version: str, gpu_names: list[str], step: int) -> None:
     gpus = [lookup_gpu(name) for name in gpu_names]
     points = grid(MODELS[::step], gpus, tensor_parallel_sizes=(1, 2, 4, 8), kv_cache_dtypes=("auto", "fp8"))
-    assert_same(points, version)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("version", ["0.8.0", "0.10.1", "0.13.0", "0.15.0", "0.20.0", "0.26.0", "0.33.0", None])
-def test_every_catalog_model_on_the_catalog_gpus(version: str | None) -> None:
-    # Every GPU at two releases (the members of one GPU class each with its own memory); every other GPU at
-    # the rest, every fourth for the unknown release (which plans every checked release per point).
-    gpus = GPUS if version in ("0.33.0", "0.10.1") else GPUS[::2] if version is not None else GPUS[::4]
-    points = grid(MODELS, gpus, tensor_parallel_sizes=(1, 2, 4, 8), kv_cache_dtypes=("auto", "fp8"))
     assert_same(points, version)
 
 
@@ -372,7 +360,7 @@ def _bigger(gpu: GpuSpec) -> list[GpuSpec]:
     )
 
 
-def _assert_bigger_gpu_search_is_the_loop(
+def assert_bigger_gpu_search_is_the_loop(
     monkeypatch: pytest.MonkeyPatch,
     models: list[ModelSpec],
     gpus: list[str],
@@ -402,15 +390,7 @@ def _assert_bigger_gpu_search_is_the_loop(
 
 
 def test_the_bigger_gpu_search_offers_what_the_loop_offers(monkeypatch: pytest.MonkeyPatch) -> None:
-    _assert_bigger_gpu_search_is_the_loop(monkeypatch, MODELS[::4], ["T4", "L4"], [ServingArgs()], ["0.33.0", None])
-
-
-@pytest.mark.slow
-def test_the_bigger_gpu_search_on_every_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    flags = [ServingArgs(), ServingArgs(kv_cache_dtype="fp8", tensor_parallel_size=2), ServingArgs(max_model_len=-1)]
-    _assert_bigger_gpu_search_is_the_loop(
-        monkeypatch, MODELS, ["T4", "L4", "MI250X"], flags, ["0.33.0", "0.10.1", None]
-    )
+    assert_bigger_gpu_search_is_the_loop(monkeypatch, MODELS[::4], ["T4", "L4"], [ServingArgs()], ["0.33.0", None])
 
 
 def test_gpus_of_one_class_differ_only_in_memory() -> None:
