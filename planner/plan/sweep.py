@@ -238,6 +238,23 @@ class _Template:
         return self.spread_fixed
 
 
+def gpu_class_key(gpu: GpuSpec, releases: Sequence[Release]) -> tuple[object, ...]:
+    """What GPUs share an engine stage by: every GpuSpec field the stage reads but the memory (and the
+    name, which words only refusals: see ``_Sweeper.template``), and vLLM's batch defaults at each of
+    ``releases`` (they depend on the memory). The compute capability picks the MXFP4 kernel, the vision
+    encoder's attention backend, the SM10x capture ceiling, the FP8 MoE workspace and DeepSeek-V4's
+    support; NVLink and native FP8 are read nowhere there today and kept so that a new reader stays exact."""
+    return (
+        gpu.vendor,
+        gpu.architecture,
+        gpu.compute_capability,
+        gpu.nvlink,
+        gpu.nvswitch_multicast,
+        gpu.fp8,
+        tuple(batch_defaults(gpu, release) for release in releases),
+    )
+
+
 class _Sweeper:
     """Templates by (model, flags, GPU class) and the points evaluated from them, for one release."""
 
@@ -264,20 +281,7 @@ class _Sweeper:
     def gpu_class(self, gpu: GpuSpec) -> tuple[object, ...]:
         found = self.classes.get(id(gpu))
         if found is None:
-            # Every GpuSpec field the engine stage reads but the memory (and the name, which words only
-            # refusals: see template): the compute capability picks the MXFP4 kernel, the vision encoder's
-            # attention backend, the SM10x capture ceiling, the FP8 MoE workspace and DeepSeek-V4's support;
-            # NVLink and native FP8 are read nowhere there today and kept so that a new reader stays exact.
-            key = (
-                gpu.vendor,
-                gpu.architecture,
-                gpu.compute_capability,
-                gpu.nvlink,
-                gpu.nvswitch_multicast,
-                gpu.fp8,
-                tuple(batch_defaults(gpu, release) for release in self.releases),
-            )
-            found = (gpu, key)
+            found = (gpu, gpu_class_key(gpu, self.releases))
             self.classes[id(gpu)] = found
         return found[1]
 

@@ -15,7 +15,7 @@ from planner.gpus.catalog import all_gpus
 from planner.gpus.spec import GpuSpec
 from planner.models.catalog import all_models
 from planner.models.spec import ModelSpec
-from planner.vllm.defaults import batch_defaults
+from planner.plan.sweep import gpu_class_key
 from planner.vllm.releases import RELEASES
 
 FULL = os.environ.get("KV_PLANNER_FULL_SWEEP_GRID", "").strip().lower() in ("1", "true", "yes")
@@ -25,23 +25,15 @@ GPUS = list(all_gpus())
 
 def gpus_of_every_class(step: int) -> list[GpuSpec]:
     """Every ``step``-th catalog GPU, plus the first member of every class the sweep shares a template
-    within (the fields its class key holds, and vLLM's batch defaults at every release, which depend on
-    the card's memory): each class is planned at least once whatever the stride."""
+    within (:func:`planner.plan.sweep.gpu_class_key`): each class is planned at least once whatever the
+    stride."""
     if FULL:
         return GPUS
-    releases = [row for row in RELEASES if row.v1_default or row.since == "0.8.0"]
     chosen = {gpu.name for gpu in GPUS[::step]}
     seen: set[tuple[object, ...]] = set()
     for gpu in GPUS:
-        key = (
-            gpu.vendor,
-            gpu.architecture,
-            gpu.compute_capability,
-            gpu.nvlink,
-            gpu.nvswitch_multicast,
-            gpu.fp8,
-            tuple(batch_defaults(gpu, release) for release in releases),
-        )
+        # The sweep's own class key over every release: a class at any release is a class here.
+        key = gpu_class_key(gpu, RELEASES)
         if key not in seen:
             seen.add(key)
             chosen.add(gpu.name)
