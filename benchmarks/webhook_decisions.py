@@ -47,8 +47,12 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from webhook_fuzz import encode, mutate, seeds
-from webhook_latency import realistic_deployment, review_body
+from planner.native_threads import use_one_native_thread
+
+use_one_native_thread()  # as `python -m admission` does, before numpy's import (the workers' environment)
+
+from webhook_fuzz import encode, mutate, seeds  # noqa: E402
+from webhook_latency import realistic_deployment, review_body  # noqa: E402
 
 POLICIES: dict[str, dict[str, Any]] = {
     "default": {},

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from planner.cli._app import app, load_all_commands
+from planner.native_threads import use_one_native_thread
 
 
 def main() -> None:
@@ -17,6 +18,7 @@ def main() -> None:
     # points when the first model class is built: ~10 ms of a cold `planner recommend`, for hooks a
     # command-line run has no use for. Set PYDANTIC_DISABLE_PLUGINS yourself to choose otherwise.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    use_one_native_thread()  # numpy is imported by commands, later (planner/native_threads.py says why)
     app()
 
 

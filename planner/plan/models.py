@@ -4,7 +4,7 @@ This is the JSON contract of ``planner recommend --output json`` (see DESIGN.md)
 exporter, retuner, simulator and probe all consume it. Memory figures are per GPU.
 """
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
@@ -12,6 +12,9 @@ from planner.findings import Finding
 from planner.plan.offload import OffloadReport
 from planner.plan.speculative import DrafterCost
 from planner.units import GiB, cdiv
+
+if TYPE_CHECKING:
+    from planner.workload.distribution import IntArray
 
 GroupKind = Literal["full", "sliding_window", "chunked_local", "mamba"]
 
@@ -89,6 +92,15 @@ class KvGroupReport(_Report):
             return cdiv(min(self.tokens_cap, tokens), self.block_size)
         return cdiv(tokens, self.block_size)
 
+    def blocks_for_each(self, tokens: "IntArray") -> "IntArray":
+        """:meth:`blocks_for` of every entry of ``tokens`` (non-negative numpy integers), in one pass: the
+        same integer arithmetic, for the workload model's thousands of lengths."""
+        if self.blocks_per_sequence_const is not None:
+            return tokens * 0 + self.blocks_per_sequence_const
+        held = tokens if self.tokens_cap is None else tokens.clip(None, self.tokens_cap)
+        blocks: IntArray = -(held // -self.block_size)
+        return blocks + 1 if self.kind == "sliding_window" and self.tokens_cap is not None else blocks
+
 
 class KvCacheReport(_Report):
     bytes_per_token: int = Field(description="K+V bytes per token summed over KV layers, whole model, TP=1")
@@ -107,6 +119,13 @@ class KvCacheReport(_Report):
     def blocks_for_sequence(self, tokens: int) -> int:
         """Blocks one sequence of ``tokens`` tokens holds across all groups."""
         return sum(group.blocks_for(tokens) for group in self.groups)
+
+    def blocks_for_sequences(self, tokens: "IntArray") -> "IntArray":
+        """:meth:`blocks_for_sequence` of every entry of ``tokens`` (non-negative numpy integers)."""
+        total: IntArray = tokens * 0
+        for group in self.groups:
+            total = total + group.blocks_for_each(tokens)
+        return total
 
     @property
     def usable_blocks(self) -> int:

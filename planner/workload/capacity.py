@@ -12,10 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from planner.errors import WorkloadProfileError
 from planner.units import cdiv
+
+if TYPE_CHECKING:  # (numpy is imported by the workload maths, not by every plan)
+    from planner.workload.distribution import IntArray
 
 
 class BlockGroup(Protocol):
@@ -44,6 +47,10 @@ class KvCapacity(Protocol):
     def groups(self) -> Sequence[BlockGroup]: ...
 
     def blocks_for_sequence(self, tokens: int) -> int: ...
+
+    def blocks_for_sequences(self, tokens: IntArray) -> IntArray:
+        """:meth:`blocks_for_sequence` of every entry of ``tokens`` (non-negative numpy integers)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -78,6 +85,10 @@ class BlockCapacity:
 
     def blocks_for_sequence(self, tokens: int) -> int:
         return cdiv(tokens, self.block_size)
+
+    def blocks_for_sequences(self, tokens: IntArray) -> IntArray:
+        blocks: IntArray = -(tokens // -self.block_size)
+        return blocks
 
 
 def capacity_for_blocks(num_gpu_blocks: int, block_size: int, max_model_len: int) -> BlockCapacity:

@@ -40,12 +40,13 @@ def convolve(a: FloatArray, b: FloatArray) -> FloatArray:
 class _Truncated:
     """A distribution on ``offset .. offset + len(values) - 1`` (all <= capacity); the rest overflowed."""
 
-    __slots__ = ("offset", "spectra", "values")
+    __slots__ = ("_cdf", "offset", "spectra", "values")
 
     def __init__(self, offset: int, values: FloatArray) -> None:
         self.offset = offset
         self.values = values
         self.spectra: dict[int, ComplexArray] = {}
+        self._cdf: FloatArray | None = None
 
     @property
     def mass(self) -> float:
@@ -60,6 +61,28 @@ class _Truncated:
         if spectrum is None:
             spectrum = self.spectra[fft_size] = np.fft.rfft(self.values, fft_size)
         return spectrum
+
+    def cdf(self) -> FloatArray:
+        """``cumsum(values)``, once: the mass each product with this distribution keeps (:func:`_kept_mass`)."""
+        if self._cdf is None:
+            self._cdf = np.cumsum(self.values)
+        return self._cdf
+
+
+def _kept_mass(a: _Truncated, b: _Truncated, capacity: int) -> float:
+    """The mass of ``a * b`` on ``0..capacity``, by a direct sum in O(len(a)): ``sum_i a_i P(b <= K - i)``
+    with ``K = capacity - a.offset - b.offset``. It is exact up to ordinary summation round-off (~1e-13 at
+    the sizes that occur, and it keeps the entries below ``_NEGLIGIBLE`` a product trims), so it decides
+    whether a product is needed, never what a product is: every figure kept still comes from
+    :meth:`TruncatedSums._mul`."""
+    top = capacity - a.offset - b.offset
+    if top < 0 or len(a.values) == 0 or len(b.values) == 0:
+        return 0.0
+    count = min(len(a.values), top + 1)
+    index = np.minimum(np.arange(top, top - count, -1), len(b.values) - 1)
+    # (a product and a sum, not np.dot: BLAS may spread a dot product over threads the webhook's worker
+    # does not have to give)
+    return float((a.values[:count] * b.cdf()[index]).sum())
 
 
 class TruncatedSums:
@@ -153,7 +176,10 @@ class TruncatedSums:
         for k in range(top, -1, -1):
             if n + (1 << k) > n_max or k >= over:
                 continue
-            candidate = self._mul(acc, self._power(k))
+            power = self._power(k)
+            if 1.0 - _kept_mass(acc, power, self.capacity) > target + _SURE:
+                continue  # surely over the target: the FFT product would be refused too
+            candidate = self._mul(acc, power)
             if 1.0 - candidate.mass <= target:
                 acc = candidate
                 n += 1 << k
@@ -162,8 +188,16 @@ class TruncatedSums:
         return n, risk
 
     def _first_power_over(self, risk: float, top: int) -> int:
-        """The smallest ``k <= top`` with ``P(S_{2^k} > capacity) > risk`` (``top + 1``: none)."""
+        """The smallest ``k <= top`` with ``P(S_{2^k} > capacity) > risk`` (``top + 1``: none).
+
+        A square not computed yet is first judged by its kept mass (:func:`_kept_mass`): when that puts
+        it surely above ``risk`` (by :data:`_SURE`), the square itself is not computed, since no digit
+        uses that power; otherwise it is computed and judged exactly as before."""
         for k in range(top + 1):
+            if 0 < k == len(self._powers):
+                half = self._powers[k - 1]
+                if 1.0 - _kept_mass(half, half, self.capacity) > risk + _SURE:
+                    return k
             if 1.0 - self._power(k).mass > risk:
                 return k
         return top + 1
