@@ -116,10 +116,11 @@ class TruncatedSums:
         return self._trim(a.offset + b.offset, np.clip(out, 0.0, None))
 
     def release(self) -> None:
-        """Drop the transforms kept for later products (an engine kept after its search holds only its
-        distributions; a product needed later computes its transforms again)."""
+        """Drop the transforms and cumulative sums kept for later products (an engine kept after its search
+        holds only its distributions; a product needed later computes them again)."""
         for power in self._powers:
             power.spectra.clear()
+            power._cdf = None
 
     def _power(self, k: int) -> _Truncated:
         while len(self._powers) <= k:
