@@ -48,9 +48,9 @@ class KvCapacity(Protocol):
 
     def blocks_for_sequence(self, tokens: int) -> int: ...
 
-    def blocks_for_sequences(self, tokens: IntArray) -> IntArray:
-        """:meth:`blocks_for_sequence` of every entry of ``tokens`` (non-negative numpy integers)."""
-        ...
+    # Optional, and used when present (planner.workload.occupancy.block_lookup):
+    # ``blocks_for_sequences(tokens: IntArray) -> IntArray``, :meth:`blocks_for_sequence` of every entry
+    # of ``tokens`` in one numpy pass. Both capacities here and the plan's KvCacheReport have it.
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,7 @@ class ConcurrencyAdvice(BaseModel):
             pmf = np.zeros(limit + 1)
             pmf[0] = 1.0
         pmf[-1] += max(0.0, 1.0 - float(pmf.sum()))  # arrivals beyond max_num_seqs wait: K stops there
-        return float(arrival_rate * np.dot(pmf, self._interpolated(ks)))
+        return float(arrival_rate * (pmf * self._interpolated(ks)).sum())
 
 
 def _to_units(block_pmf: FloatArray, unit: int) -> FloatArray:

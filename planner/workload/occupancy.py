@@ -59,7 +59,7 @@ class Occupancy:
 
     @property
     def mean_blocks(self) -> float:
-        return float(np.dot(np.arange(len(self.block_pmf)), self.block_pmf))
+        return float((np.arange(len(self.block_pmf)) * self.block_pmf).sum())
 
     def blocks_quantile(self, level: float) -> int:
         cumulative = np.cumsum(self.block_pmf)
@@ -69,8 +69,13 @@ class Occupancy:
 def block_lookup(kv: KvCapacity, tokens: IntArray) -> IntArray:
     """``kv.blocks_for_sequence(t)`` for every ``t`` in ``tokens`` (the capacity's array form: the same
     integer arithmetic in one numpy pass instead of a Python call per block boundary, which was a fifth of
-    a long-context risk search)."""
-    return kv.blocks_for_sequences(tokens)
+    a long-context risk search). A capacity without the array form (it is optional in
+    :class:`KvCapacity`) is asked entry by entry: the same numbers, slower."""
+    batched = getattr(kv, "blocks_for_sequences", None)
+    if batched is None:
+        return np.fromiter((kv.blocks_for_sequence(int(t)) for t in tokens), dtype=np.int64, count=len(tokens))
+    blocks: IntArray = np.asarray(batched(tokens), dtype=np.int64)
+    return blocks
 
 
 def running_occupancy(kv: KvCapacity, profile: WorkloadProfile, *, max_model_len: int) -> Occupancy:
@@ -83,11 +88,13 @@ def running_occupancy(kv: KvCapacity, profile: WorkloadProfile, *, max_model_len
     edges = np.minimum(np.arange(k + 1, dtype=np.float64) * r, m)
 
     prompt_pmf, prompt_values, rejected = _prompt_cells(profile.prompt_distribution, m, edges)
-    mean_prompt = float(np.dot(prompt_pmf, prompt_values))
+    # Means are products summed, not np.dot: BLAS splits a long dot product over its threads, and the
+    # split changes the last bits with the thread count (a library caller may run several).
+    mean_prompt = float((prompt_pmf * prompt_values).sum())
     survival = _output_survival(profile.output_distribution, m, r, k)
     # E[min(O, M - P)]: a prompt in cell i leaves room for k - i cells of output.
     room = np.cumsum(survival)[::-1]
-    mean_output = float(np.dot(prompt_pmf, room))
+    mean_output = float((prompt_pmf * room).sum())
 
     h = profile.prefix_cache_hit_rate
     if h > 0.0:
@@ -113,7 +120,7 @@ def running_occupancy(kv: KvCapacity, profile: WorkloadProfile, *, max_model_len
         mean_prompt_tokens=mean_prompt,
         mean_output_tokens=mean_output,
         mean_decode_steps=decode_steps,
-        mean_tokens_held=float(np.dot(held_tokens, length_pmf)),
+        mean_tokens_held=float((held_tokens * length_pmf).sum()),
     )
 
 

@@ -301,3 +301,30 @@ def test_the_screen_skips_products_and_changes_no_bit(seed: int, monkeypatch: py
     every = products.get("every product", 0)
     # (some draws leave nothing to multiply: one sequence already overflows a small capacity)
     assert products.get("screened", 0) < every or every == 0
+
+
+class _ScalarOnlyCapacity:
+    """A capacity written against the protocol's required members only (no ``blocks_for_sequences``)."""
+
+    def __init__(self, inner: KvCacheReport) -> None:
+        self._inner = inner
+        self.block_size, self.max_model_len = inner.block_size, inner.max_model_len
+        self.max_concurrency, self.usable_blocks, self.groups = inner.max_concurrency, inner.usable_blocks, inner.groups
+
+    def blocks_for_sequence(self, tokens: int) -> int:
+        return self._inner.blocks_for_sequence(tokens)
+
+
+def test_a_capacity_without_the_array_form_gives_the_same_advice() -> None:
+    kv = KvCacheReport(
+        bytes_per_token=0, state_bytes_per_sequence=0, kv_cache_dtype="auto", block_size=16, bytes_per_block=0,
+        num_gpu_blocks=9_000, tokens=144_000, max_concurrency=1.1, max_model_len=8_192, blocks_per_request=512,
+        estimated_max_model_len=1, groups=[
+            KvGroupReport(kind="full", num_layers=1, page_bytes=0, block_size=16),
+            KvGroupReport(kind="sliding_window", num_layers=1, page_bytes=0, block_size=16, tokens_cap=1_024),
+        ],
+    )  # fmt: skip
+    scalar = _ScalarOnlyCapacity(kv)
+    tokens = np.arange(0, 9_000, dtype=np.int64)
+    assert block_lookup(scalar, tokens).tolist() == block_lookup(kv, tokens).tolist()
+    assert risk_bounded_concurrency(scalar, CHAT).model_dump() == risk_bounded_concurrency(kv, CHAT).model_dump()
