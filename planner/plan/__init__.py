@@ -46,11 +46,16 @@ def make_plan(
     bigger_gpus: Sequence[GpuSpec] = (),
     with_alternatives: bool = True,
     draft: ModelSpec | None = None,
+    average_risk: bool = True,
 ) -> Plan:
     """Predict vLLM's startup for one engine and recommend safe limits.
 
     ``draft``: the resolved drafter of ``--speculative-config`` (a draft model, an EAGLE head's config);
     without it an EAGLE or MTP drafter is sized from the target's shapes.
+
+    ``average_risk=False``: with a workload, the recommendation's notes leave out the overflow risk of the
+    count sized on one average request (a further convolution chain, and only those notes print it):
+    for callers that show no notes, such as the admission path. Every other figure is the same.
 
     Never raises because the model does not fit: ``fits`` is False, ``fit_error`` holds vLLM's error and
     ``alternatives`` say what would fit. Raises :class:`planner.errors.PlannerInputError` subclasses for
@@ -76,16 +81,20 @@ def make_plan(
 
         # The blocks the recommendation may count on: the low end of the KV band (planner/plan/margin.py).
         advice = risk_bounded_limit(
-            safe_cache(plan), workload, headroom=headroom, max_model_len=plan.kv_cache.max_model_len
+            safe_cache(plan),
+            workload,
+            headroom=headroom,
+            max_model_len=plan.kv_cache.max_model_len,
+            with_average_risk=average_risk,
         )
         workload_limit, basis = advice.max_num_seqs, "workload"
+        average = f"average request ({advice.average_request_tokens:,} tokens): {advice.average_max_num_seqs} sequences"
         notes = [
             f"risk-bounded: {advice.max_num_seqs} sequences, P(needing more blocks than exist) = "
             f"{advice.risk:.2%} (target {advice.target_risk:.2%}, {headroom:.0%} headroom)",
             f"worst case (every request at {plan.kv_cache.max_model_len:,} tokens): "
             f"{advice.worst_case_max_num_seqs} sequences",
-            f"average request ({advice.average_request_tokens:,} tokens): {advice.average_max_num_seqs} sequences, "
-            f"P(overflow) = {advice.average_risk:.1%}",
+            average if advice.average_risk is None else f"{average}, P(overflow) = {advice.average_risk:.1%}",
         ]
     spread = (
         next((t.low_bytes for t in plan.margin.terms if t.name == "unknown_release"), None) if plan.margin else None

@@ -81,7 +81,8 @@ class PlanningBackend(Protocol):
         draft: ModelSpec | None = None,
     ) -> Plan:
         """make_plan (``draft``: the resolved drafter of --speculative-config). Raises PlannerInputError
-        subclasses for settings vLLM refuses."""
+        subclasses for settings vLLM refuses. A decision reads no plan notes: a backend may leave out
+        what only they print (make_plan's ``average_risk``)."""
         ...
 
     def effective_args(
@@ -213,7 +214,18 @@ class CoreBackend:
             if hit is not None:
                 self._memo.move_to_end(key)
                 return hit
-        plan = make_plan(model, gpu, args, vllm_version=vllm_version, headroom=headroom, workload=workload, draft=draft)
+        # (average_risk=False: no decision shows a plan's notes, and that risk is a fifth to a third of a
+        # review with a workload profile)
+        plan = make_plan(
+            model,
+            gpu,
+            args,
+            vllm_version=vllm_version,
+            headroom=headroom,
+            workload=workload,
+            draft=draft,
+            average_risk=False,
+        )
         with self._lock:
             self._memo[key] = plan
             while len(self._memo) > self._memo_size:

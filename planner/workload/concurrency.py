@@ -149,7 +149,8 @@ class LimitAdvice:
     target_risk: float
     worst_case_max_num_seqs: int
     average_max_num_seqs: int
-    average_risk: float
+    average_risk: float | None
+    """None when not asked for (``with_average_risk=False``)."""
     average_request_tokens: int
 
 
@@ -212,10 +213,13 @@ def risk_bounded_limit(
     headroom: float = 0.1,
     target_risk: float | None = None,
     max_model_len: int | None = None,
+    with_average_risk: bool = True,
 ) -> LimitAdvice:
     """The figures of :func:`risk_bounded_concurrency` that a plan records (identical values), without the
     ones only reports show (risk curve, worst-case risk, explanation): each of those is one or more
-    further convolutions, a third of the cost on the admission path."""
+    further convolutions, a third of the cost on the admission path. ``with_average_risk=False`` skips
+    one more: the average request's risk, which only a plan's notes print (a fifth to a third of a
+    profiled admission review's CPU)."""
     found = _search(kv, profile, headroom, target_risk, max_model_len)
     return LimitAdvice(
         max_num_seqs=found.n_star,
@@ -223,7 +227,7 @@ def risk_bounded_limit(
         target_risk=found.target,
         worst_case_max_num_seqs=found.worst,
         average_max_num_seqs=found.average,
-        average_risk=found.engine.risk(found.average),
+        average_risk=found.engine.risk(found.average) if with_average_risk else None,
         average_request_tokens=found.average_tokens,
     )
 
