@@ -214,7 +214,7 @@ class CoreBackend:
             if hit is not None:
                 self._memo.move_to_end(key)
                 return hit
-        # (average_risk=False: no decision shows a plan's notes, and that risk is a fifth to a third of a
+        # (average_risk=False: no decision shows a plan's notes, and that risk costs about an eighth of a
         # review with a workload profile)
         plan = make_plan(
             model,

@@ -218,7 +218,7 @@ def risk_bounded_limit(
     """The figures of :func:`risk_bounded_concurrency` that a plan records (identical values), without the
     ones only reports show (risk curve, worst-case risk, explanation): each of those is one or more
     further convolutions, a third of the cost on the admission path. ``with_average_risk=False`` skips
-    one more: the average request's risk, which only a plan's notes print (a fifth to a third of a
+    one more: the average request's risk, which only a plan's notes print (about an eighth of a
     profiled admission review's CPU)."""
     found = _search(kv, profile, headroom, target_risk, max_model_len)
     return LimitAdvice(

@@ -1,6 +1,6 @@
 """A plan with a workload profile: the admission path leaves out the average request's risk, nothing else.
 
-That risk is one more convolution chain (a fifth to a third of a profiled review's CPU) and only the
+That risk is one more convolution chain (about an eighth of a profiled review's CPU) and only the
 recommendation's notes print it; decisions never show plan notes.
 """
 
