@@ -58,8 +58,14 @@ def blocks_for_workload(
 
     def seqs(blocks: int) -> tuple[int, float]:
         sized = kv.model_copy(update={"num_gpu_blocks": blocks})
+        # (only the answer and its risk are read: the average request's risk is not computed)
         advice = risk_bounded_limit(
-            sized, profile, headroom=headroom, target_risk=target_risk, max_model_len=kv.max_model_len
+            sized,
+            profile,
+            headroom=headroom,
+            target_risk=target_risk,
+            max_model_len=kv.max_model_len,
+            with_average_risk=False,
         )
         return advice.max_num_seqs, advice.risk
 

@@ -50,7 +50,7 @@ class KvCapacity(Protocol):
 
     # Optional, and used when present (planner.workload.occupancy.block_lookup):
     # ``blocks_for_sequences(tokens: IntArray) -> IntArray``, :meth:`blocks_for_sequence` of every entry
-    # of ``tokens`` in one numpy pass. Both capacities here and the plan's KvCacheReport have it.
+    # of ``tokens`` in one numpy pass. BlockCapacity and the plan's KvCacheReport have it.
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ recommendation's notes print it; decisions never show plan notes.
 
 from __future__ import annotations
 
+import pytest
+
 from planner.gpus.catalog import lookup_gpu
 from planner.models.catalog import lookup_model
 from planner.plan import make_plan
@@ -19,7 +21,8 @@ CHAT = parse_workload(
 )
 
 
-def _plans() -> tuple[Plan, Plan, Plan]:
+@pytest.fixture(scope="module")
+def plans() -> tuple[Plan, Plan, Plan]:
     spec, gpu = lookup_model("meta-llama/Llama-3.1-8B-Instruct"), lookup_gpu("L4")
     args = ServingArgs(max_model_len=16_384)
     full = make_plan(spec, gpu, args, vllm_version="0.19.0", workload=CHAT)
@@ -28,8 +31,8 @@ def _plans() -> tuple[Plan, Plan, Plan]:
     return full, lean, served
 
 
-def test_only_the_average_risk_clause_is_left_out() -> None:
-    full, lean, _ = _plans()
+def test_only_the_average_risk_clause_is_left_out(plans: tuple[Plan, Plan, Plan]) -> None:
+    full, lean, _ = plans
     assert full.recommendation is not None and lean.recommendation is not None
     full_notes, lean_notes = full.recommendation.notes, lean.recommendation.notes
     assert full_notes[:2] == lean_notes[:2]
@@ -40,6 +43,6 @@ def test_only_the_average_risk_clause_is_left_out() -> None:
     assert full.recommendation.basis == "workload"
 
 
-def test_the_decisions_backend_plans_the_lean_way() -> None:
-    _, lean, served = _plans()
+def test_the_decisions_backend_plans_the_lean_way(plans: tuple[Plan, Plan, Plan]) -> None:
+    _, lean, served = plans
     assert served.model_dump() == lean.model_dump()
