@@ -7,6 +7,15 @@ result cut at ``C`` (the mass cut off is exactly the overflow). Sums of ``2^k`` 
 repeated squaring, any ``n`` from its binary digits; each product is one FFT convolution of arrays of
 at most ``C + 1`` entries. The FFT's round-off is about 1e-16 per entry, so a probability from here is
 good to ~1e-11 for capacities up to 10^5 units.
+
+Two things keep the transforms short, neither of which moves a probability by more than ~1e-13:
+entries below :data:`_NEGLIGIBLE` are dropped at both ends of every result (a sum of many sequences is
+concentrated far inside ``0..C``: without the upper cut a power of two kept thousands of entries of
+its upper tail, each below 1e-18, up to ``C``, and they made its transform 2-3 times longer), and a
+transform has the smallest length of the form ``2^a 3^b 5^c`` that holds the product (pocketfft's
+cost per entry is the same for those lengths, and a power of two wastes a quarter of the length on
+average). The mass dropped only raises a risk; a risk is exactly 0 when ``n`` sequences of the longest
+length fit (:meth:`TruncatedSums.risk`), whatever the round-off.
 """
 
 from __future__ import annotations
@@ -21,9 +30,24 @@ ComplexArray = npt.NDArray[np.complex128]
 _DIRECT_LIMIT = 64
 """Arrays this short are convolved directly (exact, and faster than an FFT)."""
 _NEGLIGIBLE = 1e-18
-"""Leading entries below this are dropped (the mass lost is below ~1e-13: it only raises the risk)."""
+"""Entries below this at either end of a result are dropped (the mass lost is below ~1e-13 a product: it
+only raises the risk)."""
 _SURE = 1e-9
 """A risk this far above the target is above it whatever the round-off (results are good to ~1e-11)."""
+
+
+def fft_size(size: int) -> int:
+    """The smallest ``2^a 3^b 5^c >= size``: a transform length that holds a product of ``size`` entries
+    (pocketfft transforms these as fast per entry as a power of two, which can be almost twice as long)."""
+    best = 1 << (size - 1).bit_length()
+    odd = 1
+    while odd < best:  # every 3^b 5^c below the power of two, each times the power of two that reaches size
+        multiple = odd
+        while multiple < best:
+            best = min(best, multiple << (-(-size // multiple) - 1).bit_length())
+            multiple *= 3
+        odd *= 5
+    return best
 
 
 def convolve(a: FloatArray, b: FloatArray) -> FloatArray:
@@ -31,8 +55,8 @@ def convolve(a: FloatArray, b: FloatArray) -> FloatArray:
     if min(len(a), len(b)) <= _DIRECT_LIMIT:
         return np.convolve(a, b)
     size = len(a) + len(b) - 1
-    fft_size = 1 << (size - 1).bit_length()
-    out = np.fft.irfft(np.fft.rfft(a, fft_size) * np.fft.rfft(b, fft_size), fft_size)[:size]
+    fft_length = fft_size(size)
+    out = np.fft.irfft(np.fft.rfft(a, fft_length) * np.fft.rfft(b, fft_length), fft_length)[:size]
     clipped: FloatArray = np.clip(out, 0.0, None)
     return clipped
 
@@ -52,14 +76,14 @@ class _Truncated:
     def mass(self) -> float:
         return float(self.values.sum())
 
-    def spectrum(self, fft_size: int) -> ComplexArray:
-        """``rfft(values, fft_size)``, computed once per size: a power of the distribution takes part in
+    def spectrum(self, length: int) -> ComplexArray:
+        """``rfft(values, length)``, computed once per length: a power of the distribution takes part in
         several products (its own square, candidate sums, the sums of :meth:`TruncatedSums.risk`), and
         an accumulated sum in one per candidate digit. The same transform of the same array is the same
         numbers, so every product is exactly what :func:`convolve` computes."""
-        spectrum = self.spectra.get(fft_size)
+        spectrum = self.spectra.get(length)
         if spectrum is None:
-            spectrum = self.spectra[fft_size] = np.fft.rfft(self.values, fft_size)
+            spectrum = self.spectra[length] = np.fft.rfft(self.values, length)
         return spectrum
 
     def cdf(self) -> FloatArray:
@@ -90,7 +114,12 @@ class TruncatedSums:
 
     def __init__(self, pmf: FloatArray, capacity: int) -> None:
         self.capacity = capacity
-        self._powers: list[_Truncated] = [self._trim(0, np.asarray(pmf, dtype=np.float64))]
+        values = np.asarray(pmf, dtype=np.float64)
+        support = np.flatnonzero(values > 0.0)
+        # The most units one sequence can hold: n sequences with n * _longest <= capacity never overflow
+        # (their risk is 0 exactly, not whatever round-off leaves of 1 - mass).
+        self._longest = int(support[-1]) if len(support) else 0
+        self._powers: list[_Truncated] = [self._trim(0, values)]
         self._cache: dict[int, float] = {0: 0.0}
 
     def _trim(self, offset: int, values: FloatArray) -> _Truncated:
@@ -98,8 +127,14 @@ class TruncatedSums:
         nonzero = np.flatnonzero(keep > _NEGLIGIBLE)
         if len(nonzero) == 0:
             return _Truncated(self.capacity + 1, np.zeros(0))
-        first = int(nonzero[0])
-        return _Truncated(offset + first, keep[first:])
+        first, last = int(nonzero[0]), int(nonzero[-1])
+        return _Truncated(offset + first, keep[first : last + 1])
+
+    def _risk_of(self, n: int, kept: _Truncated) -> float:
+        """``P(S_n > capacity)`` from the kept part of ``S_n``'s distribution."""
+        if n * self._longest <= self.capacity:
+            return 0.0
+        return min(1.0, max(0.0, 1.0 - kept.mass))
 
     def _mul(self, a: _Truncated, b: _Truncated) -> _Truncated:
         if len(a.values) == 0 or len(b.values) == 0:
@@ -109,10 +144,10 @@ class TruncatedSums:
         # convolve(a.values, b.values), with each operand's transform computed once per size (a square
         # transforms its operand once).
         size = len(a.values) + len(b.values) - 1
-        fft_size = 1 << (size - 1).bit_length()
-        spectrum_a = a.spectrum(fft_size)
-        spectrum_b = spectrum_a if b is a else b.spectrum(fft_size)
-        out = np.fft.irfft(spectrum_a * spectrum_b, fft_size)[:size]
+        length = fft_size(size)
+        spectrum_a = a.spectrum(length)
+        spectrum_b = spectrum_a if b is a else b.spectrum(length)
+        out = np.fft.irfft(spectrum_a * spectrum_b, length)[:size]
         return self._trim(a.offset + b.offset, np.clip(out, 0.0, None))
 
     def release(self) -> None:
@@ -141,7 +176,7 @@ class TruncatedSums:
     def risk(self, n: int) -> float:
         """``P(S_n > capacity)``."""
         if n not in self._cache:
-            self._cache[n] = min(1.0, max(0.0, 1.0 - self._sum_of(n).mass))
+            self._cache[n] = self._risk_of(n, self._sum_of(n))
         return self._cache[n]
 
     def risks(self, ns: list[int]) -> list[float]:
@@ -158,7 +193,7 @@ class TruncatedSums:
                 continue
             current = self._mul(current, self._sum_of(n - current_n))
             current_n = n
-            results[n] = self._cache[n] = min(1.0, max(0.0, 1.0 - current.mass))
+            results[n] = self._cache[n] = self._risk_of(n, current)
         return [results[n] for n in ns]
 
     def largest_within(self, target: float, n_max: int) -> tuple[int, float]:
@@ -184,7 +219,7 @@ class TruncatedSums:
             if 1.0 - candidate.mass <= target:
                 acc = candidate
                 n += 1 << k
-        risk = min(1.0, max(0.0, 1.0 - acc.mass))
+        risk = self._risk_of(n, acc)
         self._cache[n] = risk
         return n, risk
 
