@@ -14,7 +14,7 @@ from planner.errors import PlannerInputError
 from planner.gpus.spec import GpuSpec
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.models.spec import ModelSpec
-from planner.plan.build import plan_without_recommendation
+from planner.plan.build import Prediction, plan_without_recommendation
 from planner.plan.engine import TermCorrections
 from planner.plan.models import Plan
 from planner.plan.recommend import (
@@ -47,6 +47,7 @@ def make_plan(
     with_alternatives: bool = True,
     draft: ModelSpec | None = None,
     average_risk: bool = True,
+    base: tuple[Plan, Prediction] | None = None,
 ) -> Plan:
     """Predict vLLM's startup for one engine and recommend safe limits.
 
@@ -57,22 +58,32 @@ def make_plan(
     count sized on one average request (a further convolution chain, and only those notes print it):
     for callers that show no notes, such as the admission path. Every other figure is the same.
 
+    ``base``: what :func:`plan_without_recommendation` returned for these same model, GPU, args, release,
+    ``gpu_count``, coefficients, corrections and drafter, when the caller kept it (the admission path plans
+    one setting without and then with a workload profile). It is used as it is, not planned again, and
+    left unchanged: the plan returned is a copy.
+
     Never raises because the model does not fit: ``fits`` is False, ``fit_error`` holds vLLM's error and
     ``alternatives`` say what would fit. Raises :class:`planner.errors.PlannerInputError` subclasses for
     settings vLLM refuses before sizing anything.
     """
     if not 0 <= headroom < 1:
         raise PlannerInputError(f"headroom must be in [0, 1), got {headroom}")
-    plan, prediction = plan_without_recommendation(
-        model,
-        gpu,
-        args,
-        vllm_version=vllm_version,
-        gpu_count=gpu_count,
-        coefficients=coefficients,
-        corrections=corrections,
-        draft=draft,
-    )
+    if base is None:
+        plan, prediction = plan_without_recommendation(
+            model,
+            gpu,
+            args,
+            vllm_version=vllm_version,
+            gpu_count=gpu_count,
+            coefficients=coefficients,
+            corrections=corrections,
+            draft=draft,
+        )
+    else:
+        # (a shallow copy: below, fields are replaced, never changed in place, except the findings list,
+        # which later steps such as make_shared_plan append to)
+        plan, prediction = base[0].model_copy(update={"findings": list(base[0].findings)}), base[1]
     workload_limit: int | None = None
     basis: str | None = None
     notes: list[str] = []

@@ -26,6 +26,7 @@ from planner.hub.settings import HubLimits
 from planner.k8s.gpus import GpuCatalog
 from planner.models.spec import ModelSpec
 from planner.plan import make_plan
+from planner.plan.build import Prediction, plan_without_recommendation
 from planner.plan.models import Plan
 from planner.policy.versions import ReleaseSpread, release_spread
 from planner.vllm.args import ServingArgs
@@ -35,6 +36,10 @@ from planner.workload import parse_workload
 
 DEFAULT_HUB_LIMITS = HubLimits()
 _MODEL_TTL = 600.0  # seconds a resolved model is reused (the Hub layer has its own cache as well)
+# Plans before their recommendation, kept so that a setting planned without and then with a workload
+# profile (a decision's fit check, then its --max-num-seqs) is predicted once: only the reviews being
+# decided need them, so a few dozen suffice.
+_BASE_MEMO_SIZE = 64
 # re2: linear time whatever the (untrusted) model name is.
 _HUB_ID = re2.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 
@@ -137,6 +142,7 @@ class CoreBackend:
         self._hub_limits = hub_limits
         self._catalog = CoreGpuCatalog()
         self._memo: OrderedDict[str, Plan] = OrderedDict()
+        self._bases: OrderedDict[str, tuple[Plan, Prediction]] = OrderedDict()
         self._spreads: OrderedDict[str, ReleaseSpread | None] = OrderedDict()
         self._models: OrderedDict[str, tuple[float, ModelSpec]] = OrderedDict()
         self._profiles: OrderedDict[str, Any] = OrderedDict()
@@ -206,14 +212,15 @@ class CoreBackend:
         workload: Any | None,
         draft: ModelSpec | None = None,
     ) -> Plan:
-        key = self._key(model, gpu, args, vllm_version, headroom, workload)
-        if draft is not None:
-            key += "|draft|" + self._json_of(draft)
+        drafter = "|draft|" + self._json_of(draft) if draft is not None else ""
+        key = self._key(model, gpu, args, vllm_version, headroom, workload) + drafter
         with self._lock:
             hit = self._memo.get(key)
             if hit is not None:
                 self._memo.move_to_end(key)
                 return hit
+        base_key = self._key(model, gpu, args, vllm_version, 0.0, None) + drafter
+        base = self._base(base_key, model, gpu, args, vllm_version=vllm_version, draft=draft)
         # (average_risk=False: no decision shows a plan's notes, and that risk costs about an eighth of a
         # review with a workload profile)
         plan = make_plan(
@@ -225,12 +232,36 @@ class CoreBackend:
             workload=workload,
             draft=draft,
             average_risk=False,
+            base=base,
         )
         with self._lock:
             self._memo[key] = plan
             while len(self._memo) > self._memo_size:
                 self._memo.popitem(last=False)
         return plan
+
+    def _base(
+        self,
+        key: str,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        args: ServingArgs,
+        *,
+        vllm_version: str | None,
+        draft: ModelSpec | None,
+    ) -> tuple[Plan, Prediction]:
+        """The plan before its recommendation (make_plan's ``base``), from a small memo of its own."""
+        with self._lock:
+            hit = self._bases.get(key)
+            if hit is not None:
+                self._bases.move_to_end(key)
+                return hit
+        base = plan_without_recommendation(model, gpu, args, vllm_version=vllm_version, draft=draft)
+        with self._lock:
+            self._bases[key] = base
+            while len(self._bases) > _BASE_MEMO_SIZE:
+                self._bases.popitem(last=False)
+        return base
 
     def release_spread(
         self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs, *, headroom: float

@@ -1,0 +1,59 @@
+"""The decisions' backend predicts a setting once when it plans it without and then with a workload profile
+(a decision's fit check, then its --max-num-seqs): the plans are those of make_plan from scratch, and the
+kept prediction is never changed by the plans made from it."""
+
+from __future__ import annotations
+
+import pytest
+
+import planner.policy.planning as planning
+from planner.findings import Code, Finding
+from planner.gpus.catalog import lookup_gpu
+from planner.models.catalog import lookup_model
+from planner.plan import make_plan
+from planner.plan.build import plan_without_recommendation
+from planner.policy.planning import CoreBackend
+from planner.vllm.args import ServingArgs
+from planner.workload import parse_workload
+
+CHAT = parse_workload({"prompt_tokens": {"p50": 800, "p99": 12000}, "output_tokens": {"p50": 200, "p99": 2000}})
+SPEC, GPU = lookup_model("meta-llama/Llama-3.1-8B-Instruct"), lookup_gpu("L4")
+
+
+def test_one_prediction_serves_the_plan_with_and_without_a_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[ServingArgs] = []
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(args[2])
+        return plan_without_recommendation(*args, **kwargs)
+
+    monkeypatch.setattr(planning, "plan_without_recommendation", counted)
+    backend = CoreBackend()
+    args = ServingArgs(max_model_len=16_384)
+    plain = backend.plan(SPEC, GPU, args, vllm_version="0.19.0", headroom=0.1, workload=None)
+    profiled = backend.plan(SPEC, GPU, args, vllm_version="0.19.0", headroom=0.1, workload=CHAT)
+    other_headroom = backend.plan(SPEC, GPU, args, vllm_version="0.19.0", headroom=0.2, workload=CHAT)
+    assert calls == [args]  # the three plans share one prediction
+    assert plain.model_dump() == make_plan(SPEC, GPU, args, vllm_version="0.19.0").model_dump()
+    lean = make_plan(SPEC, GPU, args, vllm_version="0.19.0", workload=CHAT, average_risk=False)
+    assert profiled.model_dump() == lean.model_dump()
+    roomier = make_plan(SPEC, GPU, args, vllm_version="0.19.0", headroom=0.2, workload=CHAT, average_risk=False)
+    assert other_headroom.model_dump() == roomier.model_dump()
+    assert plain.recommendation is not None and profiled.recommendation is not None
+    assert plain.recommendation.basis == "worst-case" and profiled.recommendation.basis == "workload"
+    backend.plan(SPEC, GPU, ServingArgs(max_model_len=8_192), vllm_version="0.19.0", headroom=0.1, workload=None)
+    assert len(calls) == 2  # another setting is predicted anew
+
+
+def test_plans_made_from_a_kept_base_leave_it_unchanged() -> None:
+    """make_plan replaces a copy's fields and later steps append to its findings (make_shared_plan does):
+    neither reaches the kept base, which the next plan of the same setting starts from."""
+    args = ServingArgs(max_model_len=16_384)
+    base = plan_without_recommendation(SPEC, GPU, args, vllm_version="0.19.0")
+    before = base[0].model_dump()
+    first = make_plan(SPEC, GPU, args, vllm_version="0.19.0", workload=CHAT, base=base)
+    first.findings.append(Finding.of(Code.SHARED_GPU_BUDGET, "shared GPU: a note added after planning"))
+    second = make_plan(SPEC, GPU, args, vllm_version="0.19.0", base=base)
+    assert base[0].model_dump() == before
+    assert base[0].recommendation is None and base[0].alternatives == []
+    assert second.model_dump() == make_plan(SPEC, GPU, args, vllm_version="0.19.0").model_dump()
