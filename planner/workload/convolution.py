@@ -20,6 +20,8 @@ length fit (:meth:`TruncatedSums.risk`), whatever the round-off.
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 import numpy.typing as npt
 
@@ -36,18 +38,31 @@ _SURE = 1e-9
 """A risk this far above the target is above it whatever the round-off (results are good to ~1e-11)."""
 
 
+def _smooth_lengths(limit: int) -> tuple[int, ...]:
+    """Every ``2^a 3^b 5^c <= limit``, ascending (a few hundred numbers)."""
+    lengths = []
+    five = 1
+    while five <= limit:
+        three = five
+        while three <= limit:
+            length = three
+            while length <= limit:
+                lengths.append(length)
+                length *= 2
+            three *= 3
+        five *= 5
+    return tuple(sorted(lengths))
+
+
+_SMOOTH_LENGTHS = _smooth_lengths(1 << 22)
+"""Transform lengths up to 4M entries (products here are at most ~530K entries long: 2 x 2^18 length cells)."""
+
+
 def fft_size(size: int) -> int:
     """The smallest ``2^a 3^b 5^c >= size``: a transform length that holds a product of ``size`` entries
     (pocketfft transforms these as fast per entry as a power of two, which can be almost twice as long)."""
-    best = 1 << (size - 1).bit_length()
-    odd = 1
-    while odd < best:  # every 3^b 5^c below the power of two, each times the power of two that reaches size
-        multiple = odd
-        while multiple < best:
-            best = min(best, multiple << (-(-size // multiple) - 1).bit_length())
-            multiple *= 3
-        odd *= 5
-    return best
+    index = bisect.bisect_left(_SMOOTH_LENGTHS, size)
+    return _SMOOTH_LENGTHS[index] if index < len(_SMOOTH_LENGTHS) else 1 << (size - 1).bit_length()
 
 
 def convolve(a: FloatArray, b: FloatArray) -> FloatArray:
