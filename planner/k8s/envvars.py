@@ -96,7 +96,9 @@ def container_env(
     if not isinstance(entries, list):
         return env
     for entry in entries:
-        if not isinstance(entry, Mapping):
+        # (the exact type first: decoded JSON holds plain dicts, and an ABC check per entry of a
+        # 200-variable container was half of this function)
+        if type(entry) is not dict and not isinstance(entry, Mapping):
             continue
         name = entry.get("name")
         if not isinstance(name, str):

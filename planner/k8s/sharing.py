@@ -152,12 +152,16 @@ def _runai(annotations: Sequence[Mapping[str, Any] | None], card: int) -> GpuSha
 
 def _mps_env(container: Mapping[str, Any], card: int) -> GpuShare | None:
     for item in as_list(container.get("env")):
-        if isinstance(item, Mapping) and item.get("name") == MPS_LIMIT_ENV and isinstance(item.get("value"), str):
-            limit = mps_limit_bytes(item["value"])
+        # (the exact type before the ABC check: this runs over every env entry of the container)
+        if type(item) is not dict and not isinstance(item, Mapping):
+            continue
+        value = item.get("value")
+        if item.get("name") == MPS_LIMIT_ENV and isinstance(value, str):
+            limit = mps_limit_bytes(value)
             if limit:
                 return GpuShare(
                     mechanism="mps",
-                    source=f"{MPS_LIMIT_ENV}={item['value']}",
+                    source=f"{MPS_LIMIT_ENV}={value}",
                     card_bytes=card,
                     visible_bytes=card,
                     budget_bytes=min(card, limit),
