@@ -12,7 +12,7 @@ from planner.errors import WorkloadProfileError
 from planner.plan.models import KvCacheReport, KvGroupReport
 from planner.workload import ConcurrencyAdvice, capacity_for_blocks, parse_workload, risk_bounded_concurrency
 from planner.workload.concurrency import MAX_SEQS, risk_bounded_limit
-from planner.workload.convolution import TruncatedSums, _kept_mass, _Truncated, convolve
+from planner.workload.convolution import _ROUND_OFF_PER_SEQUENCE, TruncatedSums, _kept_mass, _Truncated, convolve
 from planner.workload.occupancy import block_lookup
 from planner.workload.profile import WorkloadProfile
 
@@ -153,9 +153,9 @@ def _largest_within_every_digit(engine: TruncatedSums, target: float, n_max: int
         if n + (1 << k) > n_max:
             continue
         candidate = engine._mul(acc, engine._power(k))
-        if 1.0 - candidate.mass <= target:
+        if 1.0 - candidate.mass + (n + (1 << k)) * _ROUND_OFF_PER_SEQUENCE <= target:
             acc, n = candidate, n + (1 << k)
-    return n, min(1.0, max(0.0, 1.0 - acc.mass))
+    return n, engine._risk_of(n, acc)
 
 
 LONG = parse_workload({"prompt_tokens": {"p50": 6000, "p99": 30000}, "output_tokens": 500, "target_risk": 1e-6})
@@ -208,7 +208,7 @@ class _Textbook(TruncatedSums):
     def _mul(self, a: _Truncated, b: _Truncated) -> _Truncated:
         if len(a.values) == 0 or len(b.values) == 0:
             return _Truncated(self.capacity + 1, np.zeros(0))
-        return self._trim(a.offset + b.offset, convolve(a.values, b.values))
+        return self._trim(a.offset + b.offset, convolve(a.values, b.values, clip=False))
 
 
 @pytest.mark.parametrize("seed", range(12))
