@@ -21,6 +21,7 @@ from planner.errors import PlannerInputError, UnknownGPUError, UnknownModelError
 from planner.gpus.catalog import all_gpus, gpu_for_memory, gpu_for_mig_profile, lookup_gpu
 from planner.gpus.spec import GpuSpec
 from planner.hub.local import looks_like_path
+from planner.hub.memo import Memo
 from planner.hub.resolve import resolve_model
 from planner.hub.settings import HubLimits
 from planner.k8s.gpus import GpuCatalog
@@ -142,7 +143,7 @@ class CoreBackend:
         self._hub_limits = hub_limits
         self._catalog = CoreGpuCatalog()
         self._memo: OrderedDict[str, Plan] = OrderedDict()
-        self._bases: OrderedDict[str, tuple[Plan, Prediction]] = OrderedDict()
+        self._bases: Memo[tuple[Plan, Prediction]] = Memo(_BASE_MEMO_SIZE)
         self._spreads: OrderedDict[str, ReleaseSpread | None] = OrderedDict()
         self._models: OrderedDict[str, tuple[float, ModelSpec]] = OrderedDict()
         self._profiles: OrderedDict[str, Any] = OrderedDict()
@@ -212,15 +213,21 @@ class CoreBackend:
         workload: Any | None,
         draft: ModelSpec | None = None,
     ) -> Plan:
-        drafter = "|draft|" + self._json_of(draft) if draft is not None else ""
-        key = self._key(model, gpu, args, vllm_version, headroom, workload) + drafter
+        # One setting's key (its prediction does not depend on the headroom or the profile), then the plan's.
+        setting = self._key(model, gpu, args, vllm_version, 0.0, None)
+        if draft is not None:
+            setting += "|draft|" + self._json_of(draft)
+        profile = self._json_of(workload) if workload is not None else "-"
+        key = f"{setting}|{headroom!r}|{profile}"
         with self._lock:
             hit = self._memo.get(key)
             if hit is not None:
                 self._memo.move_to_end(key)
                 return hit
-        base_key = self._key(model, gpu, args, vllm_version, 0.0, None) + drafter
-        base = self._base(base_key, model, gpu, args, vllm_version=vllm_version, draft=draft)
+        base = self._bases.get(setting)
+        if base is None:
+            base = plan_without_recommendation(model, gpu, args, vllm_version=vllm_version, draft=draft)
+            self._bases.put(setting, base, ttl=None)
         # (average_risk=False: no decision shows a plan's notes, and that risk costs about an eighth of a
         # review with a workload profile)
         plan = make_plan(
@@ -239,29 +246,6 @@ class CoreBackend:
             while len(self._memo) > self._memo_size:
                 self._memo.popitem(last=False)
         return plan
-
-    def _base(
-        self,
-        key: str,
-        model: ModelSpec,
-        gpu: GpuSpec,
-        args: ServingArgs,
-        *,
-        vllm_version: str | None,
-        draft: ModelSpec | None,
-    ) -> tuple[Plan, Prediction]:
-        """The plan before its recommendation (make_plan's ``base``), from a small memo of its own."""
-        with self._lock:
-            hit = self._bases.get(key)
-            if hit is not None:
-                self._bases.move_to_end(key)
-                return hit
-        base = plan_without_recommendation(model, gpu, args, vllm_version=vllm_version, draft=draft)
-        with self._lock:
-            self._bases[key] = base
-            while len(self._bases) > _BASE_MEMO_SIZE:
-                self._bases.popitem(last=False)
-        return base
 
     def release_spread(
         self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs, *, headroom: float
