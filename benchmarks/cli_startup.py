@@ -33,6 +33,12 @@ ROOT = Path(__file__).resolve().parent.parent
 PLANNER = [sys.executable, "-c", "from planner.cli import main; main()"]
 PLAN = ["recommend", "--gpu", "H100-80GB", "--model", "meta-llama/Llama-3.1-8B-Instruct", "-o", "json"]
 FLOOR = "import typer, pydantic\nclass A(pydantic.BaseModel):\n    x: int"
+# pydantic alone (no CLI library), plugins off as `planner` has them: what any command that builds one
+# model class pays, whatever parses its options.
+PYDANTIC_FLOOR = (
+    "import os\nos.environ['PYDANTIC_DISABLE_PLUGINS'] = '__all__'\nimport pydantic\n"
+    "class A(pydantic.BaseModel):\n    x: int\nA(x=1)"
+)
 # The least any typer command with an option costs when it also builds a pydantic model class: typer 0.29
 # converts option values with pydantic (a TypeAdapter per option), and `planner` turns pydantic's plugin
 # scan off the same way.
@@ -45,6 +51,7 @@ TYPER_FLOOR = (
 BASELINES: list[tuple[str, list[str]]] = [
     ("python -c pass", [sys.executable, "-c", "pass"]),
     ("python -c 'import typer, rich, pydantic'", [sys.executable, "-c", "import typer, rich, pydantic"]),
+    ("python -c 'import pydantic' + one BaseModel class (plugins off)", [sys.executable, "-c", PYDANTIC_FLOOR]),
     ("python -c 'import typer, pydantic' + one BaseModel class", [sys.executable, "-c", FLOOR]),
     ("a typer command with one int option + one BaseModel class", [sys.executable, "-c", TYPER_FLOOR]),
 ]

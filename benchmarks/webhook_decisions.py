@@ -22,7 +22,9 @@ into "not resolved in time": the same answer every run).
 
 ``--only cold --profile FILE`` also writes a cProfile of the decisions (never-seen reviews: where the
 milliseconds go); ``--once`` answers each review once (the first policy, ``/mutate``), so that every cold
-review is a workload never seen before, and the CPU time per answer is the figure to compare. ``--gap MS``
+review is a workload never seen before, and the CPU time per answer is the figure to compare; ``--again``
+then answers each a second time (a known workload now: its plans are in the memos, if ``--count`` reviews'
+plans fit them), timed apart, and checks that the second answer is the first. ``--gap MS``
 sleeps before each answer, as a served worker idles between paced reviews: the same decisions then run
 on cold caches, which is what the served figures pay. Not run by the test suite. Examples::
 
@@ -143,6 +145,14 @@ def main() -> None:
         help="one answer per review (the first policy, /mutate, no inventory): each "
         "cold review is then a workload never seen before, for timing",
     )
+    parser.add_argument(
+        "--again",
+        action="store_true",
+        help="with --once: then answer every review a second time (the same workloads, planned now: what a "
+        "known workload costs), timed apart; each second answer must equal the first. The plans of all --count "
+        "reviews must fit the decisions' memo (1,024 plans: ~2 per review, ~3.7 with a profile, so at most "
+        "~250 profiled reviews), or the second pass finds only evicted plans",
+    )
     parser.add_argument("--out", help="write one line per answer here")
     parser.add_argument("--compare", help="an earlier --out file: report the answers that differ")
     parser.add_argument("--profile", help="write a cProfile of the decisions here")
@@ -154,6 +164,8 @@ def main() -> None:
         "paced rate (20 at 50 reviews/s), after which the same decision runs on cold caches",
     )
     args = parser.parse_args()
+    if args.again and not args.once:
+        parser.error("--again times the second answer of each review: it needs --once")
     policies = args.policies.split(",")
     server = Server()
     reviews = list(corpus(args.only, args.count, args.profiles))
@@ -179,6 +191,17 @@ def main() -> None:
                     digest = hashlib.sha256(answer).hexdigest()
                     answers.append(answer.decode(errors="replace"))
                     lines.append(f"{name} {index} {policy} {endpoint} {'nodes' if with_nodes else '-'} {digest}")
+    if args.again:
+        differ = 0
+        for (name, body), first in zip(reviews, answers, strict=True):
+            started, cpu = time.perf_counter(), time.process_time()
+            answer = server.answer(body, policies[0], "mutate", False)
+            times.setdefault(f"{name}, again", []).append((time.perf_counter() - started) * 1000)
+            cpu_ms.setdefault(f"{name}, again", []).append((time.process_time() - cpu) * 1000)
+            differ += answer.decode(errors="replace") != first
+        print(f"answered again: {differ} of {len(reviews)} answers differ from the first", file=sys.stderr)
+        if differ:
+            raise SystemExit(1)
     total = hashlib.sha256("\n".join(lines).encode()).hexdigest()
     for name, values in times.items():
         ordered = sorted(values)
