@@ -447,6 +447,16 @@ def tree_cpu_seconds(root: int, *, descendants: bool = True) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds the whole machine spent running anything (user, nice, system, irq, softirq: not idle,
+    I/O wait or time the hypervisor gave to other guests) since boot, from /proc/stat: over a run, how many
+    of the cores the server, this client and any other job kept busy."""
+    user, nice, system, _idle, _iowait, irq, softirq = (
+        int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]
+    )
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
 def _bodies(args: argparse.Namespace, count: int) -> list[bytes]:
     rng = random.Random(7)
     out = []
@@ -496,6 +506,7 @@ async def _measure(args: argparse.Namespace, baseline: bool) -> list[dict[str, A
             cpu_before = tree_cpu_seconds(process.pid)
             loop_before = tree_cpu_seconds(process.pid, descendants=False)
             client_before = time.process_time()
+            machine_before, paced_start = machine_busy_seconds(), time.monotonic()
             _Connection.decide_ms.clear()
             result = await _open_loop(port, context, chunk, args.rate, args.requests)
             rows.append(_row(f"{label}: {args.rate:g} req/s paced", *result))
@@ -508,6 +519,9 @@ async def _measure(args: argparse.Namespace, baseline: bool) -> list[dict[str, A
             loop_cpu = tree_cpu_seconds(process.pid, descendants=False) - loop_before
             rows[-1]["event_loop_cpu_ms_per_review"] = loop_cpu * 1000 / args.requests
             rows[-1]["client_cpu_ms_per_review"] = (time.process_time() - client_before) * 1000 / args.requests
+            # Whether the machine had a core to spare (then a queue is a serial stage's, not a lack of CPU).
+            busy = machine_busy_seconds() - machine_before
+            rows[-1]["machine_busy_cores"] = busy / max(1e-9, time.monotonic() - paced_start)
             rows[-1]["errors"] = len(_Connection.errors)
             rows[-1]["error_examples"] = _Connection.errors[:3]
             return rows
@@ -617,11 +631,13 @@ def verdict(target: Target, row: dict[str, Any], echo: dict[str, Any], known: di
         f"  throughput {row['throughput_rps']:.0f} of {target.rate:g} reviews/s, server CPU per review "
         f"{row['cpu_ms_per_review']:.2f} ms (echo app {echo['cpu_ms_per_review']:.2f} ms), of which the event loop "
         f"{row['event_loop_cpu_ms_per_review']:.2f} ms (echo app: all of it); the load generator "
-        f"{row['client_cpu_ms_per_review']:.2f} ms (with the echo app {echo['client_cpu_ms_per_review']:.2f} ms)",
+        f"{row['client_cpu_ms_per_review']:.2f} ms (with the echo app {echo['client_cpu_ms_per_review']:.2f} ms); "
+        f"the machine busy {row['machine_busy_cores']:.2f} of {os.cpu_count()} cores",
     ]
     lines.append(
         f"  the same load of known workloads: server p99 {known['server_p99_ms']:.1f} ms, CPU per review "
-        f"{known['cpu_ms_per_review']:.2f} ms, {known['errors']} errors; never-seen / known: p99 "
+        f"{known['cpu_ms_per_review']:.2f} ms, {known['errors']} errors, the machine busy "
+        f"{known['machine_busy_cores']:.2f} cores; never-seen / known: p99 "
         f"{row['ratio_known_server_p99']:.2f}x, CPU {row['ratio_known_cpu']:.2f}x"
     )
     if target.max_errors is not None:
