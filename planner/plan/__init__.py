@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from planner.errors import PlannerInputError
 from planner.gpus.spec import GpuSpec
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.models.spec import ModelSpec
@@ -19,6 +18,7 @@ from planner.plan.engine import TermCorrections
 from planner.plan.models import Plan
 from planner.plan.recommend import (
     alternatives,
+    check_headroom,
     recommendation,
     recommendation_from_alternative,
     safe_cache,
@@ -67,8 +67,7 @@ def make_plan(
     ``alternatives`` say what would fit. Raises :class:`planner.errors.PlannerInputError` subclasses for
     settings vLLM refuses before sizing anything.
     """
-    if not 0 <= headroom < 1:
-        raise PlannerInputError(f"headroom must be in [0, 1), got {headroom}")
+    check_headroom(headroom)
     if base is None:
         plan, prediction = plan_without_recommendation(
             model,

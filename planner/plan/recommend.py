@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from planner.errors import KvPlannerError
+from planner.errors import KvPlannerError, PlannerInputError
 from planner.gpus.spec import GpuSpec
 from planner.models.spec import ModelSpec
 from planner.plan.build import Prediction
@@ -27,6 +27,12 @@ from planner.plan.models import Alternative, KvCacheReport, Plan, Recommendation
 from planner.vllm.args import ServingArgs
 
 PlanFn = Callable[[ModelSpec, GpuSpec, ServingArgs], Plan]
+
+
+def check_headroom(headroom: float) -> None:
+    """Raise :class:`PlannerInputError` unless ``0 <= headroom < 1`` (the share of blocks kept free)."""
+    if not 0 <= headroom < 1:
+        raise PlannerInputError(f"headroom must be in [0, 1), got {headroom}")
 
 
 def round_context(tokens: int, block_size: int) -> int:

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from planner.errors import KvPlannerError, PlannerInputError
+from planner.errors import KvPlannerError
 from planner.gpus.spec import GpuSpec
 from planner.kv.capacity import KvLayout, capacity
 from planner.kv.grouping import Grouping
@@ -48,7 +48,7 @@ from planner.plan.build import (
 )
 from planner.plan.engine import EngineLayout, kv_layout, memory_budget
 from planner.plan.margin import activation_kind, band_terms
-from planner.plan.recommend import _VERIFY_STEPS, round_context, safe_context, worst_case_seqs
+from planner.plan.recommend import _VERIFY_STEPS, check_headroom, round_context, safe_context, worst_case_seqs
 from planner.units import cdiv
 from planner.vllm.args import ServingArgs
 from planner.vllm.checks import derived_length
@@ -261,8 +261,7 @@ class _Sweeper:
     def __init__(
         self, vllm_version: str | None, *, headroom: float, coefficients: MemoryCoefficients, with_margin: bool
     ) -> None:
-        if not 0 <= headroom < 1:
-            raise PlannerInputError(f"headroom must be in [0, 1), got {headroom}")
+        check_headroom(headroom)
         self.vllm_version = vllm_version
         self.version_known = vllm_version is not None
         self.headroom = headroom

@@ -29,6 +29,7 @@ from planner.models.spec import ModelSpec
 from planner.plan import make_plan
 from planner.plan.build import Prediction, plan_without_recommendation
 from planner.plan.models import Plan
+from planner.plan.recommend import check_headroom
 from planner.policy.versions import ReleaseSpread, release_spread
 from planner.vllm.args import ServingArgs
 from planner.vllm.defaults import resolve_args
@@ -213,6 +214,7 @@ class CoreBackend:
         workload: Any | None,
         draft: ModelSpec | None = None,
     ) -> Plan:
+        check_headroom(headroom)  # (before the prediction is made and kept: a bad headroom plans nothing)
         # One setting's key (its prediction does not depend on the headroom or the profile), then the plan's.
         setting = self._key(model, gpu, args, vllm_version, 0.0, None)
         if draft is not None:
@@ -328,7 +330,7 @@ class CoreBackend:
                 self._json_of(model),
                 self._json_of(gpu),
                 args.model_dump_json(),
-                str(version),
+                json.dumps(version),  # (not str(): None, no release given, and a release spelled "None" differ)
                 repr(number),
                 self._json_of(workload) if workload is not None else "-",
             )

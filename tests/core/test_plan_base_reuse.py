@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 import planner.policy.planning as planning
+from planner.errors import PlannerInputError, UnknownVllmVersionError
 from planner.findings import Code, Finding
 from planner.gpus.catalog import lookup_gpu
 from planner.models.catalog import lookup_model
@@ -57,3 +58,25 @@ def test_plans_made_from_a_kept_base_leave_it_unchanged() -> None:
     assert base[0].model_dump() == before
     assert base[0].recommendation is None and base[0].alternatives == []
     assert second.model_dump() == make_plan(SPEC, GPU, args, vllm_version="0.19.0").model_dump()
+
+
+@pytest.mark.parametrize("headroom", [1.0, -0.1, 1.5])
+def test_a_bad_headroom_is_refused_before_anything_is_predicted_or_kept(
+    monkeypatch: pytest.MonkeyPatch, headroom: float
+) -> None:
+    calls: list[ServingArgs] = []
+    monkeypatch.setattr(planning, "plan_without_recommendation", lambda *a, **k: calls.append(a[2]))
+    with pytest.raises(PlannerInputError, match="headroom must be in"):
+        CoreBackend().plan(SPEC, GPU, ServingArgs(), vllm_version="0.19.0", headroom=headroom, workload=None)
+    assert calls == []
+
+
+def test_no_release_and_a_release_spelled_none_are_different_settings() -> None:
+    """The memo keys spell the release as JSON: no release given (the newest known) is ``null``, and a
+    manifest's release "None" is a string, which vLLM's version rules refuse; it must not find the plan
+    memoized for no release."""
+    backend = CoreBackend()
+    args = ServingArgs(max_model_len=8_192)
+    assert backend.plan(SPEC, GPU, args, vllm_version=None, headroom=0.1, workload=None).fits
+    with pytest.raises(UnknownVllmVersionError):
+        backend.plan(SPEC, GPU, args, vllm_version="None", headroom=0.1, workload=None)
