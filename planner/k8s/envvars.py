@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from planner.errors import InputCapError
+from planner.k8s.workloads import is_mapping
 
 # One container's expanded strings together (env values, command, args) are at most this many characters.
 # Nested references (A=$(B)$(B)..., B=$(C)$(C)...) grow exponentially, so an unbounded expansion lets a
@@ -96,9 +97,7 @@ def container_env(
     if not isinstance(entries, list):
         return env
     for entry in entries:
-        # (the exact type first: decoded JSON holds plain dicts, and an ABC check per entry of a
-        # 200-variable container was half of this function)
-        if type(entry) is not dict and not isinstance(entry, Mapping):
+        if not is_mapping(entry):
             continue
         name = entry.get("name")
         if not isinstance(name, str):

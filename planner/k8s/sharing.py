@@ -48,7 +48,7 @@ from planner.k8s.dra import MIG_CLASS, ClaimUse
 from planner.k8s.gpus import PRODUCT_LABEL, GpuResolution, _label_values
 from planner.k8s.nodes import NodeInfo, could_schedule
 from planner.k8s.quantity import parse_quantity, quantity_bytes
-from planner.k8s.workloads import as_list
+from planner.k8s.workloads import as_list, is_mapping
 
 REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
@@ -152,8 +152,7 @@ def _runai(annotations: Sequence[Mapping[str, Any] | None], card: int) -> GpuSha
 
 def _mps_env(container: Mapping[str, Any], card: int) -> GpuShare | None:
     for item in as_list(container.get("env")):
-        # (the exact type before the ABC check: this runs over every env entry of the container)
-        if type(item) is not dict and not isinstance(item, Mapping):
+        if not is_mapping(item):
             continue
         value = item.get("value")
         if item.get("name") == MPS_LIMIT_ENV and isinstance(value, str):

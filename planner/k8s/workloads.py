@@ -48,6 +48,12 @@ def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+def is_mapping(value: Any) -> bool:
+    """``isinstance(value, Mapping)``, with the exact ``dict`` type tested first: decoded JSON holds plain
+    dicts, and the ABC check alone was a third to a half of the loops over a container's env entries."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
 def get_path(obj: Any, path: Pointer) -> Any:
     """The value at ``path`` (None when any step is missing)."""
     current = obj

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from planner.errors import InputCapError
-from planner.k8s.workloads import as_list
+from planner.k8s.workloads import as_list, is_mapping
 from planner.policy.codes import Code, Finding, finding
 
 _CONTAINER_LISTS = ("containers", "initContainers", "ephemeralContainers")
@@ -165,12 +165,8 @@ def _check_container(container: Mapping[str, Any], caps: InputCaps, note: Any) -
     if len(words) > caps.max_args or len(env) > caps.max_args:
         count = max(len(words), len(env))
         note(Code.TOO_MANY_ARGS, caps.max_args, f"a container has {count} arguments or env entries")
-    # (exact-type tests first: decoded JSON holds plain dicts and strs, and an ABC check per env entry
-    # was a third of the screen)
-    values = [w for w in words if type(w) is str or isinstance(w, str)]
-    values += [
-        value for e in env if (type(e) is dict or isinstance(e, Mapping)) and isinstance(value := e.get("value"), str)
-    ]
+    values = [w for w in words if isinstance(w, str)]
+    values += [value for e in env if is_mapping(e) and isinstance(value := e.get("value"), str)]
     image = container.get("image")
     if isinstance(image, str):
         values.append(image)
