@@ -22,6 +22,7 @@ from planner.workload.convolution import TruncatedSums
 from planner.workload.distribution import FloatArray, IntArray
 from planner.workload.occupancy import Occupancy, running_occupancy
 from planner.workload.profile import WorkloadProfile
+from planner.workload.spectral import SpectralSums
 
 MAX_UNITS = 1 << 16
 """Capacities above 65,536 blocks are counted in units of ``g`` blocks (see :func:`_to_units`)."""
@@ -194,7 +195,7 @@ def _search(
 
     smallest = int(np.flatnonzero(unit_pmf > 0)[0]) if np.any(unit_pmf > 0) else 1
     n_max = MAX_SEQS if smallest == 0 else min(MAX_SEQS, (capacity // unit) // smallest)
-    n_star, risk = engine.largest_within(target, n_max) if capacity > 0 else (0, 1.0)
+    n_star, risk = _largest_within(unit_pmf, capacity // unit, target, n_max, engine) if capacity > 0 else (0, 1.0)
 
     per_max = kv.blocks_for_sequence(m)
     worst = capacity // per_max if per_max > 0 else 0
@@ -204,6 +205,20 @@ def _search(
         target, m, occupancy, usable, capacity, unit, unit_pmf, engine, n_max, n_star, risk, per_max, worst, average,
         average_tokens,
     )  # fmt: skip
+
+
+def _largest_within(
+    unit_pmf: FloatArray, capacity: int, target: float, n_max: int, engine: TruncatedSums
+) -> tuple[int, float]:
+    """The largest batch within ``target`` and its risk: from one transform (:class:`SpectralSums`, a
+    handful of cheap judgements), or, when one of its judgements is too close to call, from the exact
+    search of ``engine`` (two to three dozen transforms). Either way the answer's true risk is within the
+    target."""
+    found = SpectralSums(unit_pmf, capacity).largest_within(target, n_max)
+    if found is None:
+        return engine.largest_within(target, n_max)
+    engine.remember(*found)
+    return found
 
 
 def risk_bounded_limit(

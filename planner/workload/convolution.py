@@ -209,6 +209,11 @@ class TruncatedSums:
             self._cache[n] = self._risk_of(n, self._sum_of(n))
         return self._cache[n]
 
+    def remember(self, n: int, risk: float) -> None:
+        """Record ``risk`` as ``P(S_n > capacity)``: the answer of :class:`~planner.workload.spectral.SpectralSums`,
+        so that every report of that answer (the risk curve, the plan's note) shows the same figure."""
+        self._cache[n] = risk
+
     def risks(self, ns: list[int]) -> list[float]:
         """``P(S_n > capacity)`` for each ``n`` of ``ns``, walking them in increasing order so each sum is
         built from the previous one (one or a few products per point instead of ``popcount(n)``)."""
