@@ -12,6 +12,16 @@ be compared on the same machine::
     python3 benchmarks/risk_search.py                          # this checkout
     PYTHONPATH=/path/to/other/worktree python3 benchmarks/risk_search.py   # another commit, same cases
 
+``--corpus N`` times the search alone, both ways, on the searches the webhook makes: it answers the first
+``N`` profiled never-seen reviews of ``webhook_decisions.py --only cold --profiles all --once``, keeps
+every search's input (the per-sequence distribution, the pool, the target, the largest batch considered),
+then runs each search ``--repeats`` times with the spectral search (``SpectralSums.largest_within``, what
+decisions run first) and with the exact one (``TruncatedSums.largest_within``), interleaved, and prints
+the median CPU per search of each, their ratio, how many answers differ (must be 0), the largest
+difference between the two risks, and how often the spectral search declined::
+
+    python3 benchmarks/risk_search.py --corpus 300
+
 Not run by the test suite.
 """
 
@@ -26,8 +36,14 @@ from planner.native_threads import use_one_native_thread
 
 use_one_native_thread()  # as the webhook's workers run (one BLAS thread), before numpy loads
 
-from planner.workload import capacity_for_blocks, parse_workload  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+from planner.workload import capacity_for_blocks, concurrency, parse_workload  # noqa: E402
 from planner.workload.concurrency import risk_bounded_limit  # noqa: E402
+from planner.workload.convolution import TruncatedSums  # noqa: E402
+from planner.workload.spectral import SpectralSums  # noqa: E402
 
 CHAT = {
     "prompt_tokens": {"p50": 800, "p90": 3000, "p99": 12000},
@@ -51,10 +67,69 @@ CASES = [
 ]
 
 
+def webhook_searches(count: int) -> list[tuple[Any, int, float, int]]:
+    """(distribution, capacity in units, target, largest batch) of every search the decisions of the first
+    ``count`` profiled never-seen reviews of the webhook benchmark make."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from webhook_decisions import Server, corpus
+
+    searches: list[tuple[Any, int, float, int]] = []
+    original = concurrency._largest_within
+
+    def keep(unit_pmf: Any, capacity: int, target: float, n_max: int, engine: TruncatedSums) -> tuple[int, float]:
+        searches.append((unit_pmf.copy(), capacity, target, n_max))
+        return original(unit_pmf, capacity, target, n_max, engine)
+
+    concurrency._largest_within = keep  # type: ignore[assignment]
+    try:
+        server = Server()
+        for _, body in corpus("cold", count, "all"):
+            server.answer(body, "default", "mutate", False)
+    finally:
+        concurrency._largest_within = original  # type: ignore[assignment]
+    return searches
+
+
+def compare_on_corpus(count: int, repeats: int) -> None:
+    searches = webhook_searches(count)
+    spectral_ms: list[float] = []
+    exact_ms: list[float] = []
+    differ = declined = 0
+    largest_gap = 0.0
+    for _ in range(repeats):
+        spectral_total = exact_total = 0.0
+        for pmf, capacity, target, n_max in searches:
+            started = time.process_time()
+            fast = SpectralSums(pmf, capacity).largest_within(target, n_max)
+            middle = time.process_time()
+            exact = TruncatedSums(pmf, capacity).largest_within(target, n_max)
+            spectral_total += middle - started
+            exact_total += time.process_time() - middle
+            if fast is None:
+                declined += 1
+            elif fast[0] != exact[0]:
+                differ += 1
+            else:
+                largest_gap = max(largest_gap, abs(fast[1] - exact[1]))
+        spectral_ms.append(spectral_total / len(searches) * 1000)
+        exact_ms.append(exact_total / len(searches) * 1000)
+    spectral, exact = statistics.median(spectral_ms), statistics.median(exact_ms)
+    print(
+        f"{len(searches)} searches from {count} profiled never-seen reviews, {repeats} rounds: CPU per search, "
+        f"median of the rounds: spectral {spectral:.3f} ms, exact {exact:.3f} ms ({spectral / exact:.2f}x); "
+        f"answers that differ: {differ // repeats}; largest risk difference: {largest_gap:.2e}; "
+        f"declined (the exact search answers): {declined // repeats}"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=7, help="searches per case (the median is reported)")
+    parser.add_argument("--corpus", type=int, metavar="N", help="the webhook's searches of N profiled reviews")
     args = parser.parse_args()
+    if args.corpus:
+        compare_on_corpus(args.corpus, args.repeats)
+        return
     digest = hashlib.sha256()
     total = 0.0
     print("| case | CPU per search, median (ms) | max_num_seqs | risk |")
