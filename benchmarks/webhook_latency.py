@@ -457,12 +457,21 @@ def machine_busy_seconds() -> float:
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
+def _known_context(args: argparse.Namespace, index: int) -> int | None:
+    """A known workload's ``--max-model-len``: none (the model's default, up to 131,072 tokens) or, with
+    ``--known-contexts cold``, spread evenly over the never-seen reviews' contexts, so that the known
+    workloads cost what the never-seen ones would on a second review."""
+    if args.known_contexts == "model":
+        return None
+    return 1024 + 16 * (index * args.requests // max(1, args.distinct))
+
+
 def _bodies(args: argparse.Namespace, count: int) -> list[bytes]:
     rng = random.Random(7)
     out = []
     for i in range(count):
-        context = 1024 + 16 * i if args.cold else None
         index = i if args.cold else i % args.distinct
+        context = 1024 + 16 * i if args.cold else _known_context(args, index)
         obj = realistic_deployment(
             index, rng, context=context, profiles=args.profiles, profile_every=args.profile_every
         )
@@ -578,6 +587,14 @@ def main() -> None:
         "--known",
         action="store_true",
         help="with --cold: also measure the same load of --distinct workloads planned before (set by --target)",
+    )
+    parser.add_argument(
+        "--known-contexts",
+        choices=["model", "cold"],
+        default="model",
+        help="the known workloads' --max-model-len: the model's default (as before), or spread over the never-seen "
+        "reviews' contexts (the same plans' sizes: with profiles, a 131,072-token default costs a first review "
+        "several times a never-seen 1,024-13,808-token one)",
     )
     parser.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = parser.parse_args()
