@@ -45,6 +45,10 @@ bound; the grid only decides how tight the window is)."""
 _COARSE = 256
 """A distribution longer than this is grouped into this many cells for the Chernoff bounds (each cell's mass
 at its far end: still an upper bound on the moment generating function)."""
+_FEWEST = 8
+"""Below this many sequences (by the normal approximation) the exact search answers: it needs only a few
+squarings, and often screens them out without a product, where a spectral judgement of a batch of one or two
+long sequences keeps most of the circle's frequencies."""
 _GALLOP = 64
 """The first step away from the normal approximation is 1/64 of it."""
 
@@ -74,6 +78,11 @@ class SpectralSums:
 
     def __init__(self, pmf: FloatArray, capacity: int) -> None:
         values = np.asarray(pmf, dtype=np.float64)
+        # A sequence longer than the capacity overflows alone, and so does every sum it is part of: its mass is
+        # left out, and counts as overflowing as any missing mass does (every risk the same, the circles
+        # no longer than the pool).
+        beyond = len(values) > capacity + 1 and bool(np.any(values[capacity + 1 :] > 0.0))
+        values = values[: capacity + 1]
         support = np.flatnonzero(values > 0.0)
         self.capacity = capacity
         self._empty = len(support) == 0
@@ -84,7 +93,8 @@ class SpectralSums:
         self._q: FloatArray = values[self._lowest : int(support[-1]) + 1]
         self._span = len(self._q) - 1
         mass = float(self._q.sum())
-        self._whole = abs(mass - 1.0) <= 1e-9  # (as TruncatedSums: only a distribution has a zero risk)
+        # (as TruncatedSums: only a distribution, nothing past the capacity, has a zero risk)
+        self._whole = abs(mass - 1.0) <= 1e-9 and not beyond
         cells = np.arange(len(self._q), dtype=np.float64)
         mean = float((self._q * cells).sum()) / mass
         self._mean = mean
@@ -92,7 +102,7 @@ class SpectralSums:
         # The transform of q shifted left by its rounded mean: the phases of Q^n then stay small where
         # |Q|^n matters (the shift is put back exactly, in integers, in the window's coefficients).
         self._centre = round(mean)
-        self._tilts, self._cgf_up, self._cgf_down = self._cumulants()
+        self._bounds: tuple[FloatArray, FloatArray, FloatArray] | None = None  # (the Chernoff grid, when needed)
         self._circles: dict[int, _Circle] = {}
 
     def _cumulants(self) -> tuple[FloatArray, FloatArray, FloatArray]:
@@ -115,18 +125,21 @@ class SpectralSums:
     def _window(self, n: int) -> tuple[int, int]:
         """``(low, high)`` with ``P(S'_n < low) <= _TAIL`` and ``P(S'_n > high) <= _TAIL`` (``S'_n``: the
         sum of ``n`` copies of ``q``), by Chernoff: ``P(S' >= x) <= exp(n K(t) - t x)`` for every ``t > 0``."""
-        high = float(np.min((n * self._cgf_up - _LOG_TAIL) / self._tilts))
-        low = float(np.max((n * self._cgf_down - _LOG_TAIL) / -self._tilts))
+        if self._bounds is None:
+            self._bounds = self._cumulants()
+        tilts, up, down = self._bounds
+        high = float(np.min((n * up - _LOG_TAIL) / tilts))
+        low = float(np.max((n * down - _LOG_TAIL) / -tilts))
         return max(0, math.floor(low)), min(n * self._span, math.ceil(high))
 
     def _circle(self, width: int) -> _Circle | None:
-        """The transform on at least ``width`` points (None: more than twice as long as the exact search's
-        longest product)."""
+        """The transform on at least ``width`` points (None: more than twice the exact search's longest
+        product, ``2 (capacity + 2)``)."""
         for length, circle in self._circles.items():
             if length >= width:
                 return circle
         length = fft_size(max(width, len(self._q)))
-        if length > fft_size(4 * (self.capacity + len(self._q))):
+        if length > fft_size(4 * (self.capacity + 2)):
             return None
         circle = self._circles[length] = _Circle(self._q, length)
         return circle
@@ -143,6 +156,8 @@ class SpectralSums:
             return 1.0, 0.0
         if self._whole and n * self._span <= room:
             return 0.0, 0.0
+        if n == 1:  # one sequence: its own tail, summed directly (round-off at most len x eps)
+            return min(1.0, max(0.0, 1.0 - float(self._q[: room + 1].sum()))), 2.0 * _EPS * len(self._q)
         low, high = self._window(n)
         top = min(high, room)
         if top < low:  # the capacity is below the window: all but the lower tail overflows
@@ -208,9 +223,11 @@ class SpectralSums:
 
         lo, hi = 0, n_max  # the answer is in [lo, hi]
         guess = self._guess(target, n_max)
+        if guess < _FEWEST:
+            return None
         step = max(1, guess // _GALLOP)
         # one circle wide enough for every batch the search is likely to judge (a wider one if not)
-        low, high = self._window(min(n_max, guess + 4 * step))
+        low, high = self._window(min(n_max, guess + step))
         self._circle(high - low + 1)
         first = within(guess) if guess > 0 else False
         if first is None:
