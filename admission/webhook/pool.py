@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import math
 import multiprocessing
@@ -325,8 +326,22 @@ class DecisionPool:
         asyncio.ensure_future(loop.run_in_executor(self._threads, replace)).add_done_callback(done)
 
 
+def _process_cpu_clock(pid: int) -> int:
+    """The clock id of process ``pid``'s CPU time on Linux (the kernel's ``MAKE_PROCESS_CPUCLOCK(pid,
+    CPUCLOCK_SCHED)``; what ``clock_getcpuclockid(3)`` returns, which Python does not expose)."""
+    return ctypes.c_int32((~pid << 3) | 2).value
+
+
 def _cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of a process (Linux /proc), or None where that cannot be read."""
+    """User + system CPU seconds of a process, or None where that cannot be read.
+
+    One ``clock_gettime`` on the process's CPU clock (~1 us, nanosecond resolution) rather than reading
+    ``/proc/<pid>/stat`` (~40 us of the event loop's time on every review, in 10 ms ticks); the file where
+    the clock is refused."""
+    try:
+        return time.clock_gettime(_process_cpu_clock(pid))
+    except (AttributeError, OSError, OverflowError):  # (no such clock here, or no such process)
+        pass
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
             fields = handle.read().rsplit(")", 1)[1].split()

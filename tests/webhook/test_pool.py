@@ -4,14 +4,24 @@ one workload to one worker when it is free, within the same per-namespace share;
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
 
 from admission.webhook.handler import Reviewer
-from admission.webhook.pool import DecisionPool, Undecided, _cgroup2_quota, _Worker, cpu_limit, workers_for
+from admission.webhook.pool import (
+    DecisionPool,
+    Undecided,
+    _cgroup2_quota,
+    _cpu_seconds,
+    _Worker,
+    cpu_limit,
+    workers_for,
+)
 from admission.webhook.worker import WARM_GPUS, WARM_MODELS, warm_popular, warm_profiles
 from planner.policy.planning import CoreBackend
 
@@ -98,3 +108,37 @@ def test_the_processes_collect_rarely_and_skip_what_start_up_loaded() -> None:
 def test_the_fork_server_plans_one_profiled_review() -> None:
     decision = warm_profiles(Reviewer(backend=CoreBackend()))
     assert decision is not None and any("workload profile" in f.message for f in decision.findings)
+
+
+_BURN_THEN_WAIT = """
+import sys, time
+end = time.process_time() + 0.3
+while time.process_time() < end:
+    pass
+sys.stdin.read()
+"""
+
+
+def test_a_workers_cpu_time_is_read_from_its_cpu_clock() -> None:
+    """An overrun is told from the worker's CPU time (did it compute, or was it starved?). It is read from
+    the process's CPU clock, to the nanosecond, not from /proc/<pid>/stat in 10 ms ticks; a process that is
+    gone reads as None."""
+    burner = subprocess.Popen(
+        [sys.executable, "-c", _BURN_THEN_WAIT],
+        stdin=subprocess.PIPE,
+    )
+    try:
+        for _ in range(200):  # until it has burnt its 0.3 s (then it waits on stdin)
+            used = _cpu_seconds(burner.pid)
+            if used is not None and used >= 0.3:
+                break
+            time.sleep(0.05)
+        assert used is not None and 0.3 <= used < 1.0
+        assert used != round(used, 2)  # (finer than the 10 ms ticks of /proc)
+        with open(f"/proc/{burner.pid}/stat", encoding="ascii") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        ticks = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        assert abs(ticks - used) <= 0.05
+    finally:
+        burner.communicate(b"")
+    assert _cpu_seconds(burner.pid) is None
