@@ -9,9 +9,6 @@ and ``planner check`` share :class:`CoreBackend`.
 from __future__ import annotations
 
 import json
-import threading
-import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -143,15 +140,14 @@ class CoreBackend:
         # Decisions resolve models named by manifests: Hub lookups are bounded (planner.hub.budget).
         self._hub_limits = hub_limits
         self._catalog = CoreGpuCatalog()
-        self._memo: OrderedDict[str, Plan] = OrderedDict()
+        # Bounded LRUs (thread-safe), each of memo_size entries but the predictions'
+        self._memo: Memo[Plan] = Memo(memo_size)
         self._bases: Memo[tuple[Plan, Prediction]] = Memo(_BASE_MEMO_SIZE)
-        self._spreads: OrderedDict[str, ReleaseSpread | None] = OrderedDict()
-        self._models: OrderedDict[str, tuple[float, ModelSpec]] = OrderedDict()
-        self._profiles: OrderedDict[str, Any] = OrderedDict()
-        self._effective: OrderedDict[str, dict[str, Any]] = OrderedDict()
-        self._dumps: OrderedDict[int, tuple[Any, str]] = OrderedDict()
-        self._memo_size = memo_size
-        self._lock = threading.Lock()
+        self._spreads: Memo[tuple[ReleaseSpread | None]] = Memo(memo_size)  # (a 1-tuple: None is a value)
+        self._models: Memo[ModelSpec] = Memo(memo_size)
+        self._profiles: Memo[Any] = Memo(memo_size)
+        self._effective: Memo[dict[str, Any]] = Memo(memo_size)
+        self._dumps: Memo[tuple[Any, str]] = Memo(memo_size)
 
     @property
     def catalog(self) -> GpuCatalog:
@@ -171,11 +167,9 @@ class CoreBackend:
             raise UnknownModelError(name, hint="local model paths are not read on the admission path")
         allowed = repo_matcher(allow_repos) if allow_repos is not None else None
         key = f"{name}|{offline}|{allow_local}|{allow_repos}"
-        now = time.monotonic()
-        with self._lock:
-            hit = self._models.get(key)
-            if hit is not None and now - hit[0] < _MODEL_TTL:
-                return hit[1]
+        hit = self._models.get(key)
+        if hit is not None:
+            return hit
         spec = resolve_model(
             name,
             timeout=timeout,
@@ -184,23 +178,16 @@ class CoreBackend:
             hub_allowed=allowed,
             limits=self._hub_limits,
         ).spec
-        with self._lock:
-            self._models[key] = (now, spec)
-            while len(self._models) > self._memo_size:
-                self._models.popitem(last=False)
+        self._models.put(key, spec, ttl=_MODEL_TTL)
         return spec
 
     def parse_workload(self, data: Any) -> Any:
         key = json.dumps(data, sort_keys=True, default=str)
-        with self._lock:
-            hit = self._profiles.get(key)
+        hit = self._profiles.get(key)
         if hit is not None:
             return hit
         profile = parse_workload(data, source="workload")  # a frozen model: safe to share
-        with self._lock:
-            self._profiles[key] = profile
-            while len(self._profiles) > self._memo_size:
-                self._profiles.popitem(last=False)
+        self._profiles.put(key, profile, ttl=None)
         return profile
 
     def plan(
@@ -221,11 +208,9 @@ class CoreBackend:
             setting += "|draft|" + self._json_of(draft)
         profile = self._json_of(workload) if workload is not None else "-"
         key = f"{setting}|{headroom!r}|{profile}"
-        with self._lock:
-            hit = self._memo.get(key)
-            if hit is not None:
-                self._memo.move_to_end(key)
-                return hit
+        hit = self._memo.get(key)
+        if hit is not None:
+            return hit
         base = self._bases.get(setting)
         if base is None:
             base = plan_without_recommendation(model, gpu, args, vllm_version=vllm_version, draft=draft)
@@ -243,10 +228,7 @@ class CoreBackend:
             average_risk=False,
             base=base,
         )
-        with self._lock:
-            self._memo[key] = plan
-            while len(self._memo) > self._memo_size:
-                self._memo.popitem(last=False)
+        self._memo.put(key, plan, ttl=None)
         return plan
 
     def release_spread(
@@ -257,19 +239,15 @@ class CoreBackend:
         (a quarter of the cost), kept out of the plan memo so that 17 of them per workload do not
         push the other workloads' plans out."""
         key = self._key(model, gpu, args, "spread", headroom, None)
-        with self._lock:
-            if key in self._spreads:
-                self._spreads.move_to_end(key)
-                return self._spreads[key]
+        hit = self._spreads.get(key)
+        if hit is not None:
+            return hit[0]
 
         def plan(version: str) -> Plan:
             return make_plan(model, gpu, args, vllm_version=version, headroom=headroom, with_alternatives=False)
 
         spread = release_spread(plan, args)
-        with self._lock:
-            self._spreads[key] = spread
-            while len(self._spreads) > self._memo_size:
-                self._spreads.popitem(last=False)
+        self._spreads.put(key, (spread,), ttl=None)
         return spread
 
     def effective_args(
@@ -282,8 +260,7 @@ class CoreBackend:
         max_model_len: int,
     ) -> dict[str, Any]:
         key = "effective|" + self._key(model, gpu, args, vllm_version, max_model_len, None)
-        with self._lock:
-            cached = self._effective.get(key)
+        cached = self._effective.get(key)
         if cached is not None:
             return dict(cached)
         _, release, _ = resolve_release(vllm_version)
@@ -296,24 +273,17 @@ class CoreBackend:
             "dtype": resolved.dtype,
             "enable_prefix_caching": resolved.enable_prefix_caching,
         }
-        with self._lock:
-            self._effective[key] = result
-            while len(self._effective) > self._memo_size:
-                self._effective.popitem(last=False)
+        self._effective.put(key, result, ttl=None)
         return dict(result)
 
     def _json_of(self, value: Any) -> str:
         """JSON of a (frozen) spec, computed once per object: memo keys are built on every request."""
-        with self._lock:
-            hit = self._dumps.get(id(value))
-            if hit is not None and hit[0] is value:
-                return hit[1]
+        hit = self._dumps.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
         dump = getattr(value, "model_dump_json", None)
         text = dump() if callable(dump) else repr(value)
-        with self._lock:
-            self._dumps[id(value)] = (value, text)  # keeps the object alive, so its id stays unique
-            while len(self._dumps) > self._memo_size:
-                self._dumps.popitem(last=False)
+        self._dumps.put(id(value), (value, text), ttl=None)  # keeps the object alive, so its id stays unique
         return text
 
     def _key(

@@ -13,6 +13,7 @@ from planner.gpus.catalog import lookup_gpu
 from planner.models.catalog import lookup_model
 from planner.plan import make_plan
 from planner.plan.build import plan_without_recommendation
+from planner.plan.models import Plan
 from planner.policy.planning import CoreBackend
 from planner.vllm.args import ServingArgs
 from planner.workload import parse_workload
@@ -80,3 +81,20 @@ def test_no_release_and_a_release_spelled_none_are_different_settings() -> None:
     assert backend.plan(SPEC, GPU, args, vllm_version=None, headroom=0.1, workload=None).fits
     with pytest.raises(UnknownVllmVersionError):
         backend.plan(SPEC, GPU, args, vllm_version="None", headroom=0.1, workload=None)
+
+
+def test_the_plan_memo_keeps_the_most_recently_used() -> None:
+    """Every cache of the backend is a bounded LRU (planner.hub.memo.Memo): with room for two plans, the one
+    asked for again stays and the one not used since is the one a third plan pushes out."""
+    backend = CoreBackend(memo_size=2)
+
+    def plan(context: int) -> Plan:
+        args = ServingArgs(max_model_len=context)
+        return backend.plan(SPEC, GPU, args, vllm_version="0.19.0", headroom=0.1, workload=None)
+
+    first, second = plan(4_096), plan(8_192)
+    assert plan(4_096) is first  # used again: now the most recent
+    plan(16_384)  # pushes out 8,192, the least recently used
+    assert plan(4_096) is first
+    again = plan(8_192)
+    assert again is not second and again.model_dump() == second.model_dump()  # planned anew, the same plan
