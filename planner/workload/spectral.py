@@ -43,6 +43,8 @@ from planner.workload.distribution import FloatArray, IntArray
 _TAIL = 1e-20
 """Mass of ``S_n`` left outside the circle's window at each end (a Chernoff bound): far below any risk."""
 _LOG_TAIL = math.log(_TAIL)
+_SMALLEST = 1e-300
+"""Entries of the distribution at or below this are taken as 0 (see :class:`SpectralSums`)."""
 _KEEP_LOG = -60.0
 """A frequency whose ``|Q|^n`` is below ``e^-60`` (~9e-27) is left out of the sum (and its share bounded)."""
 _EPS = float(np.finfo(np.float64).eps)
@@ -96,7 +98,10 @@ class SpectralSums:
         # no longer than the pool).
         beyond = len(values) > capacity + 1 and bool(np.any(values[capacity + 1 :] > 0.0))
         values = values[: capacity + 1]
-        support = np.flatnonzero(values > 0.0)
+        # Entries below 1e-300 are left out: a subnormal at the end of the support could underflow in the
+        # Chernoff sums and narrow a window. What they hold (under len x 1e-300) is far below any error term.
+        values = np.where(values > _SMALLEST, values, 0.0)
+        support = np.flatnonzero(values)
         self.capacity = capacity
         self._empty = len(support) == 0
         if self._empty:
