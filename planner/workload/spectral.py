@@ -11,8 +11,10 @@ starts at a normal approximation of the answer and needs a handful of them.
 Every judgement carries an error bound, and a batch is accepted only when its risk plus that bound is within
 the target, refused only when its risk minus the bound is above it (the true risk never decreases with
 ``n``, so the search then finds exactly the largest ``n`` whose true risk is within the target). When a
-judgement is too close to call, or the circle would be too long, :meth:`SpectralSums.largest_within` returns
-None and the caller runs the exact search instead. The bound adds:
+judgement is too close to call, or where the exact search is cheaper (a circle longer than two of its
+products, a judgement keeping more than :data:`_MOST_FREQUENCIES` frequencies, an answer under
+:data:`_FEWEST` sequences), :meth:`SpectralSums.largest_within` returns None and the caller runs the exact
+search instead. The bound adds:
 
 - the two tails of ``S_n`` outside the circle's window, each at most :data:`_TAIL` by a Chernoff bound
   computed from ``q`` (the only way mass reaches the wrong place on a circle);
@@ -59,10 +61,10 @@ _FEWEST = 8
 squarings, and often screens them out without a product, where a spectral judgement of a batch of one or two
 long sequences keeps most of the circle's frequencies."""
 _GALLOP = 64
+"""The first step away from the normal approximation is 1/64 of it."""
 _MOST_FREQUENCIES = 8192
 """A judgement that would keep more frequencies than this (a batch of a few sequences whose distribution has
 sharp edges: ``|Q|`` then decays slowly) is left to the exact search, which is cheaper there."""
-"""The first step away from the normal approximation is 1/64 of it."""
 
 
 def _transform_error(length: int) -> float:
@@ -162,9 +164,13 @@ class SpectralSums:
         circle = self._circles[length] = _Circle(self._q, length)
         return circle
 
+    def _fits_at_longest(self, n: int) -> bool:
+        """Whether ``n`` sequences of ``q`` fit even at their longest."""
+        return n * (self._lowest + self._span) <= self.capacity
+
     def bounded_risk(self, n: int) -> tuple[float, float] | None:
-        """``(risk, error)``: ``P(S_n > capacity)`` is within ``error`` of ``risk`` (None: the circle this
-        ``n`` needs is too long, see :meth:`_circle`)."""
+        """``(risk, error)``: ``P(S_n > capacity)`` is within ``error`` of ``risk`` (None: left to the exact
+        search, see :meth:`_circle` and :data:`_MOST_FREQUENCIES`)."""
         if n <= 0:
             return 0.0, 0.0
         if self._empty:
@@ -172,7 +178,7 @@ class SpectralSums:
         room = self.capacity - n * self._lowest  # what S'_n may reach
         if room < 0:
             return 1.0, 0.0
-        if n * self._span <= room:
+        if self._fits_at_longest(n):
             # Every sequence of q fits even at its longest: only the mass missing from q overflows. (Reported
             # as 0 when q is a whole distribution, as the exact search reports it: see largest_within.)
             missing = -math.expm1(n * math.log(self._mass)) if self._mass < 1.0 else 0.0
@@ -230,8 +236,9 @@ class SpectralSums:
         return min(1.0, max(0.0, risk)), error
 
     def largest_within(self, target: float, n_max: int) -> tuple[int, float] | None:
-        """The largest ``n <= n_max`` whose risk is within ``target``, and its risk; None when a judgement
-        is within its error bound of the target or a circle would be too long (run the exact search)."""
+        """The largest ``n <= n_max`` whose risk is within ``target``, and its risk; None when the exact search
+        should answer (a judgement within its error bound of the target, or one of the cases the exact
+        search does more cheaply: see the module docstring)."""
         if self._empty:
             return 0, 0.0  # every batch overflows (as the exact search: nothing added, risk 0)
         judged: dict[int, float] = {0: 0.0}
@@ -241,7 +248,7 @@ class SpectralSums:
             if found is None:
                 return None
             risk, error = found
-            judged[n] = 0.0 if self._whole and n * self._span <= self.capacity - n * self._lowest else risk
+            judged[n] = 0.0 if self._whole and self._fits_at_longest(n) else risk
             if risk + error <= target:
                 return True
             if risk - error > target:
@@ -256,7 +263,7 @@ class SpectralSums:
         # one circle wide enough for every batch the search is likely to judge (a wider one if not)
         low, high = self._window(min(n_max, guess + step))
         self._circle(high - low + 1)
-        first = within(guess) if guess > 0 else False
+        first = within(guess)
         if first is None:
             return None
         if first:
