@@ -211,9 +211,9 @@ def _largest_within(
     unit_pmf: FloatArray, capacity: int, target: float, n_max: int, engine: TruncatedSums
 ) -> tuple[int, float]:
     """The largest batch within ``target`` and its risk: from one transform (:class:`SpectralSums`, a
-    handful of cheap judgements), or, when one of its judgements is too close to call, from the exact
-    search of ``engine`` (two to three dozen transforms). Either way the answer's true risk is within the
-    target."""
+    handful of cheap judgements), or, when that search declines (a judgement too close to call, or a case
+    the exact search does more cheaply), from the exact search of ``engine`` (two to three dozen
+    transforms). Either way the answer's risk, with its known error, is within the target."""
     found = SpectralSums(unit_pmf, capacity).largest_within(target, n_max)
     if found is None:
         return engine.largest_within(target, n_max)
