@@ -123,12 +123,9 @@ def test_a_workers_cpu_time_is_read_from_its_cpu_clock() -> None:
     """An overrun is told from the worker's CPU time (did it compute, or was it starved?). It is read from
     the process's CPU clock, to the nanosecond, not from /proc/<pid>/stat in 10 ms ticks; a process that is
     gone reads as None."""
-    burner = subprocess.Popen(
-        [sys.executable, "-c", _BURN_THEN_WAIT],
-        stdin=subprocess.PIPE,
-    )
+    burner = subprocess.Popen([sys.executable, "-c", _BURN_THEN_WAIT], stdin=subprocess.PIPE)
     try:
-        for _ in range(200):  # until it has burnt its 0.3 s (then it waits on stdin)
+        for _ in range(600):  # until it has burnt its 0.3 s (then it waits on stdin): up to 30 s of wall time
             used = _cpu_seconds(burner.pid)
             if used is not None and used >= 0.3:
                 break
