@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import math
 import multiprocessing
@@ -329,7 +328,7 @@ class DecisionPool:
 def _process_cpu_clock(pid: int) -> int:
     """The clock id of process ``pid``'s CPU time on Linux (the kernel's ``MAKE_PROCESS_CPUCLOCK(pid,
     CPUCLOCK_SCHED)``; what ``clock_getcpuclockid(3)`` returns, which Python does not expose)."""
-    return ctypes.c_int32((~pid << 3) | 2).value
+    return (~pid << 3) | 2  # (a pid past 2^28 overflows clock_gettime's int: the /proc fallback reads it)
 
 
 def _cpu_seconds(pid: int) -> float | None:
@@ -338,6 +337,8 @@ def _cpu_seconds(pid: int) -> float | None:
     One ``clock_gettime`` on the process's CPU clock (~1 us, nanosecond resolution) rather than reading
     ``/proc/<pid>/stat`` (~40 us of the event loop's time on every review, in 10 ms ticks); the file where
     the clock is refused."""
+    if pid <= 0:  # (0 and -1 would name the calling process's own clock)
+        return None
     try:
         return time.clock_gettime(_process_cpu_clock(pid))
     except (AttributeError, OSError, OverflowError):  # (no such clock here, or no such process)

@@ -84,8 +84,8 @@ def test_no_release_and_a_release_spelled_none_are_different_settings() -> None:
 
 
 def test_the_plan_memo_keeps_the_most_recently_used() -> None:
-    """Every cache of the backend is a bounded LRU (planner.hub.memo.Memo): with room for two plans, the one
-    asked for again stays and the one not used since is the one a third plan pushes out."""
+    """The plan memo is a bounded LRU (planner.hub.memo.Memo, as each of the backend's caches is): with room
+    for two plans, the one asked for again stays and the one not used since is the one a third pushes out."""
     backend = CoreBackend(memo_size=2)
 
     def plan(context: int) -> Plan:
@@ -98,3 +98,20 @@ def test_the_plan_memo_keeps_the_most_recently_used() -> None:
     assert plan(4_096) is first
     again = plan(8_192)
     assert again is not second and again.model_dump() == second.model_dump()  # planned anew, the same plan
+
+
+def test_a_release_spread_of_none_is_kept_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A workload whose candidate releases give no spread (None) is summed up once, like any other: the memo
+    holds None as a value, not as "absent"."""
+    calls: list[object] = []
+
+    def counted(*args: object, **kwargs: object) -> None:
+        calls.append(args)
+        return None
+
+    monkeypatch.setattr(planning, "release_spread", counted)
+    backend = CoreBackend()
+    args = ServingArgs(max_model_len=8_192)
+    assert backend.release_spread(SPEC, GPU, args, headroom=0.1) is None
+    assert backend.release_spread(SPEC, GPU, args, headroom=0.1) is None
+    assert len(calls) == 1
