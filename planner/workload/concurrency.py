@@ -337,7 +337,10 @@ def _curve_points(n_star: int, *, worst: int, average: int, capacity: int, mean_
 
 
 def _method(unit: int, occupancy: Occupancy) -> str:
-    parts = ["exact convolution of the per-sequence block distribution"]
+    parts = [
+        "max_num_seqs by a spectral search of the per-sequence block distribution, each judgement with an error "
+        "bound (by exact convolution where it declines); risks by exact convolution"
+    ]
     if unit > 1:
         parts.append(f"blocks counted in units of {unit} (mean-preserving split)")
     if occupancy.token_resolution > 1:
