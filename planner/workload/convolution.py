@@ -88,6 +88,12 @@ def convolve(a: FloatArray, b: FloatArray, *, clip: bool = True) -> FloatArray:
     return np.clip(out, 0.0, None) if clip else out
 
 
+def is_whole(pmf: FloatArray) -> bool:
+    """Whether ``pmf`` is a distribution (mass 1 within 1e-9): only then may a risk be exactly 0; a pmf with
+    less mass counts the rest as overflowing."""
+    return abs(float(pmf.sum()) - 1.0) <= 1e-9
+
+
 class _Truncated:
     """A distribution on ``offset .. offset + len(values) - 1`` (all <= capacity); the rest overflowed."""
 
@@ -146,7 +152,7 @@ class TruncatedSums:
         # The most units one sequence can hold: n sequences with n * _longest <= capacity never overflow
         # (their risk is 0 exactly, not whatever round-off leaves of 1 - mass). Only for a distribution
         # (mass 1): a pmf with less mass counts the rest as overflowing, and an empty one overflows always.
-        whole = len(support) > 0 and abs(float(values.sum()) - 1.0) <= 1e-9
+        whole = len(support) > 0 and is_whole(values)
         self._longest: int | None = int(support[-1]) if whole else None
         self._powers: list[_Truncated] = [self._trim(0, values)]
         self._cache: dict[int, float] = {0: 0.0}

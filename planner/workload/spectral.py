@@ -39,7 +39,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from planner.workload.convolution import fft_size
+from planner.workload.convolution import fft_size, is_whole
 from planner.workload.distribution import FloatArray, IntArray
 
 _TAIL = 1e-20
@@ -94,7 +94,7 @@ class SpectralSums:
         values = np.asarray(pmf, dtype=np.float64)
         # (as TruncatedSums, from the whole array: only a distribution, nothing past the capacity, may have a
         # risk of exactly 0)
-        whole = abs(float(values.sum()) - 1.0) <= 1e-9
+        whole = is_whole(values)
         # A sequence longer than the capacity overflows alone, and so does every sum it is part of: its mass is
         # left out, and counts as overflowing as any missing mass does (every risk the same, the circles
         # no longer than the pool).

@@ -40,8 +40,8 @@ def _direct_risks(pmf: np.ndarray, capacity: int, ns: list[int]) -> dict[int, fl
     return out
 
 
-def _random_pmf(rng: np.random.Generator) -> np.ndarray:
-    length = int(rng.choice([70, 300, 900]))
+def _random_pmf(rng: np.random.Generator, lengths: tuple[int, ...] = (70, 300, 900)) -> np.ndarray:
+    length = int(rng.choice(lengths))
     pmf = rng.random(length) ** 4  # skewed, with a long thin upper tail as request lengths have
     pmf[: int(rng.integers(1, length // 3))] = 0.0
     pmf[int(rng.integers(length // 2, length)) :] *= 1e-6

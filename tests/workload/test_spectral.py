@@ -99,13 +99,9 @@ def test_risks_of_thousands_of_sequences_against_binomial_tails(p: float, step: 
 
 
 def _short_pmf(rng: np.random.Generator) -> np.ndarray:
-    """Like test_convolution's random distributions (skewed, a long thin upper tail), 40-120 units long:
-    batches of dozens to hundreds on a few thousand units, which a direct convolution still checks quickly."""
-    length = int(rng.choice([40, 70, 120]))
-    pmf = rng.random(length) ** 4
-    pmf[: int(rng.integers(1, length // 3))] = 0.0
-    pmf[int(rng.integers(length // 2, length)) :] *= 1e-6
-    return pmf / pmf.sum()
+    """test_convolution's random distributions, 40-120 units long: batches of dozens to hundreds on a few
+    thousand units, which a direct convolution still checks quickly."""
+    return _random_pmf(rng, lengths=(40, 70, 120))
 
 
 @pytest.mark.parametrize("seed", range(12))
