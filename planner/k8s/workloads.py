@@ -42,6 +42,21 @@ class PodTemplateRef(BaseModel):
     )
 
 
+def without_managed_fields(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``obj`` without ``metadata.managedFields`` (the same object when it has none; never modified).
+
+    The API server's record of which client set which field holds an entry for every field of the object,
+    so it is often as large as the spec itself (a key for each env variable), and no decision reads it.
+    Decisions screen and inspect the object without it (``planner check`` and the webhook alike), and the
+    webhook does not send it to its decision workers.
+    """
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or "managedFields" not in meta:
+        return obj
+    # (key order kept: the metadata stays where it was, its other fields in their order)
+    return {**obj, "metadata": {key: value for key, value in meta.items() if key != "managedFields"}}
+
+
 def as_list(value: Any) -> list[Any]:
     """``value`` when it is a list, else empty: manifest fields are untrusted and may hold any type
     (``env: 7`` in a custom resource that the API server does not type-check)."""

@@ -21,7 +21,7 @@ from planner.k8s.dra import ClaimIndex
 from planner.k8s.inspect import ContainerFinding, WorkloadFinding, inspect_workload
 from planner.k8s.nodes import NodeInfo
 from planner.k8s.platforms.kserve import Runtimes
-from planner.k8s.workloads import get_path
+from planner.k8s.workloads import get_path, without_managed_fields
 from planner.plan.models import Plan
 from planner.policy.caps import cap_finding, screen
 from planner.policy.codes import Code, Finding, Severity, finding, shorten
@@ -202,7 +202,9 @@ def decide(
 
     The object is first screened against the policy's input caps (planner.policy.caps): over a cap, no
     planning work is done and the decision is deny (Enforce) or warn (Audit) with the cap's reason code.
+    ``metadata.managedFields`` is neither screened nor read (planner.k8s.workloads.without_managed_fields).
     """
+    obj = without_managed_fields(obj)
     over = screen(obj, policy.limits)
     if over:
         return _capped(obj, namespace, over, policy)

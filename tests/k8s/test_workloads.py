@@ -8,7 +8,7 @@ import pytest
 
 from planner.k8s.gpus import GpuCatalog
 from planner.k8s.inspect import inspect_workload
-from planner.k8s.workloads import owned_by_controller, pod_templates
+from planner.k8s.workloads import owned_by_controller, pod_templates, without_managed_fields
 
 SPEC = {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.19.0", "args": ["m"]}]}
 
@@ -128,3 +128,18 @@ def test_image_versions(image: str, version: str | None) -> None:
     from planner.k8s.detect import image_version
 
     assert image_version(image) == version
+
+
+def test_managed_fields_are_left_out_and_nothing_else_moves() -> None:
+    plain = {"kind": "Deployment", "metadata": {"name": "llm"}, "spec": {}}
+    assert without_managed_fields(plain) is plain  # nothing to leave out: the same object
+    assert without_managed_fields({"metadata": "not a mapping"}) == {"metadata": "not a mapping"}
+    obj = {
+        "apiVersion": "apps/v1",
+        "metadata": {"name": "llm", "managedFields": [{"manager": "kubectl"}], "labels": {"app": "x"}},
+        "spec": {"replicas": 1},
+    }
+    slim = without_managed_fields(obj)
+    assert list(slim) == ["apiVersion", "metadata", "spec"] and list(slim["metadata"]) == ["name", "labels"]
+    assert slim["spec"] is obj["spec"]  # (a shallow copy: only the metadata is rebuilt)
+    assert obj["metadata"]["managedFields"] == [{"manager": "kubectl"}]  # the input is not modified

@@ -161,3 +161,22 @@ def test_the_quick_pass_agrees_with_the_full_walk(over: str) -> None:
     assert [f.code for f in screen({"a": _nest(caps.max_depth)}, caps)] == ["KVP076"]
     # Values that are not plain decoded JSON (a dict subclass here) are screened by the full walk.
     assert [f.code for f in screen({"a": OrderedDict(x=_nest(caps.max_depth - 1))}, caps)] == ["KVP076"]
+
+
+def test_managed_fields_are_neither_screened_nor_read() -> None:
+    """The API server's field records are no pod spec: a record past every cap (nesting, containers, long
+    values) decides nothing, and the object decides as it does without them."""
+    policy = parse_policy(None).for_namespace("ml")
+    backend = CoreBackend()
+    plain = _deployment("Qwen/Qwen2.5-7B-Instruct")
+    recorded = copy.deepcopy(plain)
+    pod = {"metadata": {}, "spec": {"containers": [{"name": f"c{i}", "args": ["x" * 100_000]} for i in range(100)]}}
+    recorded["metadata"]["managedFields"] = [  # type: ignore[index]
+        {"manager": "kubectl", "operation": "Update", "fieldsV1": _nest(200)},
+        {"manager": "crafted", "operation": "Apply", "fieldsV1": {"spec": {"template": pod}, "containers": [pod] * 3}},
+    ]
+    assert screen(recorded) != []  # the whole object is over caps...
+    want = decide(plain, policy=policy, backend=backend)
+    got = decide(recorded, policy=policy, backend=backend)  # ...but what decisions read is not
+    assert got.decision == want.decision and got.codes == want.codes and got.patch == want.patch
+    assert "managedFields" in recorded["metadata"]  # type: ignore[operator]
