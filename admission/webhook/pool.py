@@ -22,15 +22,16 @@ import logging
 import math
 import multiprocessing
 import os
+import socket
 import time
 import zlib
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import Any
 
+from admission.webhook import frames
 from admission.webhook.worker import Job, Reply, serve
 from planner.policy.planning import PlanningBackend
 
@@ -43,6 +44,7 @@ log = logging.getLogger("kv_planner.webhook.pool")
 # after _LATE_LIMIT seconds).
 _OVERRUN_CPU_SHARE = 0.1  # (a review needs milliseconds of CPU; a runaway one burns what it is given)
 _LATE_LIMIT = 30.0
+_READ_LIMIT = 1 << 20  # the stream's buffer before it stops reading the socket (replies are a few KB)
 
 # Modules the fork server imports (and warms) once; every worker is forked from it with them loaded, so a
 # replacement is ready in milliseconds instead of paying the imports and catalog loading again.
@@ -103,9 +105,21 @@ class WorkerFailed(Exception):
 @dataclass(eq=False)  # identity semantics: workers are kept in a set
 class _Worker:
     process: Any
-    conn: Connection
+    sock: socket.socket  # the server's end (frames.py); read and written on the event loop once streams exist
     slot: int  # its place in the pool (a replacement takes it over): where reviews with the same key go
     inventory_version: int = -1
+    reader: asyncio.StreamReader | None = None  # (made on the event loop at the worker's first review)
+    writer: asyncio.StreamWriter | None = None
+
+    async def streams(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self.reader is None or self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(sock=self.sock, limit=_READ_LIMIT)
+        return self.reader, self.writer
+
+    def close_streams(self) -> None:
+        """Drop the socket from the event loop (call on the loop; the process is killed elsewhere)."""
+        if self.writer is not None:
+            self.writer.transport.abort()
 
 
 class DecisionPool:
@@ -136,8 +150,9 @@ class DecisionPool:
         self._all: set[_Worker] = set()
         self._active: dict[str, int] = {}  # workers held, by tenant
         self._per_tenant = max(1, size - 1)
-        # Blocking pipe I/O and process starts run here, never on the event loop.
-        self._threads = ThreadPoolExecutor(max_workers=2 * size + 1, thread_name_prefix="kv-planner-pool")
+        # Process starts and kills (blocking) run here, never on the event loop; the exchanges with the
+        # workers run on the loop itself (frames.py).
+        self._threads = ThreadPoolExecutor(max_workers=size + 1, thread_name_prefix="kv-planner-pool")
         self._closed = False
 
     # -- life cycle -----------------------------------------------------------------------------------
@@ -148,33 +163,45 @@ class DecisionPool:
         self._idle.extend(workers)
 
     def _spawn(self, slot: int) -> _Worker:
-        parent, child = self._ctx.Pipe()
+        """Start one worker and wait for its "ready" (blocking: runs on a pool thread)."""
+        parent, child = socket.socketpair()
         process = self._ctx.Process(
             target=serve,
             args=(child, self._factory, self._max_rss, self._log_level),
             name="kv-planner-decide",
             daemon=True,
         )
-        process.start()
-        child.close()
-        if not parent.poll(self._start_timeout) or parent.recv() != "ready":
+        try:
+            process.start()
+        finally:
+            child.close()
+        parent.settimeout(self._start_timeout)
+        try:
+            started = frames.receive(parent) == "ready"
+        except (EOFError, OSError):  # (socket.timeout is an OSError)
+            started = False
+        if not started:
             process.kill()
+            parent.close()
             raise RuntimeError("a decision worker did not start")
-        worker = _Worker(process=process, conn=parent, slot=slot)
+        parent.setblocking(False)  # (from now on the event loop reads and writes it)
+        worker = _Worker(process=process, sock=parent, slot=slot)
         self._all.add(worker)
         return worker
 
     def _kill(self, worker: _Worker) -> None:
+        """End the process (blocking: runs on a pool thread, after close_streams on the loop)."""
         self._all.discard(worker)
         with contextlib.suppress(Exception):
             worker.process.kill()
             worker.process.join(5)
         with contextlib.suppress(Exception):
-            worker.conn.close()
+            worker.sock.close()
 
     def close(self) -> None:
         self._closed = True
         for worker in list(self._all):
+            worker.close_streams()
             self._kill(worker)
         self._threads.shutdown(wait=False, cancel_futures=True)
 
@@ -255,12 +282,14 @@ class DecisionPool:
         one workload: the same key). Raises Undecided or WorkerFailed."""
         deadline = time.monotonic() + budget
         worker = await self._acquire(tenant, budget, key)
-        loop = asyncio.get_running_loop()
         job = make_job(worker.inventory_version)
         cpu_before = _cpu_seconds(worker.process.pid)
+        exchange = asyncio.ensure_future(_exchange(worker, job))
         try:
-            reply = await loop.run_in_executor(self._threads, _exchange, worker, job, deadline - time.monotonic())
-        except BaseException:
+            await asyncio.wait({exchange}, timeout=max(0.0, deadline - time.monotonic()))
+            reply = exchange.result() if exchange.done() else None
+        except BaseException:  # (the worker failed, or this review was cancelled: its worker is not reused)
+            exchange.cancel()
             self._give_back(tenant, None)
             self._replace(worker, "failed")
             raise
@@ -269,9 +298,10 @@ class DecisionPool:
             cpu_after = _cpu_seconds(worker.process.pid)
             used = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
             if used is None or used >= _OVERRUN_CPU_SHARE * budget:
+                exchange.cancel()
                 self._replace(worker, "overrun")
                 raise Undecided(f"review took longer than {budget:.2f}s", "overrun")
-            self._finish_late(worker, job.inventory_version)
+            self._finish_late(worker, exchange, job.inventory_version)
             raise Undecided(f"review not decided within {budget:.2f}s (CPU-starved)", "starved")
         worker.inventory_version = job.inventory_version
         if reply.recycle:
@@ -281,15 +311,15 @@ class DecisionPool:
             self._give_back(tenant, worker)
         return reply
 
-    def _finish_late(self, worker: _Worker, version: int) -> None:
+    def _finish_late(self, worker: _Worker, exchange: asyncio.Future[Reply], version: int) -> None:
         """Let a starved worker finish its review (the answer is dropped), then return it to the pool."""
-        loop = asyncio.get_running_loop()
 
-        def wait() -> bool:
+        async def wait() -> bool:
             try:
-                return worker.conn.poll(_LATE_LIMIT) and isinstance(worker.conn.recv(), Reply)
-            except (EOFError, OSError):
+                await asyncio.wait_for(exchange, _LATE_LIMIT)  # (cancels the exchange past the limit)
+            except (asyncio.TimeoutError, WorkerFailed):
                 return False
+            return True
 
         def done(future: asyncio.Future[bool]) -> None:
             if self._closed:
@@ -300,12 +330,13 @@ class DecisionPool:
             else:
                 self._replace(worker, "overrun")
 
-        asyncio.ensure_future(loop.run_in_executor(self._threads, wait)).add_done_callback(done)
+        asyncio.ensure_future(wait()).add_done_callback(done)
 
     def _replace(self, worker: _Worker, reason: str) -> None:
         """Kill ``worker`` and start its replacement in the background (the review is answered already)."""
         self._on_restart(reason)
         loop = asyncio.get_running_loop()
+        worker.close_streams()  # (on the loop, before the socket is closed on the thread)
 
         def replace() -> _Worker | None:
             self._kill(worker)
@@ -351,14 +382,13 @@ def _cpu_seconds(pid: int) -> float | None:
         return None
 
 
-def _exchange(worker: _Worker, job: Job, budget: float) -> Reply | None:
-    """Send ``job`` and wait up to ``budget`` seconds for the reply (None: overran). Runs on a thread."""
+async def _exchange(worker: _Worker, job: Job) -> Reply:
+    """Send ``job`` and read the reply, on the event loop (the caller bounds the time)."""
     try:
-        worker.conn.send(job)
-        if not worker.conn.poll(max(0.0, budget)):
-            return None
-        reply = worker.conn.recv()
-    except (EOFError, OSError) as error:
+        reader, writer = await worker.streams()
+        await frames.write(writer, job)
+        reply = await frames.read(reader)
+    except (EOFError, OSError) as error:  # (asyncio.IncompleteReadError and FrameError are EOFErrors)
         raise WorkerFailed(f"decision worker ended ({type(error).__name__})") from None
     if not isinstance(reply, Reply) or not reply.body:
         raise WorkerFailed(reply.error if isinstance(reply, Reply) and reply.error else "empty reply")

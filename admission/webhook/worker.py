@@ -1,8 +1,8 @@
 """The decision worker: a child process that answers reviews one at a time (see pool.py for why).
 
 It receives a :class:`Job` (the request fields the server decoded, in marshal's format; the effective
-policy of the namespace; the node inventory when it changed) over a pipe, decides with the shared policy
-code and sends back a :class:`Reply` with the response bytes. Planning work (and model lookups) only ever
+policy of the namespace; the node inventory when it changed) over a socket (frames.py), decides with the
+shared policy code and sends back a :class:`Reply` with the response bytes. Planning work (and model lookups) only ever
 run here, never on the server's event loop; a worker that overruns its budget is killed by the server and
 replaced.
 """
@@ -13,13 +13,13 @@ import copy
 import logging
 import os
 import signal
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import Any, Literal
 
-from admission.webhook import heap
+from admission.webhook import frames, heap
 from admission.webhook.handler import Endpoint, Reviewer, decoded_request
 from admission.webhook.review import AdmissionRequest
 from planner.k8s.nodes import NodeInfo
@@ -164,9 +164,9 @@ def answer(reviewer: Reviewer, job: Job, inventory: Sequence[NodeInfo]) -> Reply
         return Reply(body=outcome.body, decision="error", codes=(Code.INTERNAL_ERROR.value,), error=reason)
 
 
-def serve(conn: Connection, backend_factory: Callable[[], PlanningBackend], max_rss: int, log_level: str) -> None:
-    """The worker's main loop (the target of the worker process)."""
-    # The server process owns the signals; a worker ends when its pipe closes (or when it is killed).
+def serve(sock: socket.socket, backend_factory: Callable[[], PlanningBackend], max_rss: int, log_level: str) -> None:
+    """The worker's main loop (the target of the worker process): jobs in, replies out, on ``sock`` (frames.py)."""
+    # The server process owns the signals; a worker ends when its socket closes (or when it is killed).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -174,13 +174,13 @@ def serve(conn: Connection, backend_factory: Callable[[], PlanningBackend], max_
     warm_up(reviewer)
     heap.tune()  # (the fork server froze what every worker shares)
     try:
-        conn.send("ready")
+        frames.send(sock, "ready")
     except OSError:  # the server closed the pool while this worker started (shutdown)
         return
     inventory: Sequence[NodeInfo] = []
     while True:
         try:
-            job = conn.recv()
+            job = frames.receive(sock)
         except (EOFError, OSError):
             return
         if job.inventory is not None:
@@ -190,8 +190,8 @@ def serve(conn: Connection, backend_factory: Callable[[], PlanningBackend], max_
         recycle = bool(max_rss) and _rss_bytes() > max_rss
         reply = Reply(reply.body, reply.decision, reply.codes, reply.error, recycle, time.perf_counter() - started)
         try:
-            conn.send(reply)
-        except (BrokenPipeError, OSError):
+            frames.send(sock, reply)
+        except OSError:
             return
         if reply.recycle:
             return

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -31,4 +32,17 @@ class SleepyForAttacker(CoreBackend):
     def resolve_model(self, name: str, **kwargs: Any) -> Any:
         if name == SLEEPY_MODEL:
             time.sleep(3)
+        return super().resolve_model(name, **kwargs)
+
+
+CRASHING_MODEL = "attacker/crash"
+
+
+class CrashingForAttacker(CoreBackend):
+    """Planning the crashing model ends the worker process at once (a segfault in a native library, the
+    kernel's OOM killer): the review in flight loses its worker."""
+
+    def resolve_model(self, name: str, **kwargs: Any) -> Any:
+        if name == CRASHING_MODEL:
+            os._exit(3)
         return super().resolve_model(name, **kwargs)

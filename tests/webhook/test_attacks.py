@@ -21,7 +21,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.webhook.attack_backends import ATTACKER_MODEL, SLEEPY_MODEL, EndlessForAttacker, SleepyForAttacker
+from tests.webhook.attack_backends import (
+    ATTACKER_MODEL,
+    CRASHING_MODEL,
+    SLEEPY_MODEL,
+    CrashingForAttacker,
+    EndlessForAttacker,
+    SleepyForAttacker,
+)
 from tests.webhook.golden_cases import GOLDEN
 from tests.webhook.serving import Running, post, start, wait_for
 
@@ -339,3 +346,32 @@ def test_the_log_line_of_an_internal_error_says_what_went_wrong() -> None:
     ).encode()
     assert _warning_with(body, "KVP049") == "KVP049 could not read the object (TypeError): allowed"
     assert _warning_with(b"not json", "KVP049") == "no detail in the answer"
+
+
+def test_a_worker_that_dies_mid_review_is_replaced_and_no_answer_is_lost(tmp_path: Path) -> None:
+    """The worker's process ends while it decides (a native crash, the OOM killer): that review is allowed
+    unchecked (KVP049, kv-planner's failure, never a deny), the worker is replaced, and every review after
+    it, on the replacement too, is decided."""
+
+    def crash(obj: dict[str, Any]) -> None:
+        _container(obj)["args"][0] = CRASHING_MODEL
+
+    for handle in start(tmp_path, backend=CrashingForAttacker, policy_text=ENFORCE, workers=1):
+        with handle.client() as client:
+            body = _answer(client, _review("tenant-a", "crash", crash))
+            assert body["allowed"] is True and body["warnings"][0].startswith("KVP049 "), body
+            for i in range(3):  # (the only worker's replacement takes over: each answer is a decision)
+                _assert_victim_denied(_answer(client, _review("tenant-b", f"victim-{i}"), timeout="10s"))
+        metrics = httpx.get(handle.metrics_url).text
+        assert 'kv_planner_webhook_worker_restarts_total{reason="failed"} 1.0' in metrics
+
+
+def test_a_worker_past_its_memory_bound_is_replaced_after_its_answer(tmp_path: Path) -> None:
+    """``--worker-max-memory`` below any worker's size: every worker is replaced after each review, and
+    every review is still decided (the bound costs restarts, never answers)."""
+    for handle in start(tmp_path, policy_text=ENFORCE, workers=1, worker_max_rss=1):
+        with handle.client() as client:
+            for i in range(3):
+                _assert_victim_denied(_answer(client, _review("tenant-a", f"victim-{i}"), timeout="10s"))
+        metrics = httpx.get(handle.metrics_url).text
+        assert 'kv_planner_webhook_worker_restarts_total{reason="memory"} 3.0' in metrics

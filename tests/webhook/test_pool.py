@@ -34,7 +34,7 @@ def test_workers_follow_the_cpu_limit() -> None:
 
 def _pool_of_three() -> DecisionPool:
     pool = DecisionPool(3, CoreBackend)
-    pool._idle = [_Worker(process=None, conn=None, slot=slot) for slot in range(3)]  # type: ignore[arg-type]
+    pool._idle = [_Worker(process=None, sock=None, slot=slot) for slot in range(3)]  # type: ignore[arg-type]
     return pool
 
 
