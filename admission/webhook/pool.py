@@ -121,6 +121,10 @@ class _Worker:
         if self.writer is not None:
             self.writer.transport.abort()
 
+    def usable(self) -> bool:
+        """Its process runs and has not closed its end (a worker may end while idle: the OOM killer)."""
+        return self.process.is_alive() and not (self.reader is not None and self.reader.at_eof())
+
 
 class DecisionPool:
     """``size`` worker processes behind a per-tenant fair queue."""
@@ -154,6 +158,7 @@ class DecisionPool:
         # workers run on the loop itself (frames.py).
         self._threads = ThreadPoolExecutor(max_workers=size + 1, thread_name_prefix="kv-planner-pool")
         self._closed = False
+        self._serial = 0  # of the jobs sent (frames carry it both ways)
 
     # -- life cycle -----------------------------------------------------------------------------------
 
@@ -173,12 +178,15 @@ class DecisionPool:
         )
         try:
             process.start()
+        except BaseException:
+            parent.close()
+            raise
         finally:
             child.close()
         parent.settimeout(self._start_timeout)
         try:
             started = frames.receive(parent) == "ready"
-        except (EOFError, OSError):  # (socket.timeout is an OSError)
+        except Exception:  # (closed, timed out (an OSError), or not a frame of ours)
             started = False
         if not started:
             process.kill()
@@ -206,7 +214,8 @@ class DecisionPool:
         self._threads.shutdown(wait=False, cancel_futures=True)
 
     def alive(self) -> int:
-        return sum(1 for w in self._all if w.process.is_alive())
+        # (a copy: pool threads add and remove workers while this runs on the loop)
+        return sum(1 for w in list(self._all) if w.process.is_alive())
 
     # -- fair queue -----------------------------------------------------------------------------------
 
@@ -282,24 +291,27 @@ class DecisionPool:
         one workload: the same key). Raises Undecided or WorkerFailed."""
         deadline = time.monotonic() + budget
         worker = await self._acquire(tenant, budget, key)
+        while not worker.usable():  # (it ended while idle: the OOM killer, a crash; no review is lost to it)
+            self._give_back(tenant, None)
+            self._replace(worker, "failed")
+            worker = await self._acquire(tenant, max(0.0, deadline - time.monotonic()), key)
         job = make_job(worker.inventory_version)
         cpu_before = _cpu_seconds(worker.process.pid)
-        exchange = asyncio.ensure_future(_exchange(worker, job))
+        self._serial += 1
+        exchange = asyncio.ensure_future(_exchange(worker, self._serial, job))
         try:
             await asyncio.wait({exchange}, timeout=max(0.0, deadline - time.monotonic()))
             reply = exchange.result() if exchange.done() else None
         except BaseException:  # (the worker failed, or this review was cancelled: its worker is not reused)
-            exchange.cancel()
             self._give_back(tenant, None)
-            self._replace(worker, "failed")
+            self._replace(worker, "failed", exchange)
             raise
         if reply is None:
             self._give_back(tenant, None)
             cpu_after = _cpu_seconds(worker.process.pid)
             used = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
             if used is None or used >= _OVERRUN_CPU_SHARE * budget:
-                exchange.cancel()
-                self._replace(worker, "overrun")
+                self._replace(worker, "overrun", exchange)
                 raise Undecided(f"review took longer than {budget:.2f}s", "overrun")
             self._finish_late(worker, exchange, job.inventory_version)
             raise Undecided(f"review not decided within {budget:.2f}s (CPU-starved)", "starved")
@@ -312,48 +324,73 @@ class DecisionPool:
         return reply
 
     def _finish_late(self, worker: _Worker, exchange: asyncio.Future[Reply], version: int) -> None:
-        """Let a starved worker finish its review (the answer is dropped), then return it to the pool."""
+        """Let a starved worker finish its review (the answer is dropped), then return it to the pool, or
+        replace it when it did not answer within _LATE_LIMIT or outgrew its memory bound meanwhile."""
 
-        async def wait() -> bool:
+        async def wait() -> Reply | None:
             try:
-                await asyncio.wait_for(exchange, _LATE_LIMIT)  # (cancels the exchange past the limit)
-            except (asyncio.TimeoutError, WorkerFailed):
-                return False
-            return True
+                return await asyncio.wait_for(exchange, _LATE_LIMIT)  # (cancels the exchange past the limit)
+            except Exception:  # (asyncio.TimeoutError; WorkerFailed)
+                return None
 
-        def done(future: asyncio.Future[bool]) -> None:
+        def done(future: asyncio.Future[Reply | None]) -> None:
             if self._closed:
+                worker.close_streams()
                 return
-            if not future.cancelled() and future.result():
+            reply = None if future.cancelled() else future.result()
+            if reply is None:
+                self._replace(worker, "overrun", exchange)
+            elif reply.recycle:
+                self._replace(worker, "memory")
+            else:
                 worker.inventory_version = version
                 self._release(worker)
-            else:
-                self._replace(worker, "overrun")
 
         asyncio.ensure_future(wait()).add_done_callback(done)
 
-    def _replace(self, worker: _Worker, reason: str) -> None:
-        """Kill ``worker`` and start its replacement in the background (the review is answered already)."""
+    def _replace(self, worker: _Worker, reason: str, exchange: asyncio.Future[Reply] | None = None) -> None:
+        """Kill ``worker`` and start its replacement in the background (the review is answered already).
+
+        Its exchange, if one may still run, is cancelled and has unwound before the streams are closed on
+        the loop, and only then is the socket closed on a pool thread: no read of the old socket is left
+        registered when a new worker's socket may get the same descriptor number."""
+        if self._closed:  # (shutting down: close() ends every process; nothing is replaced)
+            if exchange is not None:
+                exchange.cancel()
+            worker.close_streams()
+            return
         self._on_restart(reason)
         loop = asyncio.get_running_loop()
-        worker.close_streams()  # (on the loop, before the socket is closed on the thread)
 
         def replace() -> _Worker | None:
             self._kill(worker)
             if self._closed:
                 return None
             try:
-                return self._spawn(worker.slot)
+                fresh = self._spawn(worker.slot)
             except Exception as error:
                 log.error("could not restart a decision worker: %s", error)
                 return None
+            if self._closed:  # (close() ran while it started: it did not see this one)
+                self._kill(fresh)
+                return None
+            return fresh
+
+        async def retire() -> _Worker | None:
+            if exchange is not None:
+                exchange.cancel()
+                await asyncio.wait({exchange})
+                if not exchange.cancelled():
+                    exchange.exception()  # (seen: its failure is the reason for the replacement)
+            worker.close_streams()
+            return await loop.run_in_executor(self._threads, replace)
 
         def done(future: asyncio.Future[_Worker | None]) -> None:
-            fresh = future.result() if not future.cancelled() else None
+            fresh = future.result() if not future.cancelled() and future.exception() is None else None
             if fresh is not None and not self._closed:
                 self._release(fresh)
 
-        asyncio.ensure_future(loop.run_in_executor(self._threads, replace)).add_done_callback(done)
+        asyncio.ensure_future(retire()).add_done_callback(done)
 
 
 def _process_cpu_clock(pid: int) -> int:
@@ -382,14 +419,19 @@ def _cpu_seconds(pid: int) -> float | None:
         return None
 
 
-async def _exchange(worker: _Worker, job: Job) -> Reply:
-    """Send ``job`` and read the reply, on the event loop (the caller bounds the time)."""
+async def _exchange(worker: _Worker, serial: int, job: Job) -> Reply:
+    """Send ``job`` and read the reply, on the event loop (the caller bounds the time). Each job goes with
+    a serial number the reply must carry back: a worker that answered anything but this job (two replies
+    to one job, a bug) fails this review instead of answering another tenant's with it."""
     try:
         reader, writer = await worker.streams()
-        await frames.write(writer, job)
-        reply = await frames.read(reader)
+        await frames.write(writer, (serial, job))
+        answer = await frames.read(reader)
     except (EOFError, OSError) as error:  # (asyncio.IncompleteReadError and FrameError are EOFErrors)
         raise WorkerFailed(f"decision worker ended ({type(error).__name__})") from None
+    except Exception as error:  # (a reply that does not unpickle)
+        raise WorkerFailed(f"unreadable reply ({type(error).__name__})") from None
+    reply = answer[1] if isinstance(answer, tuple) and len(answer) == 2 and answer[0] == serial else None
     if not isinstance(reply, Reply) or not reply.body:
-        raise WorkerFailed(reply.error if isinstance(reply, Reply) and reply.error else "empty reply")
+        raise WorkerFailed(reply.error if isinstance(reply, Reply) and reply.error else "not this job's reply")
     return reply

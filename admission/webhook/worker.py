@@ -180,7 +180,7 @@ def serve(sock: socket.socket, backend_factory: Callable[[], PlanningBackend], m
     inventory: Sequence[NodeInfo] = []
     while True:
         try:
-            job = frames.receive(sock)
+            serial, job = frames.receive(sock)
         except (EOFError, OSError):
             return
         if job.inventory is not None:
@@ -190,7 +190,7 @@ def serve(sock: socket.socket, backend_factory: Callable[[], PlanningBackend], m
         recycle = bool(max_rss) and _rss_bytes() > max_rss
         reply = Reply(reply.body, reply.decision, reply.codes, reply.error, recycle, time.perf_counter() - started)
         try:
-            frames.send(sock, reply)
+            frames.send(sock, (serial, reply))
         except OSError:
             return
         if reply.recycle:
