@@ -82,15 +82,39 @@ class _Informer:
         with self._lock:
             return self._items.get(key)
 
+    # An item is replaced only when what kv-planner keeps of it changed. A Node is updated every few
+    # minutes for its status alone (and every item is listed again when a watch ends); a new object for
+    # the same content would make the webhook send its whole node inventory (megabytes in a large cluster)
+    # to every worker again (app.Inventory tells versions apart by object identity).
+
+    def relisted(self, items: dict[str, Any]) -> None:
+        with self._lock:
+            self._items = {name: self._kept(name, item) for name, item in items.items()}
+
+    def watched(self, event: Mapping[str, Any]) -> None:
+        obj = event.get("raw_object") or {}
+        name = obj.get("metadata", {}).get("name")
+        if not name:
+            return
+        converted = None if event.get("type") == "DELETED" else self._convert(obj)
+        with self._lock:
+            if converted is None:
+                self._items.pop(name, None)
+            else:
+                self._items[name] = self._kept(name, converted)
+
+    def _kept(self, name: str, item: Any) -> Any:
+        """The item held for ``name`` when equal to ``item`` (under the lock), else ``item``."""
+        held = self._items.get(name)
+        return held if held is not None and held == item else item
+
     def _run(self) -> None:
         backoff = 1.0
         while not self._stop.is_set():
             try:
                 listed = self._list(_preload_content=False)
                 data = _json(listed)
-                items = {i["metadata"]["name"]: self._convert(i) for i in data.get("items", [])}
-                with self._lock:
-                    self._items = items
+                self.relisted({i["metadata"]["name"]: self._convert(i) for i in data.get("items", [])})
                 self.synced.set()
                 version = data.get("metadata", {}).get("resourceVersion")
                 stream = kubeapi.new_watch()
@@ -100,15 +124,7 @@ class _Informer:
                     if self._stop.is_set():
                         stream.stop()
                         break
-                    obj = event.get("raw_object") or {}
-                    name = obj.get("metadata", {}).get("name")
-                    if not name:
-                        continue
-                    with self._lock:
-                        if event.get("type") == "DELETED":
-                            self._items.pop(name, None)
-                        else:
-                            self._items[name] = self._convert(obj)
+                    self.watched(event)
                 backoff = 1.0
             except Exception as error:  # the watch must survive API errors and restarts
                 log.warning("%s informer: %s; relisting in %.0fs", self.name, error, backoff)

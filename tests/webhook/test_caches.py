@@ -3,6 +3,7 @@ local server that speaks the API server's list + watch protocol (no cluster here
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
@@ -14,7 +15,9 @@ from urllib.parse import parse_qs, urlparse
 import kubernetes
 import pytest
 
-from admission.webhook.caches import KubernetesCache
+from admission.webhook.app import Inventory
+from admission.webhook.caches import KubernetesCache, _Informer
+from planner.k8s.nodes import NodeInfo, node_info
 
 NAMESPACES = [
     {
@@ -152,3 +155,29 @@ def test_list_then_watch_keeps_the_caches_current(api_server: str) -> None:
         assert "namespaces@10" in _FakeApiServer.watches  # the watch resumed from the list's version
     finally:
         cache.stop()
+
+
+def test_an_item_is_replaced_only_when_what_is_kept_of_it_changed() -> None:
+    """A Node's status-only update, and the relist after each watch, keep the held object: the webhook's
+    inventory keeps its version, so the node list (megabytes in a large cluster) is not sent to every
+    worker again. A label change is a new version."""
+    informer = _Informer("nodes", lambda **_: None, node_info, threading.Event())
+
+    class Nodes:
+        def nodes(self) -> list[NodeInfo]:
+            return list(informer.items().values())
+
+    inventory = Inventory(Nodes())  # type: ignore[arg-type]
+    node = copy.deepcopy(NODES[0])
+    informer.relisted({"gpu-1": node_info(node)})
+    version, _ = inventory.current()
+    node["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-12-07T08:00:00Z"}]
+    node["metadata"]["resourceVersion"] = "12"
+    informer.watched({"type": "MODIFIED", "raw_object": node})
+    informer.relisted({"gpu-1": node_info(node)})
+    assert inventory.current()[0] == version
+    node["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-L40S"
+    informer.watched({"type": "MODIFIED", "raw_object": node})
+    assert inventory.current()[0] == version + 1
+    informer.watched({"type": "DELETED", "raw_object": node})
+    assert inventory.current() == (version + 2, [])
