@@ -127,7 +127,7 @@ class Server:
             return skipped(received.request).body
         effective = self.policies[policy].policy.for_namespace(received.namespace, None)
         nodes = self.nodes if with_nodes else []
-        job = Job(received.payload, received.encoding, endpoint, effective, 1, nodes)  # type: ignore[arg-type]
+        job = Job(received.payload, received.encoding, endpoint, effective, 1, None)  # type: ignore[arg-type]
         return answer(self.reviewer, job, nodes).body
 
 

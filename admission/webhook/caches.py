@@ -29,6 +29,11 @@ class ClusterCache(Protocol):
         """The GPU inventory (may be empty)."""
         ...
 
+    def nodes_generation(self) -> int:
+        """A number that changes whenever :meth:`nodes` would return other nodes (read on every review, so
+        O(1): a large cluster's node list is only rebuilt when it changed)."""
+        ...
+
     def ready(self) -> bool:
         """True once the first list has completed (or when there is nothing to list)."""
         ...
@@ -51,6 +56,9 @@ class StaticCache:
     def nodes(self) -> list[NodeInfo]:
         return list(self._nodes)
 
+    def nodes_generation(self) -> int:
+        return 0
+
     def ready(self) -> bool:
         return True
 
@@ -70,6 +78,7 @@ class _Informer:
         self._convert = convert
         self._stop = stop
         self._items: dict[str, Any] = {}
+        self.generation = 0  # changes with every change of the items (KubernetesCache.nodes_generation)
         self._lock = threading.Lock()
         self.synced = threading.Event()
         self.thread = threading.Thread(target=self._run, name=f"informer-{name}", daemon=True)
@@ -89,7 +98,10 @@ class _Informer:
 
     def relisted(self, items: dict[str, Any]) -> None:
         with self._lock:
-            self._items = {name: self._kept(name, item) for name, item in items.items()}
+            kept = {name: self._kept(name, item) for name, item in items.items()}
+            if kept.keys() != self._items.keys() or any(kept[name] is not self._items[name] for name in kept):
+                self.generation += 1
+            self._items = kept
 
     def watched(self, event: Mapping[str, Any]) -> None:
         obj = event.get("raw_object") or {}
@@ -98,10 +110,13 @@ class _Informer:
             return
         converted = None if event.get("type") == "DELETED" else self._convert(obj)
         with self._lock:
+            held = self._items.get(name)
             if converted is None:
                 self._items.pop(name, None)
             else:
                 self._items[name] = self._kept(name, converted)
+            if self._items.get(name) is not held:
+                self.generation += 1
 
     def _kept(self, name: str, item: Any) -> Any:
         """The item held for ``name`` when equal to ``item`` (under the lock), else ``item``."""
@@ -169,6 +184,9 @@ class KubernetesCache:
         if self._nodes is None:
             return []
         return [n for n in self._nodes.items().values() if isinstance(n, NodeInfo)]
+
+    def nodes_generation(self) -> int:
+        return self._nodes.generation if self._nodes is not None else 0
 
     def ready(self) -> bool:
         return all(i is None or i.synced.is_set() for i in (self._namespaces, self._nodes))

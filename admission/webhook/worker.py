@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+import pickle
 import signal
 import socket
 import time
@@ -61,7 +62,7 @@ class Job:
     endpoint: Endpoint
     policy: EffectivePolicy
     inventory_version: int
-    inventory: Sequence[NodeInfo] | None  # None: the worker already holds this version
+    inventory: bytes | None  # the nodes (app.Inventory.encoded), sent once per version; None: held already
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,7 @@ def serve(sock: socket.socket, backend_factory: Callable[[], PlanningBackend], m
         except (EOFError, OSError):
             return
         if job.inventory is not None:
-            inventory = job.inventory
+            inventory = pickle.loads(job.inventory)  # (the server's own bytes: app.Inventory.encoded)
         started = time.perf_counter()
         reply = answer(reviewer, job, inventory)
         recycle = bool(max_rss) and _rss_bytes() > max_rss

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import pickle
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -158,26 +159,35 @@ def test_list_then_watch_keeps_the_caches_current(api_server: str) -> None:
 
 
 def test_an_item_is_replaced_only_when_what_is_kept_of_it_changed() -> None:
-    """A Node's status-only update, and the relist after each watch, keep the held object: the webhook's
-    inventory keeps its version, so the node list (megabytes in a large cluster) is not sent to every
-    worker again. A label change is a new version."""
+    """A Node's status-only update, and the relist after each watch, keep the held object and the
+    generation: the webhook's inventory keeps its version, so the node list (megabytes in a large cluster)
+    is neither rebuilt nor sent to the workers again. A label change, a new node and a deletion are new
+    versions, each pickled once."""
     informer = _Informer("nodes", lambda **_: None, node_info, threading.Event())
 
     class Nodes:
         def nodes(self) -> list[NodeInfo]:
             return list(informer.items().values())
 
+        def nodes_generation(self) -> int:
+            return informer.generation
+
     inventory = Inventory(Nodes())  # type: ignore[arg-type]
     node = copy.deepcopy(NODES[0])
     informer.relisted({"gpu-1": node_info(node)})
-    version, _ = inventory.current()
+    version = inventory.current()
+    encoded = inventory.encoded()
+    assert pickle.loads(encoded) == [node_info(node)] and inventory.encoded() is encoded  # (pickled once)
     node["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-12-07T08:00:00Z"}]
     node["metadata"]["resourceVersion"] = "12"
     informer.watched({"type": "MODIFIED", "raw_object": node})
     informer.relisted({"gpu-1": node_info(node)})
-    assert inventory.current()[0] == version
+    assert inventory.current() == version and inventory.encoded() is encoded
     node["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-L40S"
     informer.watched({"type": "MODIFIED", "raw_object": node})
-    assert inventory.current()[0] == version + 1
+    assert inventory.current() == version + 1
+    assert [n.labels["nvidia.com/gpu.product"] for n in pickle.loads(inventory.encoded())] == ["NVIDIA-L40S"]
+    informer.relisted({"gpu-1": node_info(node), "gpu-2": node_info({**node, "metadata": {"name": "gpu-2"}})})
+    assert inventory.current() == version + 2
     informer.watched({"type": "DELETED", "raw_object": node})
-    assert inventory.current() == (version + 2, [])
+    assert inventory.current() == version + 3 and [n.name for n in pickle.loads(inventory.encoded())] == ["gpu-2"]

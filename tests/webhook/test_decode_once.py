@@ -3,6 +3,7 @@ must decide on exactly the object it would have decoded from the body itself."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import marshal
 import math
@@ -12,6 +13,8 @@ from typing import Any
 import pytest
 
 from admission.webhook import handler
+from admission.webhook.app import Inventory
+from admission.webhook.caches import StaticCache
 from admission.webhook.handler import (
     BadRequest,
     Reviewer,
@@ -21,7 +24,9 @@ from admission.webhook.handler import (
     receive,
     workload_key,
 )
+from admission.webhook.pool import DecisionPool
 from admission.webhook.worker import Job, answer
+from planner.k8s.nodes import node_info
 from planner.k8s.workloads import without_managed_fields
 from planner.policy.model import Policy
 from planner.policy.planning import CoreBackend
@@ -97,7 +102,7 @@ def test_nesting_marshal_refuses_sends_the_body_and_decides_the_same(monkeypatch
     reviewer = Reviewer(backend=CoreBackend())
 
     def reply(received: handler.Received) -> bytes:
-        return answer(reviewer, Job(received.payload, received.encoding, "mutate", policy, 0, []), []).body
+        return answer(reviewer, Job(received.payload, received.encoding, "mutate", policy, 0, None), []).body
 
     expected = reply(receive(body))
 
@@ -159,6 +164,47 @@ def test_managed_fields_stay_on_the_server_and_the_answer_is_the_same() -> None:
     reviewer = Reviewer(backend=CoreBackend())
 
     def reply(payload: bytes, encoding: Any) -> bytes:
-        return answer(reviewer, Job(payload, encoding, "mutate", policy, 0, []), []).body
+        return answer(reviewer, Job(payload, encoding, "mutate", policy, 0, None), []).body
 
     assert reply(received.payload, received.encoding) == reply(body, "json")
+
+
+def test_the_node_inventory_reaches_the_worker_once_per_version() -> None:
+    """The server pickles its node inventory once per version (app.Inventory) and sends it with a worker's
+    first job of that version only; the worker decides with it as if it had been handed the nodes."""
+    nodes = [
+        node_info(
+            {
+                "metadata": {"name": f"gpu-{i}", "labels": {"nvidia.com/gpu.product": product}},
+                "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+            }
+        )
+        for i, product in enumerate(["NVIDIA-L4", "NVIDIA-H100-80GB-HBM3"])
+    ]
+    review = json.loads(json.dumps(REVIEWS[0]))
+    review["request"]["object"]["spec"]["template"]["spec"].pop("nodeSelector", None)  # (the GPU: from the nodes)
+    received = receive(_body(review))
+    policy = Policy().for_namespace("ml")
+    reviewer = Reviewer(backend=CoreBackend())
+    job = Job(received.payload, received.encoding, "mutate", policy, 0, None)
+    with_nodes, without = answer(reviewer, job, nodes).body, answer(reviewer, job, []).body
+    assert with_nodes != without  # (else this test could not tell whether the nodes arrived)
+    inventory = Inventory(StaticCache(nodes=nodes))
+    sent: list[bool] = []
+
+    def make_job(known_version: int) -> Job:
+        version = inventory.current()
+        sent.append(version != known_version)
+        encoded = inventory.encoded() if version != known_version else None
+        return Job(received.payload, received.encoding, "mutate", policy, version, encoded)
+
+    async def run() -> list[bytes]:
+        pool = DecisionPool(1, CoreBackend)
+        await asyncio.get_running_loop().run_in_executor(None, pool.start)
+        try:
+            return [(await pool.decide(make_job, "ml", 30.0)).body for _ in range(2)]
+        finally:
+            pool.close()
+
+    assert asyncio.run(run()) == [with_nodes, with_nodes]
+    assert sent == [True, False]
