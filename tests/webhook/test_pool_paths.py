@@ -105,10 +105,9 @@ def test_a_review_still_running_past_the_late_limit_loses_its_worker() -> None:
 
 def test_an_overrunning_review_s_worker_is_killed_at_its_budget() -> None:
     async def scenario(pool: DecisionPool) -> None:
-        started = time.monotonic()
-        with pytest.raises(Undecided) as undecided:
-            await _decide(pool, "burn:5", budget=0.3)
-        assert undecided.value.kind == "overrun" and time.monotonic() - started < 2.5
+        with pytest.raises(Undecided) as undecided:  # (unbounded, it would get the reply after 30 s)
+            await _decide(pool, "burn:30", budget=0.3)
+        assert undecided.value.kind == "overrun"
 
     assert _run(scenario) == ["overrun"]
 
