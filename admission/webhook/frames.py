@@ -32,10 +32,10 @@ def encode(value: Any) -> bytes:
     return _HEADER.pack(len(data)) + data
 
 
-def _length(header: bytes | bytearray) -> int:
+def _length(header: bytes | bytearray, limit: int = MAX_FRAME) -> int:
     (length,) = _HEADER.unpack(header)
-    if length > MAX_FRAME:
-        raise FrameError(f"frame of {length} bytes")
+    if length > limit:
+        raise FrameError(f"frame of {length} bytes (at most {limit})")
     return int(length)
 
 
@@ -70,6 +70,7 @@ async def write(writer: asyncio.StreamWriter, value: Any) -> None:
     await writer.drain()  # (returns at once unless the worker stopped reading: the socket buffer is full)
 
 
-async def read(reader: asyncio.StreamReader) -> Any:
-    """The next value (raises asyncio.IncompleteReadError, an EOFError, when the peer closed)."""
-    return pickle.loads(await reader.readexactly(_length(await reader.readexactly(_HEADER.size))))
+async def read(reader: asyncio.StreamReader, limit: int = MAX_FRAME) -> Any:
+    """The next value (raises asyncio.IncompleteReadError, an EOFError, when the peer closed, and
+    FrameError for a frame longer than ``limit`` bytes, before reading it)."""
+    return pickle.loads(await reader.readexactly(_length(await reader.readexactly(_HEADER.size), limit)))

@@ -45,6 +45,9 @@ log = logging.getLogger("kv_planner.webhook.pool")
 _OVERRUN_CPU_SHARE = 0.1  # (a review needs milliseconds of CPU; a runaway one burns what it is given)
 _LATE_LIMIT = 30.0
 _READ_LIMIT = 1 << 20  # the stream's buffer before it stops reading the socket (replies are a few KB)
+# A reply is a response body (the patch, warnings: kilobytes); a worker that sends more is broken, and the
+# server does not hold it.
+_MAX_REPLY = 64 << 20
 
 # Modules the fork server imports (and warms) once; every worker is forked from it with them loaded, so a
 # replacement is ready in milliseconds instead of paying the imports and catalog loading again.
@@ -426,7 +429,7 @@ async def _exchange(worker: _Worker, serial: int, job: Job) -> Reply:
     try:
         reader, writer = await worker.streams()
         await frames.write(writer, (serial, job))
-        answer = await frames.read(reader)
+        answer = await frames.read(reader, _MAX_REPLY)
     except (EOFError, OSError) as error:  # (asyncio.IncompleteReadError and FrameError are EOFErrors)
         raise WorkerFailed(f"decision worker ended ({type(error).__name__})") from None
     except Exception as error:  # (a reply that does not unpickle)

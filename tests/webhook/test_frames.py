@@ -91,6 +91,20 @@ def test_an_impossible_length_is_refused_before_anything_is_allocated(
     assert issubclass(frames.FrameError, EOFError)  # (the pool's "the worker ended")
 
 
+def test_the_event_loop_end_refuses_a_frame_over_its_limit(pair: tuple[socket.socket, socket.socket]) -> None:
+    a, b = pair
+
+    async def run() -> None:
+        b.setblocking(False)
+        reader, writer = await asyncio.open_connection(sock=b)
+        a.sendall(frames.encode(b"x" * 2_000))
+        with pytest.raises(frames.FrameError):
+            await frames.read(reader, limit=1_000)
+        writer.transport.abort()
+
+    asyncio.run(run())
+
+
 def test_a_silent_peer_times_out_on_a_socket_with_a_timeout(pair: tuple[socket.socket, socket.socket]) -> None:
     _, b = pair
     b.settimeout(0.05)
