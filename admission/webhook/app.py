@@ -43,6 +43,7 @@ from admission.webhook.review import AdmissionRequest
 from admission.webhook.worker import Job
 from planner.k8s.nodes import NodeInfo
 from planner.policy.codes import Code
+from planner.policy.model import EffectivePolicy
 
 log = logging.getLogger("kv_planner.webhook")
 _PARSE_INLINE = 256 * 1024  # bodies up to this size decode on the loop (well under a millisecond)
@@ -118,12 +119,28 @@ class Inventory:
             self.version += 1
         return self.version
 
-    def encoded(self) -> bytes:
-        """The current nodes, pickled for a worker (worker.Job.inventory)."""
-        self.current()
+    def for_worker(self, known_version: int) -> tuple[int, bytes | None]:
+        """The current version, and the nodes pickled for a worker that holds ``known_version`` (None when
+        that is the current one): worker.Job's ``inventory_version`` and ``inventory``, one snapshot."""
+        version = self.current()
+        if version == known_version:
+            return version, None
         if self._encoded is None:
             self._encoded = pickle.dumps(self._nodes, protocol=pickle.HIGHEST_PROTOCOL)
-        return self._encoded
+        return version, self._encoded
+
+
+def job_maker(
+    received: Received, endpoint: Endpoint, policy: EffectivePolicy, inventory: Inventory
+) -> Callable[[int], Job]:
+    """The job for the worker a review gets (DecisionPool.decide calls it with the inventory version that
+    worker holds)."""
+
+    def make_job(known_version: int) -> Job:
+        version, nodes = inventory.for_worker(known_version)
+        return Job(received.payload, received.encoding, endpoint, policy, version, nodes)
+
+    return make_job
 
 
 def create_app(
@@ -156,11 +173,7 @@ def create_app(
         effective = policy.policy.for_namespace(namespace, cache.namespace(namespace))
         budget = max(0.05, min(review_budget, deadline))
 
-        def make_job(known_version: int) -> Job:
-            version = inventory.current()
-            nodes_sent = inventory.encoded() if version != known_version else None
-            return Job(received.payload, received.encoding, endpoint, effective, version, nodes_sent)
-
+        make_job = job_maker(received, endpoint, effective, inventory)
         try:
             reply = await pool.decide(make_job, tenant=namespace or "", budget=budget, key=received.key)
         except Undecided as error:

@@ -92,16 +92,18 @@ class _Informer:
             return self._items.get(key)
 
     # An item is replaced only when what kv-planner keeps of it changed. A Node is updated every few
-    # minutes for its status alone (and every item is listed again when a watch ends); a new object for
-    # the same content would make the webhook send its whole node inventory (megabytes in a large cluster)
-    # to every worker again (app.Inventory tells versions apart by object identity).
+    # minutes for fields kv-planner does not keep (conditions, heartbeats), and every item is listed again
+    # when a watch ends; a new object for the same content would bump the generation and make the webhook
+    # send its whole node inventory (megabytes in a large cluster) to every worker again. Only this
+    # thread writes the items, so it compares outside the lock (the event loop's reads do not wait on it).
 
     def relisted(self, items: dict[str, Any]) -> None:
+        kept = {name: self._kept(name, item) for name, item in items.items()}
+        changed = kept.keys() != self._items.keys() or any(kept[name] is not self._items[name] for name in kept)
         with self._lock:
-            kept = {name: self._kept(name, item) for name, item in items.items()}
-            if kept.keys() != self._items.keys() or any(kept[name] is not self._items[name] for name in kept):
-                self.generation += 1
             self._items = kept
+            if changed:
+                self.generation += 1
 
     def watched(self, event: Mapping[str, Any]) -> None:
         obj = event.get("raw_object") or {}
@@ -119,7 +121,7 @@ class _Informer:
                 self.generation += 1
 
     def _kept(self, name: str, item: Any) -> Any:
-        """The item held for ``name`` when equal to ``item`` (under the lock), else ``item``."""
+        """The item held for ``name`` when equal to ``item``, else ``item``."""
         held = self._items.get(name)
         return held if held is not None and held == item else item
 
@@ -183,7 +185,8 @@ class KubernetesCache:
     def nodes(self) -> list[NodeInfo]:
         if self._nodes is None:
             return []
-        return [n for n in self._nodes.items().values() if isinstance(n, NodeInfo)]
+        # (by name: the order of a relist, or of watch events, is not a change)
+        return sorted((n for n in self._nodes.items().values() if isinstance(n, NodeInfo)), key=lambda n: n.name)
 
     def nodes_generation(self) -> int:
         return self._nodes.generation if self._nodes is not None else 0

@@ -151,6 +151,8 @@ def test_list_then_watch_keeps_the_caches_current(api_server: str) -> None:
             "annotations": {"kv-planner.io/validation-action": "Enforce"},
         }
         _wait(lambda: len(cache.nodes()) == 2, "the watched node")
+        assert [n.name for n in cache.nodes()] == ["gpu-1", "gpu-2"]  # (by name, whatever the arrival order)
+        assert cache.nodes_generation() >= 2  # (the list, then the watched node: the webhook re-reads)
         gpus = {n.name: n.gpus for n in cache.nodes()}
         assert gpus == {"gpu-1": {"nvidia.com/gpu": 4}, "gpu-2": {"nvidia.com/gpu": 8}}
         assert "namespaces@10" in _FakeApiServer.watches  # the watch resumed from the list's version
@@ -159,10 +161,10 @@ def test_list_then_watch_keeps_the_caches_current(api_server: str) -> None:
 
 
 def test_an_item_is_replaced_only_when_what_is_kept_of_it_changed() -> None:
-    """A Node's status-only update, and the relist after each watch, keep the held object and the
-    generation: the webhook's inventory keeps its version, so the node list (megabytes in a large cluster)
-    is neither rebuilt nor sent to the workers again. A label change, a new node and a deletion are new
-    versions, each pickled once."""
+    """An update to fields kv-planner does not keep (a Node's conditions), and the relist after each watch,
+    keep the held object and the generation: the webhook's inventory keeps its version, so the node list
+    (megabytes in a large cluster) is neither rebuilt nor sent to the workers again. A label change, a new
+    node, a node dropped by a relist and a deletion are each a new version, pickled once."""
     informer = _Informer("nodes", lambda **_: None, node_info, threading.Event())
 
     class Nodes:
@@ -175,19 +177,30 @@ def test_an_item_is_replaced_only_when_what_is_kept_of_it_changed() -> None:
     inventory = Inventory(Nodes())  # type: ignore[arg-type]
     node = copy.deepcopy(NODES[0])
     informer.relisted({"gpu-1": node_info(node)})
-    version = inventory.current()
-    encoded = inventory.encoded()
-    assert pickle.loads(encoded) == [node_info(node)] and inventory.encoded() is encoded  # (pickled once)
+    version, encoded = inventory.for_worker(-1)
+    assert encoded is not None and pickle.loads(encoded) == [node_info(node)]
+    assert inventory.for_worker(-1) == (version, encoded) and inventory.for_worker(version) == (version, None)
     node["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastHeartbeatTime": "2026-12-07T08:00:00Z"}]
     node["metadata"]["resourceVersion"] = "12"
     informer.watched({"type": "MODIFIED", "raw_object": node})
     informer.relisted({"gpu-1": node_info(node)})
-    assert inventory.current() == version and inventory.encoded() is encoded
+    informer.watched({"type": "DELETED", "raw_object": {"metadata": {"name": "never-seen"}}})
+    assert inventory.for_worker(-1) == (version, encoded)  # (the same bytes object: pickled once)
+
+    def names(known: int) -> list[str]:
+        sent = inventory.for_worker(known)[1]
+        return [] if sent is None else [n.name for n in pickle.loads(sent)]
+
     node["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-L40S"
     informer.watched({"type": "MODIFIED", "raw_object": node})
     assert inventory.current() == version + 1
-    assert [n.labels["nvidia.com/gpu.product"] for n in pickle.loads(inventory.encoded())] == ["NVIDIA-L40S"]
-    informer.relisted({"gpu-1": node_info(node), "gpu-2": node_info({**node, "metadata": {"name": "gpu-2"}})})
-    assert inventory.current() == version + 2
-    informer.watched({"type": "DELETED", "raw_object": node})
-    assert inventory.current() == version + 3 and [n.name for n in pickle.loads(inventory.encoded())] == ["gpu-2"]
+    assert [n.labels["nvidia.com/gpu.product"] for n in pickle.loads(inventory.for_worker(version)[1] or b"")] == [
+        "NVIDIA-L40S"
+    ]
+    other = {**node, "metadata": {**node["metadata"], "name": "gpu-2"}}
+    informer.relisted({"gpu-1": node_info(node), "gpu-2": node_info(other)})
+    assert inventory.current() == version + 2 and names(version) == ["gpu-1", "gpu-2"]
+    informer.relisted({"gpu-2": node_info(other)})  # (a node gone while no watch ran)
+    assert inventory.current() == version + 3 and names(version) == ["gpu-2"]
+    informer.watched({"type": "DELETED", "raw_object": other})
+    assert inventory.current() == version + 4 and names(version) == []

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from admission.webhook import handler
-from admission.webhook.app import Inventory
+from admission.webhook.app import Inventory, job_maker
 from admission.webhook.caches import StaticCache
 from admission.webhook.handler import (
     BadRequest,
@@ -26,7 +26,7 @@ from admission.webhook.handler import (
 )
 from admission.webhook.pool import DecisionPool
 from admission.webhook.worker import Job, answer
-from planner.k8s.nodes import node_info
+from planner.k8s.nodes import NodeInfo, node_info
 from planner.k8s.workloads import without_managed_fields
 from planner.policy.model import Policy
 from planner.policy.planning import CoreBackend
@@ -171,40 +171,55 @@ def test_managed_fields_stay_on_the_server_and_the_answer_is_the_same() -> None:
 
 def test_the_node_inventory_reaches_the_worker_once_per_version() -> None:
     """The server pickles its node inventory once per version (app.Inventory) and sends it with a worker's
-    first job of that version only; the worker decides with it as if it had been handed the nodes."""
-    nodes = [
-        node_info(
-            {
-                "metadata": {"name": f"gpu-{i}", "labels": {"nvidia.com/gpu.product": product}},
-                "status": {"allocatable": {"nvidia.com/gpu": "8"}},
-            }
-        )
-        for i, product in enumerate(["NVIDIA-L4", "NVIDIA-H100-80GB-HBM3"])
-    ]
+    first job of that version only (app.job_maker): a new version reaches a worker that held the old one,
+    and a replacement worker gets the current one. The worker decides with it as if handed the nodes."""
+
+    def node(name: str, product: str) -> NodeInfo:
+        return node_info(
+            {"metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}},
+             "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+        )  # fmt: skip
+
+    first = [node("gpu-0", "NVIDIA-L4"), node("gpu-1", "NVIDIA-H100-80GB-HBM3")]
+    then = [node("gpu-1", "NVIDIA-H100-80GB-HBM3")]
     review = json.loads(json.dumps(REVIEWS[0]))
     review["request"]["object"]["spec"]["template"]["spec"].pop("nodeSelector", None)  # (the GPU: from the nodes)
     received = receive(_body(review))
     policy = Policy().for_namespace("ml")
     reviewer = Reviewer(backend=CoreBackend())
     job = Job(received.payload, received.encoding, "mutate", policy, 0, None)
-    with_nodes, without = answer(reviewer, job, nodes).body, answer(reviewer, job, []).body
-    assert with_nodes != without  # (else this test could not tell whether the nodes arrived)
-    inventory = Inventory(StaticCache(nodes=nodes))
+    with_first, with_then = answer(reviewer, job, first).body, answer(reviewer, job, then).body
+    assert len({with_first, with_then, answer(reviewer, job, []).body}) == 3  # (so the nodes used show)
+
+    class Cache(StaticCache):
+        generation = 0
+
+        def nodes_generation(self) -> int:
+            return self.generation
+
+    cache = Cache(nodes=first)
+    inventory = Inventory(cache)
     sent: list[bool] = []
 
     def make_job(known_version: int) -> Job:
-        version = inventory.current()
-        sent.append(version != known_version)
-        encoded = inventory.encoded() if version != known_version else None
-        return Job(received.payload, received.encoding, "mutate", policy, version, encoded)
+        made = job_maker(received, "mutate", policy, inventory)(known_version)
+        sent.append(made.inventory is not None)
+        return made
 
     async def run() -> list[bytes]:
         pool = DecisionPool(1, CoreBackend)
         await asyncio.get_running_loop().run_in_executor(None, pool.start)
         try:
-            return [(await pool.decide(make_job, "ml", 30.0)).body for _ in range(2)]
+            bodies = [(await pool.decide(make_job, "ml", 30.0)).body for _ in range(2)]
+            cache._nodes, cache.generation = list(then), 1
+            bodies.append((await pool.decide(make_job, "ml", 30.0)).body)
+            worker = pool._idle[0]
+            worker.process.kill()
+            worker.process.join(5)
+            bodies.append((await pool.decide(make_job, "ml", 30.0)).body)  # (on its replacement)
+            return bodies
         finally:
             pool.close()
 
-    assert asyncio.run(run()) == [with_nodes, with_nodes]
-    assert sent == [True, False]
+    assert asyncio.run(run()) == [with_first, with_first, with_then, with_then]
+    assert sent == [True, False, True, True]
