@@ -100,24 +100,23 @@ async def _read_body(request: Request, limit: int, pending: Pending, held: list[
 
 
 class Inventory:
-    """The node inventory with a version that changes whenever the cache's nodes do, so that workers are
-    sent the (possibly large) list only when it changed, not with every review; it is pickled once per
-    version, not once per worker (thousands of nodes: tens of milliseconds on the loop, megabytes)."""
+    """The node inventory, versioned by the cache's ``nodes_generation``, so that workers are sent the
+    (possibly large) list only when it changed, not with every review; it is pickled once per version, not
+    once per worker (thousands of nodes: tens of milliseconds on the loop, megabytes)."""
 
     def __init__(self, cache: ClusterCache) -> None:
         self._cache = cache
-        self._generation: int | None = None  # the cache's nodes_generation the list was read at
+        self._version: int | None = None  # the generation the list below was read at (None: not yet read)
         self._nodes: list[NodeInfo] = []
         self._encoded: bytes | None = None
-        self.version = 0
 
     def current(self) -> int:
-        """The version of the cache's nodes now (O(1) unless they changed)."""
+        """The version of the cache's nodes now (O(1) unless they changed). Never negative: a new worker
+        holds version -1, so its first job carries the nodes."""
         generation = self._cache.nodes_generation()
-        if generation != self._generation:
-            self._generation, self._nodes, self._encoded = generation, self._cache.nodes(), None
-            self.version += 1
-        return self.version
+        if generation != self._version:
+            self._version, self._nodes, self._encoded = generation, self._cache.nodes(), None
+        return generation
 
     def for_worker(self, known_version: int) -> tuple[int, bytes | None]:
         """The current version, and the nodes pickled for a worker that holds ``known_version`` (None when

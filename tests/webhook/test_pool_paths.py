@@ -74,33 +74,25 @@ def test_a_starved_review_s_worker_comes_back() -> None:
     assert _run(scenario) == []
 
 
-def test_a_late_reply_past_the_memory_bound_replaces_its_worker() -> None:
-    """Before: the worker went back to the pool after its late reply though it had exited (it outgrew its
-    memory bound), and the next review, any tenant's, was allowed unchecked."""
-
+@pytest.mark.parametrize(
+    ("command", "reasons"),
+    [
+        # Before: the worker went back to the pool after its late reply though it had exited (it outgrew
+        # its memory bound), and the next review, any tenant's, was allowed unchecked.
+        ("recycle:0.6", ["memory"]),
+        # Before: the exception ended the callback that returns the worker, and the pool lost it for good.
+        ("garbage:0.6", ["overrun"]),
+        # Still running when the late limit ends: the worker is not waited for any longer.
+        ("sleep:3", ["overrun"]),
+    ],
+    ids=["past-the-memory-bound", "unreadable", "past-the-late-limit"],
+)
+def test_a_late_review_s_worker_is_replaced_when_it_cannot_serve_again(command: str, reasons: list[str]) -> None:
     async def scenario(pool: DecisionPool) -> None:
         with pytest.raises(Undecided):
-            await _decide(pool, "recycle:0.6", budget=0.2)
+            await _decide(pool, command, budget=0.2)
 
-    assert _run(scenario) == ["memory"]
-
-
-def test_a_late_unreadable_reply_replaces_its_worker() -> None:
-    """Before: the exception ended the callback that returns the worker, and the pool lost it for good."""
-
-    async def scenario(pool: DecisionPool) -> None:
-        with pytest.raises(Undecided):
-            await _decide(pool, "garbage:0.6", budget=0.2)
-
-    assert _run(scenario) == ["overrun"]
-
-
-def test_a_review_still_running_past_the_late_limit_loses_its_worker() -> None:
-    async def scenario(pool: DecisionPool) -> None:
-        with pytest.raises(Undecided):
-            await _decide(pool, "sleep:3", budget=0.2)
-
-    assert _run(scenario) == ["overrun"]
+    assert _run(scenario) == reasons
 
 
 def test_an_overrunning_review_s_worker_is_killed_at_its_budget() -> None:
