@@ -282,6 +282,7 @@ NOT_PLANNED = [
     ("kubeai-models.yaml", "Model/llama-3.3-70b-ollama-l4", "KVP066", "skip"),
     ("kserve-inferenceservices.yaml", "ServingRuntime/vllm-openai-runtime", "KVP069", "skip"),
     ("kserve-inferenceservices.yaml", "InferenceService/sklearn-iris", "KVP060", "skip"),
+    ("kserve-inferenceservices.yaml", "InferenceService/llama-transformers", "KVP066", "skip"),
     ("images.yaml", "Deployment/vllm-tpu", "KVP064", "skip"),
 ]
 

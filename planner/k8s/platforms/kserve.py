@@ -106,7 +106,9 @@ def read(obj: Mapping[str, Any], runtimes: Runtimes | None = None) -> PlatformRe
     hf_model = flag_value(merged_args, "model_id") or (model_from_uri(storage) if storage else None)
 
     version_evidence = image_release(image if isinstance(image, str) else None)
-    launcher = _launcher(command, runtime_args, image, model_format, runtime is None)
+    # (the user's args follow the runtime's in the container, so a --backend among them is the one in force:
+    # KServe's own samples put --backend=huggingface there)
+    launcher = _launcher(command, merged_args, image, model_format, runtime is None)
     if launcher == "huggingface-backend":
         return PlatformRead(
             platform=PLATFORM,
@@ -228,12 +230,13 @@ def _runtime_container(runtime: Mapping[str, Any]) -> Mapping[str, Any]:
     return containers[0] if containers else {}
 
 
-def _launcher(command: list[str], runtime_args: list[str], image: Any, model_format: str, builtin: bool) -> str | None:
+def _launcher(command: list[str], args: list[str], image: Any, model_format: str, builtin: bool) -> str | None:
     """How the merged container starts: vLLM itself ("vllm-argv"), a server that wraps vLLM's engine
-    ("wrapper"), the huggingface server forced to its transformers backend, or None (unknown)."""
-    if command and locate(command + runtime_args) is not None:
+    ("wrapper"), the huggingface server forced to its transformers backend, or None (unknown). ``args``:
+    the runtime's and then the user's, as the container gets them."""
+    if command and locate(command + args) is not None:
         return "vllm-argv"
-    backend = flag_value(runtime_args, "backend")
+    backend = flag_value(args, "backend")
     image_text = str(image or "").lower()
     wraps = "huggingfaceserver" in image_text or "vllmserver" in image_text or "vllm" in image_text
     if builtin and model_format in LLM_FORMATS:
