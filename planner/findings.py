@@ -183,6 +183,12 @@ class Code(str, Enum):
         "vLLM release unknown and the decision differs between the possible releases",
         "set the `kv-planner.io/vllm-version` annotation",
     )
+    COMMAND_UNREADABLE = (
+        "KVP037",
+        _WARN,
+        "a vLLM image with a GPU runs a command kv-planner cannot read (a script file, another program): not checked",
+        "start vLLM in the container's `command`/`args` (`vllm serve ...`, or an inline `sh -c` script)",
+    )
     # kv-planner's own failures: allowed with a warning.
     UNKNOWN_MODEL = ("KVP040", _WARN, "model unknown", "use a Hugging Face repository id or a catalog name")
     MODEL_LOOKUP_FAILED = (

@@ -169,6 +169,32 @@ def inspect_container(
     return None
 
 
+# How Ray workers of a multi-node vLLM group start besides `ray start` itself: KubeRay's generated command
+# (RayCluster worker groups, AIBrix fleets) and the worker role of vLLM's examples/online_serving
+# multi-node-serving.sh (LeaderWorkerSet's vLLM example).
+_RAY_WORKER_MARKS = ("$KUBERAY_GEN_RAY_START_CMD", "${KUBERAY_GEN_RAY_START_CMD}", "multi-node-serving.sh worker")
+
+
+def unread_command(container: Mapping[str, Any]) -> list[str] | None:
+    """The command line (``command`` + ``args``, expanded) of a container with a vLLM image and a
+    ``command``, for one :func:`inspect_container` did not read as vLLM (it runs a script file or another
+    program); None for any other container, and for a Ray worker (``ray start``: it lends its GPUs to the
+    vLLM server of its group, which is read where it runs)."""
+    image = container.get("image")
+    command = string_list(container.get("command"))
+    if not command or not is_vllm_image(image if isinstance(image, str) else None):
+        return None
+    env = container_env(container)
+    words = expand_all(command + (string_list(container.get("args")) or []), env)
+    if any(mark in word for word in words for mark in _RAY_WORKER_MARKS):
+        return None
+    script = shell_script(words)
+    commands = [c.words for c in parse_script(script, env)] if script is not None else [words]
+    if any(len(c) > 1 and c[0].rsplit("/", 1)[-1] == "ray" and c[1] == "start" for c in commands):
+        return None
+    return words
+
+
 def _safe(parse: Callable[[], VllmCommand | None]) -> tuple[VllmCommand | None, str | None]:
     try:
         return parse(), None

@@ -9,9 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.gpus.share import GpuShare
 from planner.k8s.configfiles import ConfigMaps, file_reader
-from planner.k8s.detect import VllmContainer, find_vllm_containers
+from planner.k8s.detect import VllmContainer, find_vllm_containers, unread_command
 from planner.k8s.dra import ClaimIndex, ClaimUse, container_claims, gpu_from_claims
-from planner.k8s.gpus import GpuCatalog, GpuResolution, resolve_gpu
+from planner.k8s.gpus import GpuCatalog, GpuResolution, gpu_request, resolve_gpu
 from planner.k8s.images import VersionEvidence, annotated_release
 from planner.k8s.nodes import NodeInfo
 from planner.k8s.platforms import group_of, mentions_vllm, read_platform
@@ -148,6 +148,7 @@ def inspect_workload(
             read_file=reader,
             stated_version=version,
         )
+        notes += _unreadable_commands(pod_spec, {found.index for found in containers})
         peer = get_path(obj, ref.peer_spec_path) if ref.peer_spec_path else None
         findings = []
         for found in containers:
@@ -225,6 +226,37 @@ _NON_GPU_IMAGES = (
     "vllm-openai-cpu",
     "vllm-cpu",
 )
+
+
+def _unreadable_commands(pod_spec: Mapping[str, Any], read: set[int]) -> list[PlatformNote]:
+    """Containers with a vLLM image and a GPU whose command kv-planner could not read as vLLM (a script
+    file, a wrapper program: production-stack's Ray head copies a script from a ConfigMap and runs it):
+    a warning, not "no vLLM container". Without a GPU such a container is a helper, not a server to
+    plan (LMCache's cache server runs in the vLLM image)."""
+    containers = pod_spec.get("containers")
+    if not isinstance(containers, list):
+        return []
+    notes: list[PlatformNote] = []
+    for index, raw in enumerate(containers):
+        if index in read or not isinstance(raw, Mapping):
+            continue
+        command = unread_command(raw)
+        if command is None or _non_gpu(raw) or not _asks_for_gpu(raw):
+            continue
+        shown = " ".join(" ".join(command).split())
+        shown = shown if len(shown) <= 80 else shown[:79] + "…"
+        image = str(raw.get("image")).rsplit("/", 1)[-1][:60]
+        where = str(raw.get("name") or f"#{index}")[:63]
+        text = f"image {image} with a GPU runs `{shown}`, which kv-planner cannot read as vLLM: not checked"
+        notes.append(PlatformNote(reason="unreadable-command", where=where, text=text))
+    return notes
+
+
+def _asks_for_gpu(container: Mapping[str, Any]) -> bool:
+    """A GPU resource (nvidia.com/gpu, amd.com/gpu, MIG) or a DRA claim."""
+    _, count = gpu_request(container)
+    claims = get_path(container, ("resources", "claims"))
+    return bool(count) or (isinstance(claims, list) and bool(claims))
 
 
 def _non_gpu(container: Mapping[str, Any]) -> str | None:

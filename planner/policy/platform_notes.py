@@ -17,6 +17,7 @@ NOTE_CODES: dict[NoteReason, Code] = {
     "unreadable-config": Code.PLATFORM_CONFIG_UNREADABLE,
     "bad-version-annotation": Code.BAD_VERSION_ANNOTATION,
     "template-only": Code.TEMPLATE_ONLY,
+    "unreadable-command": Code.COMMAND_UNREADABLE,
 }
 
 

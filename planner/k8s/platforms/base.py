@@ -34,6 +34,7 @@ NoteReason = Literal[
     "unreadable-config",  # a platform config (Ray serveConfigV2, ...) that does not parse
     "bad-version-annotation",  # kv-planner.io/vllm-version is not a release
     "template-only",  # a runtime / preset other resources use: checked where it is used
+    "unreadable-command",  # a vLLM image with a GPU whose command is a script file or another program
 ]
 
 

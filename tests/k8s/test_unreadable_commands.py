@@ -1,0 +1,132 @@
+"""A vLLM image with a GPU whose command kv-planner cannot read is a warning (KVP037), never "no vLLM
+container": production-stack's Ray head runs a script copied from a ConfigMap, and a check that said
+KVP060 there told the user the opposite of the truth."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from planner.policy.check import check_policy, run_check
+from planner.policy.decide import WorkloadEntry
+from planner.policy.manifests import read_documents
+from planner.policy.planning import CoreBackend
+
+POLICY = check_policy({"modelLookup": {"offline": True, "timeoutSeconds": 1}})
+BACKEND = CoreBackend()
+GPU = {"limits": {"nvidia.com/gpu": "1"}}
+
+
+def deployment(*containers: dict[str, Any]) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "server", "namespace": "llm", "annotations": {"kv-planner.io/gpu": "L4"}},
+            "spec": {
+                "selector": {"matchLabels": {"app": "s"}},
+                "template": {"metadata": {"labels": {"app": "s"}}, "spec": {"containers": list(containers)}},
+            },
+        }
+    )
+
+
+def entries(text: str) -> list[WorkloadEntry]:
+    return run_check(read_documents(text, "test.yaml"), policy=POLICY, backend=BACKEND).workloads
+
+
+SCRIPT_FILE = {
+    "name": "vllm",
+    "image": "vllm/vllm-openai:v0.10.1.1",
+    "command": ["/bin/bash", "/scripts/start.sh"],
+    "resources": GPU,
+}
+# production-stack helm/ (values-15 RayCluster head): copies the script, runs it in the background.
+COPIED_SCRIPT = {
+    "name": "vllm-ray-head",
+    "image": "lmcache/vllm-openai:latest",
+    "command": [
+        '/bin/bash -c "\ncp /entrypoint/vllm-entrypoint.sh $HOME/vllm-entrypoint.sh &&\n'
+        'chmod +x $HOME/vllm-entrypoint.sh &&\n$HOME/vllm-entrypoint.sh &\necho "Running vllm in the background.""'
+    ],
+    "resources": {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}},
+}
+DRA_CLAIM = {**SCRIPT_FILE, "resources": {"claims": [{"name": "gpu"}]}}
+
+
+@pytest.mark.parametrize("container", [SCRIPT_FILE, COPIED_SCRIPT, DRA_CLAIM], ids=["file", "copied", "dra"])
+def test_a_vllm_image_with_a_gpu_and_an_unreadable_command_warns(container: dict[str, Any]) -> None:
+    (entry,) = entries(deployment(container))
+    assert entry.decision == "skip" and entry.codes == ["KVP037"]
+    (finding,) = entry.findings
+    assert finding.severity == "warn" and finding.fix is not None
+    assert container["name"] in finding.message and "cannot read" in finding.message
+    assert "\n" not in finding.message and len(finding.message) < 220  # the command, shown on one line, cut
+
+
+@pytest.mark.parametrize(
+    "container",
+    [
+        # LMCache's cache server runs in the vLLM image, without a GPU: a helper, not a server to plan.
+        {"name": "cache", "image": "lmcache/vllm-openai:latest", "command": ["lmcache_server", "0.0.0.0", "81"]},
+        # Not a vLLM image: nothing says it is vLLM.
+        {"name": "app", "image": "example.com/llm-server:1", "command": ["/start.sh"], "resources": GPU},
+        # TPU build: the non-GPU note's business, not this one.
+        {
+            "name": "tpu",
+            "image": "vllm/vllm-tpu:latest",
+            "command": ["/start.sh"],
+            "resources": {"limits": {"google.com/tpu": "4"}},
+        },
+        # A multi-node group's Ray worker (LeaderWorkerSet, KubeRay): its GPUs serve the leader's vLLM.
+        {
+            "name": "worker",
+            "image": "vllm/vllm-openai:v0.19.0",
+            "command": ["sh", "-c"],
+            "args": ["ray start --block --address=$(LWS_LEADER_ADDRESS):6379"],
+            "resources": GPU,
+        },
+        {
+            "name": "worker",
+            "image": "vllm/vllm-openai:v0.19.0",
+            "command": ["ray", "start", "--block"],
+            "resources": GPU,
+        },
+        {
+            "name": "worker",
+            "image": "aibrix/vllm-openai:v0.7.3.self.post1",
+            "command": ["/bin/bash", "-lc", "--"],
+            "args": ["ulimit -n 65536; echo head; $KUBERAY_GEN_RAY_START_CMD;"],
+            "resources": GPU,
+        },
+        {
+            "name": "worker",
+            "image": "vllm/vllm-openai:v0.19.0",
+            "command": ["sh", "-c"],
+            "args": [
+                "bash /vllm-workspace/examples/online_serving/multi-node-serving.sh worker "
+                "--ray_address=$(LWS_LEADER_ADDRESS)"
+            ],
+            "resources": GPU,
+        },
+    ],
+    ids=["no-gpu", "other-image", "tpu", "ray-worker", "ray-worker-argv", "kuberay-worker", "lws-example-worker"],
+)
+def test_other_containers_stay_no_vllm_container(container: dict[str, Any]) -> None:
+    (entry,) = entries(deployment(container))
+    assert entry.decision == "skip" and entry.codes == ["KVP060"]
+
+
+def test_beside_a_vllm_container_it_is_named_and_the_server_still_planned() -> None:
+    server = {
+        "name": "vllm",
+        "image": "vllm/vllm-openai:v0.10.1.1",
+        "args": ["--model", "Qwen/Qwen2.5-7B-Instruct", "--max-model-len", "8192"],
+        "resources": GPU,
+    }
+    found = entries(deployment(server, {**SCRIPT_FILE, "name": "second"}))
+    assert [e.container for e in found] == ["vllm"]
+    assert found[0].decision != "skip" and "KVP037" in found[0].codes
+    assert any("second" in message for message in found[0].messages)
