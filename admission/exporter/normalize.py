@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from admission.observations.model import Buckets, EngineObservation
 from planner.errors import ExpositionLimitError, ScrapeError
 from planner.vllm import metrics_catalog as catalog
-from planner.vllm.exposition import Exposition, ParseLimits, Sample, bucket_bound, parse
+from planner.vllm.exposition import Exposition, ParseLimits, Sample, Steps, bucket_bound, parse_steps, run_steps
 
 USAGE_NEW = catalog.exposed_name("kv_cache_usage")
 USAGE_OLD = catalog.exposed_name("gpu_cache_usage")
@@ -88,6 +88,11 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _count(value: float) -> float | None:
+    """A histogram's bucket count or sum: finite and not negative, else unusable (None)."""
+    return value if math.isfinite(value) and value >= 0 else None
+
+
 class _Engines:
     """Per-engine accumulation, bounded in number of engines."""
 
@@ -121,19 +126,26 @@ class _Engines:
 
 
 def _buckets(page: Exposition, engines: _Engines, family: str, field: str) -> None:
+    """An engine's histogram, left out when a bucket is not a count (NaN, infinite, negative): the
+    quantiles, the exporter's summary and the retuner's length means are computed from it."""
     per_engine: dict[str, dict[float, float]] = {}
+    unusable: set[str] = set()
     for labels, value in page.get(f"{family}_bucket"):
         le = labels.get("le")
         if le is None:
             continue
         entry = engines.of(labels)
-        buckets = per_engine.setdefault(entry["engine"], {})
         bound = bucket_bound(le)
+        if _count(value) is None:
+            unusable.add(entry["engine"])
+            continue
+        buckets = per_engine.setdefault(entry["engine"], {})
         buckets[bound] = buckets.get(bound, 0.0) + value
     for engine, buckets in per_engine.items():
-        engines.entries[engine][field] = sorted(buckets.items())
+        if engine not in unusable:
+            engines.entries[engine][field] = sorted(buckets.items())
     for labels, value in page.get(f"{family}_sum"):
-        engines.of(labels)[f"{field}_sum"] = _finite(value)
+        engines.of(labels)[f"{field}_sum"] = _count(value)
 
 
 def _offload(page: Exposition, engines: _Engines) -> None:
@@ -160,8 +172,17 @@ def parse_page(text: str, limits: ReadLimits | None = None) -> tuple[list[Engine
     Raises ScrapeError for unusable pages: :class:`~planner.errors.ExpositionError` for broken ones,
     :class:`~planner.errors.ExpositionLimitError` for pages beyond ``limits``.
     """
+    return run_steps(parse_page_steps(text, limits))
+
+
+def parse_page_steps(text: str, limits: ReadLimits | None = None) -> Steps[tuple[list[EngineObservation], list[str]]]:
+    """:func:`parse_page`, yielding every few lines of the page (see planner.vllm.exposition.parse_steps)."""
     limits = limits or ReadLimits()
-    page = parse(text, READ_NAMES, limits.parse_limits())
+    page = yield from parse_steps(text, READ_NAMES, limits.parse_limits())
+    return _observations(page, limits)
+
+
+def _observations(page: Exposition, limits: ReadLimits) -> tuple[list[EngineObservation], list[str]]:
     if not any(page.samples.values()):
         raise ScrapeError("no vLLM metrics on the page (is this a vLLM /metrics endpoint?)")
     engines = _Engines(limits.max_engines)

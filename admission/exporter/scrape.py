@@ -18,12 +18,14 @@ from collections.abc import Callable, Sequence
 
 import httpx
 
-from admission.exporter.normalize import ReadLimits, parse_page
-from admission.observations.model import ErrorReason, TargetObservation
+from admission.exporter.normalize import ReadLimits, parse_page_steps
+from admission.observations.model import EngineObservation, ErrorReason, TargetObservation
 from admission.observations.targets import Target
 from planner.errors import ExpositionLimitError, ScrapeError
 
 ACCEPT = "text/plain;version=0.0.4;q=1.0, */*;q=0.1"
+# No compression: a body is bounded as it arrives, and a compressed one is refused (see _fetch).
+_HEADERS = {"Accept": ACCEPT, "Accept-Encoding": "identity"}
 # Well below the 5 s of vLLM/uvicorn (and the 60 s+ of common proxies): an idle pooled connection is
 # closed by us long before the server may close it.
 KEEPALIVE_EXPIRY_S = 2.0
@@ -49,15 +51,20 @@ class _Stale(Exception):
 async def _fetch(client: httpx.AsyncClient, url: str, max_bytes: int) -> str:
     answered = False
     try:
-        async with client.stream("GET", url, headers={"Accept": ACCEPT}) as response:
+        async with client.stream("GET", url, headers=_HEADERS) as response:
             answered = True
             if response.status_code != 200:
                 raise _Failed("http_status", f"HTTP {response.status_code}")
+            encoding = response.headers.get("content-encoding", "identity").strip().lower()
+            if encoding not in ("", "identity"):
+                # Asked for none (vLLM's prometheus_client compresses only when asked): a compressed body
+                # would have to be inflated to be read, 1 MiB of it into 1 GiB.
+                raise _Failed("parse", f"Content-Encoding {encoding[:40]!r}, not asked for")
             declared = response.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > max_bytes:
                 raise _Failed("too_large", f"Content-Length {declared} is more than {max_bytes} bytes")
             body = bytearray()
-            async for chunk in response.aiter_bytes():
+            async for chunk in response.aiter_bytes():  # (identity: nothing is inflated)
                 body.extend(chunk)
                 if len(body) > max_bytes:
                     raise _Failed("too_large", f"more than {max_bytes} bytes")
@@ -85,7 +92,8 @@ async def _fetch_with_retry(client: httpx.AsyncClient, url: str, max_bytes: int)
 
 def _down_reason(error: ScrapeError) -> ErrorReason:
     if isinstance(error, ExpositionLimitError):
-        return "label_too_long" if error.reason == "label_too_long" else "too_many_series"
+        # (a line of a read family is long only through its labels' values: the values are bounded too)
+        return "label_too_long" if error.reason in ("label_too_long", "line_too_long") else "too_many_series"
     if "no vLLM metrics" in error.message:
         return "not_vllm"
     return "parse"
@@ -110,19 +118,40 @@ async def scrape_one(
 
     if remaining <= 0:
         return down("budget", "no time left in the scrape budget")
+    fetched: list[int] = []  # the page's length, once it has arrived
+
+    async def fetch_and_read() -> tuple[list[EngineObservation], list[str]]:
+        text = await _fetch_with_retry(client, target.url, max_bytes)
+        fetched.append(len(text))
+        return await _read(text, limits)
+
     try:
-        text = await asyncio.wait_for(_fetch_with_retry(client, target.url, max_bytes), remaining)
+        # The target's time covers reading its page too: a page that is slow to read (every line at the
+        # read limits) costs its own target's time, in slices, and not the other targets'.
+        engines, missing = await asyncio.wait_for(fetch_and_read(), remaining)
     except asyncio.TimeoutError:
+        if fetched:
+            return down("timeout", f"a page of {fetched[0]} characters not read within {remaining:.2f} s")
         return down("timeout", f"no complete answer within {remaining:.2f} s")
     except _Failed as failure:
         return down(failure.reason, failure.detail)
-    try:
-        engines, missing = parse_page(text, limits)
     except ScrapeError as error:
         return down(_down_reason(error), error.message)
     return TargetObservation(
         target=target, up=True, engines=engines, missing=missing, duration_s=time.monotonic() - started
     )
+
+
+async def _read(text: str, limits: ReadLimits | None) -> tuple[list[EngineObservation], list[str]]:
+    """parse_page, giving the event loop back every few lines: the other targets' reads and timers run
+    in between, and a cancelled read stops at the next slice."""
+    steps = parse_page_steps(text, limits)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        await asyncio.sleep(0)
 
 
 async def scrape_all(

@@ -40,6 +40,8 @@ def length_means(
     """Exact means from the histograms' ``_sum``/``_count``; None without finished requests or sums."""
     if prompt_sum is None or generation_sum is None or prompt_count <= 0 or generation_count <= 0:
         return None
+    if not all(math.isfinite(v) and v >= 0 for v in (prompt_sum, generation_sum, prompt_count, generation_count)):
+        return None  # not counts (a pod's page is untrusted): no means rather than wrong ones
     return LengthMeans(
         prompt=prompt_sum / prompt_count,
         generation=generation_sum / generation_count,

@@ -226,9 +226,12 @@ class Retuner:
                     if len(found) == 1
                     else WorkloadRef(namespace=key[0], kind=sorted(r.kind for r in found)[0], name=key[1])
                 )
-                signals = self._signals(observations)
-                state = self.states.setdefault(key, WorkloadState())
-                decision = decide(state, signals, self.settings, now)
+                try:
+                    signals = self._signals(observations)
+                    decision = decide(self.states.setdefault(key, WorkloadState()), signals, self.settings, now)
+                except Exception:  # one workload's pods (untrusted pages) must not stop the others' round
+                    logger.exception("retuner: workload %s/%s not decided this round", key[0], key[1])
+                    continue
                 decisions[key] = self.decisions[key] = decision
                 if signals.risk_limit is not None:
                     self.risk_limits[key] = signals.risk_limit

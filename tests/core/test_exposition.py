@@ -4,13 +4,15 @@ real vLLM pages, strict where promtool is, bounded on hostile pages, linear on a
 from __future__ import annotations
 
 import math
+import random
+import re
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from planner.errors import ExpositionError, ExpositionLimitError, ScrapeError
 from planner.vllm import metrics_catalog as catalog
-from planner.vllm.exposition import ParseLimits, check_types, parse
+from planner.vllm.exposition import STEP, ParseLimits, check_types, parse, parse_steps
 from tests.exporter.conftest import PAGES
 
 
@@ -94,6 +96,61 @@ def test_label_value_length_is_bounded() -> None:
         parse(text, frozenset({"m"}))
     assert raised.value.reason == "label_too_long"
     assert parse(text, frozenset({"m"}), ParseLimits(max_label_value_chars=513)).get("m")[0].value == 1.0
+
+
+def _unescaped_by_callback(raw: str) -> str:
+    # The exposition format's rule, written the obvious way (what the parser did before): each backslash
+    # escapes the character after it; \\, \" and \n are replaced, any other pair is kept.
+    table = {"n": "\n", "\\": "\\", '"': '"'}
+    return re.sub(r"\\(.)", lambda m: table.get(m.group(1), "\\" + m.group(1)), raw)
+
+
+def test_label_escapes_read_as_the_format_says() -> None:
+    rng = random.Random(7)
+    for _ in range(2_000):
+        # Raw label text as the page has it: every backslash is followed by a character (the pattern's rule).
+        pieces = [
+            rng.choice(["\\\\", '\\"', "\\n", "\\x", "\\\\n", "n", "x", " ", "é"]) for _ in range(rng.randint(0, 12))
+        ]
+        raw = "".join(pieces)
+        (sample,) = parse(f'm{{a="{raw}"}} 1\n', frozenset({"m"})).get("m")
+        assert sample.labels["a"] == _unescaped_by_callback(raw), raw
+
+
+def test_labels_per_sample_and_per_page_are_bounded() -> None:
+    one = "m{" + ",".join(f'l{i}="x"' for i in range(129)) + "} 1\n"
+    with pytest.raises(ExpositionLimitError) as raised:
+        parse(one, frozenset({"m"}))
+    assert raised.value.reason == "too_many_labels" and "128 labels" in raised.value.message
+    assert len(parse(one, frozenset({"m"}), ParseLimits(max_labels=129)).get("m")[0].labels) == 129
+    page = "".join(f'm{{engine="{i}",a="1",b="2",c="3"}} 1\n' for i in range(1_000))
+    assert len(parse(page, frozenset({"m"}), ParseLimits(max_label_pairs=4_000)).get("m")) == 1_000
+    with pytest.raises(ExpositionLimitError) as raised:
+        parse(page, frozenset({"m"}), ParseLimits(max_label_pairs=3_999))
+    assert raised.value.reason == "too_many_labels"
+
+
+def test_a_long_line_is_refused_before_it_is_matched() -> None:
+    line = 'm{a="' + "x" * 70_000 + '"} 1\n'
+    with pytest.raises(ExpositionLimitError) as raised:
+        parse(line, frozenset({"m"}), ParseLimits(max_label_value_chars=100_000))
+    assert raised.value.reason == "line_too_long"
+
+
+def test_the_parse_gives_way_every_step_of_lines() -> None:
+    text = "".join(f'm{{engine="{i}"}} 1\n' for i in range(10 * STEP)) + "".join(
+        f"# TYPE f{i} gauge\n" for i in range(5 * STEP)
+    )
+    steps = parse_steps(text, frozenset({"m"}))
+    yields = 0
+    while True:
+        try:
+            next(steps)
+            yields += 1
+        except StopIteration as done:
+            result = done.value
+            break
+    assert yields == 15 and len(result.get("m")) == 10 * STEP
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,9 @@ import pytest
 
 from admission.exporter.quantiles import histogram_quantile, token_upper_bound
 from admission.exporter.service import Exporter, ScrapeSettings, unique_targets
+from admission.observations.model import TargetObservation
 from admission.observations.targets import Target, parse_static_target
+from planner.vllm.exposition import STEP
 from tests.exporter.conftest import PAGES
 from tests.exporter.test_scrape import _exporter, _samples, _target
 
@@ -33,6 +35,19 @@ def _hostile(name: str) -> str | bytes:
         return GOOD + "# TYPE vllm:num_requests_running counter\n"
     if name == "noise":  # a big page of families kv-planner does not read: only the vLLM ones matter
         return GOOD + "".join(f'other_metric{{id="{i}"}} {i}\n' for i in range(50_000))
+    if name == "labels":  # one sample with 200 empty labels (460,000 of them held ~360 MiB)
+        return "vllm:num_requests_running{" + ",".join(f'a{i}=""' for i in range(200)) + "} 1\n"
+    if name == "pairs":  # under the sample bound, but 19,000 x 14 labels
+        extra = ",".join(f'x{j}="v"' for j in range(13))
+        return "".join(f'vllm:num_requests_running{{engine="{i % 8}",{extra},i="{i}"}} 1\n' for i in range(19_000))
+    if name == "nan":  # one engine's prompt-length histogram is not made of counts
+        bucket = 'vllm:request_prompt_tokens_bucket{engine="0",le="+Inf",model_name="'
+        return (
+            "\n".join(
+                line.rsplit(" ", 1)[0] + " NaN" if line.startswith(bucket) else line for line in GOOD.splitlines()
+            )
+            + "\n"
+        )
     return GOOD
 
 
@@ -42,7 +57,7 @@ async def _handler(request: httpx.Request) -> httpx.Response:
 
 
 def test_each_bound_marks_only_its_target_down() -> None:
-    names = ["good", "series", "engines", "label", "type", "noise"]
+    names = ["good", "series", "engines", "label", "type", "noise", "labels", "pairs", "nan"]
     exporter = _exporter([_target(n) for n in names], _handler, max_body_bytes=32 << 20)
     snapshot = asyncio.run(exporter.snapshot(30.0))
     state = {o.target.pod: (o.up, o.error) for o in snapshot.targets}
@@ -53,15 +68,75 @@ def test_each_bound_marks_only_its_target_down() -> None:
         "engines": (False, "too_many_series"),
         "label": (False, "label_too_long"),
         "type": (False, "parse"),
+        "labels": (False, "too_many_series"),
+        "pairs": (False, "too_many_series"),
+        "nan": (True, None),  # up: its other signals are good; the NaN histogram alone is left out
     }
     details = {o.target.pod: o.detail or "" for o in snapshot.targets}
     assert "20000 samples" in details["series"] and "64 engines" in details["engines"]
+    assert "128 labels" in details["labels"] and "250000 labels" in details["pairs"]
+    (nan,) = [o for o in snapshot.targets if o.target.pod == "nan"]
+    assert nan.engines[0].prompt_tokens is None and nan.engines[0].generation_tokens is not None
     assert "TYPE" in details["type"]
     body = _samples(asyncio.run(exporter.render(30.0))[0].decode())
     # Nothing of the hostile pages reaches the output: no label value longer than a Kubernetes name.
     assert max(len(v) for samples in body.values() for labels, _ in samples for v in labels.values()) <= 253
     engines = {labels["pod"]: labels["engine"] for labels, _ in body["kv_planner_requests_running"]}
-    assert set(engines) == {"good", "noise"}
+    assert set(engines) == {"good", "noise", "nan"}
+    prompts = {labels["pod"] for labels, _ in body["kv_planner_prompt_tokens_quantile_count"]}
+    assert prompts == {"good", "noise"}  # the NaN histogram rendered nothing (it made every scrape a 500)
+
+
+def test_a_compressed_body_is_refused_and_none_is_asked_for() -> None:
+    import gzip
+
+    asked: list[str] = []
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.headers.get("accept-encoding", ""))
+        if request.url.host == "bomb":  # 1 MiB that inflates to 1 GiB, sent although nobody asked for it
+            return httpx.Response(200, headers={"Content-Encoding": "gzip"}, content=gzip.compress(b" " * (64 << 20)))
+        return httpx.Response(200, text=GOOD)
+
+    snapshot = asyncio.run(_exporter([_target("bomb"), _target("good")], handler).snapshot(30.0))
+    assert [(o.target.pod, o.up, o.error) for o in snapshot.targets] == [("bomb", False, "parse"), ("good", True, None)]
+    assert "Content-Encoding 'gzip'" in (snapshot.targets[0].detail or "")
+    assert set(asked) == {"identity"}
+
+
+def test_a_page_read_past_its_targets_time_is_down_and_the_read_gives_way() -> None:
+    # ~4.9 MB under every read bound: ~0.25 s of reading here (a healthy page: ~2 ms).
+    big = "".join(RUNNING % (i % 8, f"{i}" + "m" * 200) for i in range(19_000))
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text=big if request.url.host == "slow" else GOOD)
+
+    async def read(timeout_s: float) -> tuple[list[TargetObservation], int]:
+        ticks = 0
+
+        async def ticker() -> None:  # runs only when the read gives the loop back
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+        exporter = _exporter(
+            [_target("slow")],
+            handler,
+            max_body_bytes=8 << 20,
+            scrape_timeout_s=timeout_s,
+            scrape_timeout_max_s=timeout_s,
+        )
+        snapshot = await exporter.snapshot(30.0)
+        task.cancel()
+        return snapshot.targets, ticks
+
+    (whole,), ticks = asyncio.run(read(30.0))
+    assert whole.up and ticks > 19_000 // STEP  # the loop ran between the steps of the read
+    # The read is part of the target's time: past it, the target is down (the page had arrived).
+    (cut,), _ = asyncio.run(read(0.02))
+    assert (cut.up, cut.error) == (False, "timeout") and "not read within" in (cut.detail or ""), cut.detail
 
 
 def test_the_default_body_bound_refuses_a_13_mb_page() -> None:

@@ -284,3 +284,31 @@ def test_pods_on_different_configurations_mean_a_rollout_is_under_way() -> None:
     retuner = Retuner(RetunerSettings(persist=1, min_dwell_s=0), advisor=lambda _: None)
     decisions = retuner.observe(Snapshot(targets=[obs("a", 9, max_num_seqs=64), obs("b", 0, max_num_seqs=32)]), now=0)
     assert decisions[("ml", "chat")].reason == "RolloutInProgress"
+
+
+def test_one_workloads_odd_page_does_not_stop_the_others(caplog: pytest.LogCaptureFixture) -> None:
+    # A tenant's pod serves a negative histogram sum (finite, so the exporter keeps it): that workload has
+    # no length means, and a workload whose signals fail anyway is logged and left out of the round;
+    # the other tenants' workloads are decided (before: one ValidationError ended every round).
+    def tenant(namespace: str, pod: str, engine: EngineObservation) -> TargetObservation:
+        target = Target(url=f"http://{pod}/metrics", namespace=namespace, pod=pod, workload="chat", max_num_seqs=16)
+        return TargetObservation(target=target, up=True, engines=[engine])
+
+    retuner = Retuner(RetunerSettings(persist=1, min_dwell_s=0), advisor=lambda _: None)
+    odd = _engine(prompt_tokens_sum=-1e6)
+    snapshot = Snapshot(targets=[tenant("a-evil", "e", odd), tenant("b-good", "g", _engine())])
+    decisions = retuner.observe(snapshot, now=0)
+    assert ("b-good", "chat") in decisions and ("a-evil", "chat") in decisions
+    assert retuner._signals([tenant("a-evil", "e", odd)]).footprint_blocks is None  # no means, not wrong ones
+
+    def broken(observations: list[TargetObservation]) -> Any:
+        if observations[0].target.namespace == "a-evil":
+            raise ValueError("a page no one expected")
+        return signals(observations)
+
+    signals = retuner._signals
+    retuner._signals = broken  # type: ignore[method-assign]
+    caplog.set_level("ERROR", logger="admission.retuner")
+    decisions = retuner.observe(snapshot, now=60)
+    assert list(decisions) == [("b-good", "chat")]
+    assert "a-evil/chat not decided this round" in caplog.text
