@@ -19,7 +19,7 @@ from planner.k8s.platforms.base import ArgsTarget, PlatformNote, PlatformView, n
 from planner.k8s.platforms.kserve import Runtimes
 from planner.k8s.quantity import quantity_bytes
 from planner.k8s.sharing import resolve_share
-from planner.k8s.workloads import PodTemplateRef, get_path, owned_by_controller, pod_templates
+from planner.k8s.workloads import PodTemplateRef, controller_of, get_path, owned_by_controller, pod_templates
 
 SKIP_ANNOTATION = "kv-planner.io/skip"
 SkipReason = Literal["opted-out", "owned-by-controller", "no-pod-template", "deleted"]
@@ -105,6 +105,14 @@ def inspect_workload(
         return WorkloadFinding(skip="opted-out", **header)
     if header["kind"] in ("Pod", "ReplicaSet") and owned_by_controller(obj):
         return WorkloadFinding(skip="owned-by-controller", **header)
+    # Another controller (an operator kv-planner has no reader for, or an ownerReference its author made
+    # up): checked, but changes are only listed, as the controller would undo or fight them.
+    owner = controller_of(obj)
+    owned_elsewhere = (
+        f"owned by {owner[1][:63]} {owner[2][:63]}: its controller keeps the template"
+        if owner is not None and owner[:2] != ("batch/v1", "CronJob")  # (a CronJob only creates its Jobs)
+        else None
+    )
     stated, problem = annotated_release(meta.get("annotations"))
     notes: list[PlatformNote] = []
     if problem:
@@ -195,6 +203,7 @@ def inspect_workload(
             no_write = view.no_write if (rebuilt and target is None) else None
             if rebuilt and target is None and no_write is None:
                 no_write = "the platform keeps no field for vLLM's arguments"
+            no_write = no_write or owned_elsewhere
             findings.append(
                 ContainerFinding(
                     template=ref,

@@ -86,13 +86,34 @@ def is_pod_spec(value: Any) -> bool:
     return isinstance(value, Mapping) and isinstance(value.get("containers"), list)
 
 
-def owned_by_controller(obj: Mapping[str, Any]) -> bool:
-    """True when an ownerReference marks a controller (a Pod of a ReplicaSet, a ReplicaSet of a
-    Deployment): the owner's template was already reviewed."""
+# Controllers whose pod template kv-planner reviews on the controller itself, so their children (a Pod
+# of a ReplicaSet or Job, a ReplicaSet of a Deployment) need no review: the chart's CEL condition
+# `not-managed-by-reviewed-owner` keeps exactly these (and the enabled platforms' kinds, whose children
+# then never reach the webhook) away from it. Any other owner proves nothing: an ownerReference is
+# whatever the object's author wrote, and the API server does not check it.
+_REVIEWED_OWNERS: dict[str, frozenset[str]] = {
+    "apps/v1": frozenset({"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet"}),
+    "batch/v1": frozenset({"Job"}),
+    "leaderworkerset.x-k8s.io/v1": frozenset({"LeaderWorkerSet"}),
+}
+
+
+def controller_of(obj: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(apiVersion, kind, name) of the ownerReference marked ``controller``, if there is one."""
     refs = get_path(obj, ("metadata", "ownerReferences"))
     if not isinstance(refs, list):
-        return False
-    return any(isinstance(r, Mapping) and r.get("controller") is True for r in refs)
+        return None
+    for ref in refs:
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            return str(ref.get("apiVersion") or ""), str(ref.get("kind") or ""), str(ref.get("name") or "")
+    return None
+
+
+def owned_by_controller(obj: Mapping[str, Any]) -> bool:
+    """True when the controller owner is a kind whose template kv-planner reviews (a Pod of a
+    ReplicaSet, a ReplicaSet of a Deployment): the owner's template was already reviewed."""
+    owner = controller_of(obj)
+    return owner is not None and owner[1] in _REVIEWED_OWNERS.get(owner[0], frozenset())
 
 
 def pod_templates(obj: Mapping[str, Any]) -> list[PodTemplateRef]:

@@ -73,6 +73,53 @@ def test_owned_pods_and_replicasets_are_skipped(catalog: GpuCatalog) -> None:
     assert inspect_workload(not_controller, catalog=catalog).skip is None
 
 
+@pytest.mark.parametrize(
+    ("kind", "owner"),
+    [
+        # An ownerReference is what the author wrote: one to the tenant's own ConfigMap kept a 70B pod on one
+        # GPU unchecked ("owned by a controller whose template was reviewed").
+        ("Pod", {"apiVersion": "v1", "kind": "ConfigMap", "name": "mine"}),
+        # A controller kv-planner has no reader for (Argo Rollouts owns ReplicaSets): its template was not
+        # reviewed either.
+        ("ReplicaSet", {"apiVersion": "argoproj.io/v1alpha1", "kind": "Rollout", "name": "r"}),
+        # A reviewed kind under another API group is not that kind.
+        ("Pod", {"apiVersion": "example.com/v1", "kind": "ReplicaSet", "name": "x"}),
+    ],
+)
+def test_children_of_other_controllers_are_checked_but_not_changed(
+    kind: str, owner: dict[str, Any], catalog: GpuCatalog
+) -> None:
+    refs = [{**owner, "uid": "1", "controller": True}]
+    spec = SPEC if kind == "Pod" else {"template": _template()}
+    found = inspect_workload(
+        {"kind": kind, "metadata": {"name": "o", "ownerReferences": refs}, "spec": spec}, catalog=catalog
+    )
+    assert found.skip is None
+    (container,) = found.vllm_containers
+    assert not container.writable and owner["kind"] in (container.no_write or "")
+
+
+def test_a_job_of_a_cronjob_is_checked_and_may_be_changed(catalog: GpuCatalog) -> None:
+    refs = [{"apiVersion": "batch/v1", "kind": "CronJob", "name": "nightly", "uid": "1", "controller": True}]
+    job = {"kind": "Job", "metadata": {"name": "j", "ownerReferences": refs}, "spec": {"template": _template()}}
+    (container,) = inspect_workload(job, catalog=catalog).vllm_containers
+    assert container.writable  # the CronJob controller creates Jobs, it does not keep them in line
+
+
+@pytest.mark.parametrize(
+    "owner",
+    [
+        {"apiVersion": "batch/v1", "kind": "Job"},
+        {"apiVersion": "apps/v1", "kind": "StatefulSet"},
+        {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet"},
+    ],
+)
+def test_children_of_reviewed_controllers_are_skipped(owner: dict[str, Any], catalog: GpuCatalog) -> None:
+    refs = [{**owner, "name": "x", "uid": "1", "controller": True}]
+    pod = {"kind": "Pod", "metadata": {"name": "p", "ownerReferences": refs}, "spec": SPEC}
+    assert inspect_workload(pod, catalog=catalog).skip == "owned-by-controller"
+
+
 @pytest.mark.parametrize("value", ["true", "yes", ""])
 def test_opt_out_annotation(value: str, catalog: GpuCatalog) -> None:
     obj = {
