@@ -16,12 +16,21 @@ from collections.abc import Mapping, Sequence
 import re2
 from pydantic import BaseModel, ConfigDict
 
+from planner.errors import InputCapError
+from planner.k8s.envvars import ExpansionBudget, new_budget
+
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
 _ASSIGNMENT = re2.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _NAME = re2.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _REDIRECT = re2.compile(r"^(\d*|&)(>>?|<|>\|)(&\d*-?)?(?P<target>.*)$")
 _PREFIX_COMMANDS = frozenset({"exec", "nohup", "time", "command", "env", "stdbuf", "setsid"})
 _SPECIAL_OUTSIDE = set("'\"\\;&|()<>$`#")
+# One simple command after expansion is at most this many characters (a vLLM command line is a few
+# thousand). Variables doubling each other (A=$B$B...) make a 271-character script expand to 10 million,
+# and shlex splits a long word in time that grows with its square (1 M characters: 33 s); 64 Ki: < 0.1 s.
+# Past it (or the container's expansion budget, envvars.MAX_EXPANSION_CHARS, over all of its commands):
+# KVP074, as for the kubelet's $(VAR).
+MAX_COMMAND_CHARS = 65_536
 
 
 class ShellCommand(BaseModel):
@@ -125,11 +134,13 @@ def _escape(value: str, in_double: bool) -> str:
     return "".join("\\" + c if c in _SPECIAL_OUTSIDE else c for c in value)
 
 
-def expand(text: str, variables: Mapping[str, str]) -> tuple[str, list[str]]:
+def expand(text: str, variables: Mapping[str, str], budget: ExpansionBudget | None = None) -> tuple[str, list[str]]:
     """Expand ``$VAR``, ``${VAR}``, ``${VAR:-default}``, ``${VAR-default}`` outside single quotes.
 
     Returns the text (still quoted, ready for :func:`shlex.split`) and the names that had no value.
+    Each value put in is charged to ``budget`` (InputCapError KVP074 past it) before it is added.
     """
+    budget = budget or new_budget()
     out: list[str] = []
     missing: list[str] = []
     i = 0
@@ -169,7 +180,7 @@ def expand(text: str, variables: Mapping[str, str]) -> tuple[str, list[str]]:
                         if rest.startswith(":-") or rest.startswith("-"):
                             default = rest[2:] if rest.startswith(":-") else rest[1:]
                             if value is None or (rest.startswith(":-") and value == ""):
-                                value, _ = expand(default, variables)
+                                value, _ = expand(default, variables, budget)
                                 out.append(value)
                                 i = end + 1
                                 continue
@@ -180,6 +191,7 @@ def expand(text: str, variables: Mapping[str, str]) -> tuple[str, list[str]]:
                         if value is None:
                             missing.append(name)
                             value = ""
+                        budget.spend(len(value))
                         out.append(_escape(value, quote == '"'))
                         i = end + 1
                         continue
@@ -190,6 +202,7 @@ def expand(text: str, variables: Mapping[str, str]) -> tuple[str, list[str]]:
                 if value is None:
                     missing.append(name)
                     value = ""
+                budget.spend(len(value))
                 out.append(_escape(value, quote == '"'))
                 i = name_match.end()
                 continue
@@ -198,12 +211,22 @@ def expand(text: str, variables: Mapping[str, str]) -> tuple[str, list[str]]:
     return "".join(out), missing
 
 
-def parse_script(script: str, env: Mapping[str, str]) -> list[ShellCommand]:
-    """The simple commands of ``script``, expanded with ``env`` and the script's own assignments."""
+def parse_script(script: str, env: Mapping[str, str], budget: ExpansionBudget | None = None) -> list[ShellCommand]:
+    """The simple commands of ``script``, expanded with ``env`` and the script's own assignments.
+
+    Raises InputCapError (KVP074) when the expansions pass ``budget`` (one per container) or a command
+    :data:`MAX_COMMAND_CHARS`."""
+    budget = budget or new_budget()
     variables = dict(env)
     commands: list[ShellCommand] = []
     for text in split_commands(script):
-        expanded, missing = expand(text, variables)
+        expanded, missing = expand(text, variables, budget)
+        if len(expanded) > MAX_COMMAND_CHARS:
+            raise InputCapError(
+                f"a command of the shell script expands to {len(expanded)} characters (limit {MAX_COMMAND_CHARS})",
+                code="KVP074",
+                limit=MAX_COMMAND_CHARS,
+            )
         try:
             words = shlex.split(expanded, comments=False, posix=True)
         except ValueError:

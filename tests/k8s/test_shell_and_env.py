@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from planner.k8s.envvars import container_env, expand_k8s
-from planner.k8s.shell import parse_script, shell_script, split_commands
+from planner.errors import InputCapError
+from planner.k8s.envvars import container_env, expand_k8s, new_budget
+from planner.k8s.shell import MAX_COMMAND_CHARS, parse_script, shell_script, split_commands
 
 
 def test_kubelet_expansion_rules() -> None:
@@ -101,3 +102,29 @@ def test_values_with_spaces_split_unquoted_and_stay_whole_quoted() -> None:
 def test_prefix_commands_and_leading_assignments_are_dropped() -> None:
     commands = parse_script("env -i A=1 nohup VLLM_X=1 vllm serve m > /tmp/out", {})
     assert commands[0].words == ["vllm", "serve", "m"]  # the redirection is the shell's, not vLLM's
+
+
+def _doubling(levels: int, times: int) -> str:
+    # A0=0123456789; A1=$A0$A0...; A2=$A1$A1...: each level `times` the one before.
+    lines = ["A0=0123456789"] + [f"A{i}=" + f"$A{i - 1}" * times for i in range(1, levels + 1)]
+    return "; ".join(lines) + f"; exec vllm serve m --served-model-name $A{levels}"
+
+
+def test_shell_expansion_is_bounded_per_container() -> None:
+    # 271 characters that expand to 14 million: 81 s in planner check before the bound (shlex on long words).
+    with pytest.raises(InputCapError) as raised:
+        parse_script(_doubling(5, 14), {})
+    assert raised.value.code == "KVP074"
+    # Under the bound, the same shape reads as before.
+    (command,) = [c for c in parse_script(_doubling(2, 3), {}) if c.words[0] == "vllm"]
+    assert command.words[-1] == "0123456789" * 9
+
+
+def test_one_command_is_bounded_even_within_the_budget() -> None:
+    long = "x" * (MAX_COMMAND_CHARS + 1)
+    with pytest.raises(InputCapError) as raised:
+        parse_script(f"A={long}; exec vllm serve $A", {})
+    assert raised.value.limit == MAX_COMMAND_CHARS
+    budget = new_budget(100)
+    with pytest.raises(InputCapError):  # the container's budget counts every command's expansions
+        parse_script("; ".join(["echo $V"] * 11), {"V": "0123456789"}, budget)
