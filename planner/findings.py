@@ -189,6 +189,12 @@ class Code(str, Enum):
         "a vLLM image with a GPU runs a command kv-planner cannot read (a script file, another program): not checked",
         "start vLLM in the container's `command`/`args` (`vllm serve ...`, or an inline `sh -c` script)",
     )
+    SIDECAR_NOT_CHECKED = (
+        "KVP038",
+        _WARN,
+        "vLLM runs in a native sidecar (an init container with `restartPolicy: Always`): not checked",
+        "run vLLM in the pod's `containers`, or check it with `planner recommend`",
+    )
     # kv-planner's own failures: allowed with a warning.
     UNKNOWN_MODEL = ("KVP040", _WARN, "model unknown", "use a Hugging Face repository id or a catalog name")
     MODEL_LOOKUP_FAILED = (

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.gpus.share import GpuShare
 from planner.k8s.configfiles import ConfigMaps, file_reader
-from planner.k8s.detect import VllmContainer, find_vllm_containers, unread_command
+from planner.k8s.detect import VllmContainer, find_vllm_containers, inspect_container, is_vllm_image, unread_command
 from planner.k8s.dra import ClaimIndex, ClaimUse, container_claims, gpu_from_claims
 from planner.k8s.gpus import GpuCatalog, GpuResolution, gpu_request, resolve_gpu
 from planner.k8s.images import VersionEvidence, annotated_release
@@ -157,6 +157,7 @@ def inspect_workload(
             stated_version=version,
         )
         notes += _unreadable_commands(pod_spec, {found.index for found in containers})
+        notes += _sidecars(pod_spec)
         peer = get_path(obj, ref.peer_spec_path) if ref.peer_spec_path else None
         findings = []
         for found in containers:
@@ -258,6 +259,25 @@ def _unreadable_commands(pod_spec: Mapping[str, Any], read: set[int]) -> list[Pl
         where = str(raw.get("name") or f"#{index}")[:63]
         text = f"image {image} with a GPU runs `{shown}`, which kv-planner cannot read as vLLM: not checked"
         notes.append(PlatformNote(reason="unreadable-command", where=where, text=text))
+    return notes
+
+
+def _sidecars(pod_spec: Mapping[str, Any]) -> list[PlatformNote]:
+    """Native sidecars (init containers with ``restartPolicy: Always``, Kubernetes 1.29+) that run vLLM, or
+    a vLLM image with a GPU: they serve for the pod's whole life, but kv-planner plans ``containers``."""
+    init = pod_spec.get("initContainers")
+    if not isinstance(init, list):
+        return []
+    notes: list[PlatformNote] = []
+    for index, raw in enumerate(init):
+        if not isinstance(raw, Mapping) or raw.get("restartPolicy") != "Always":
+            continue
+        image = raw.get("image")
+        vllm_image = is_vllm_image(image if isinstance(image, str) else None)
+        if inspect_container(index, raw) is None and not (vllm_image and _asks_for_gpu(raw)):
+            continue
+        where = str(raw.get("name") or f"init #{index}")[:63]
+        notes.append(PlatformNote(reason="sidecar", where=where, text="vLLM in a native sidecar: not checked"))
     return notes
 
 

@@ -130,3 +130,46 @@ def test_beside_a_vllm_container_it_is_named_and_the_server_still_planned() -> N
     assert [e.container for e in found] == ["vllm"]
     assert found[0].decision != "skip" and "KVP037" in found[0].codes
     assert any("second" in message for message in found[0].messages)
+
+
+def pod_with_sidecar(sidecar: dict[str, Any]) -> str:
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "app", "namespace": "llm"},
+            "spec": {"initContainers": [sidecar], "containers": [{"name": "app", "image": "example.com/app:1"}]},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "sidecar",
+    [
+        {
+            "name": "vllm",
+            "image": "vllm/vllm-openai:v0.19.0",
+            "restartPolicy": "Always",
+            "args": ["meta-llama/Llama-3.1-70B-Instruct", "--max-model-len", "32768"],
+            "resources": GPU,
+        },
+        {
+            "name": "vllm",
+            "image": "example.com/runtime:2",
+            "restartPolicy": "Always",
+            "command": ["vllm", "serve", "meta-llama/Llama-3.1-70B-Instruct"],
+        },
+    ],
+    ids=["vllm-image", "vllm-command"],
+)
+def test_vllm_in_a_native_sidecar_is_a_warning(sidecar: dict[str, Any]) -> None:
+    # A native sidecar (Kubernetes 1.29+) runs for the pod's whole life: a server, not a setup step.
+    (entry,) = entries(pod_with_sidecar(sidecar))
+    assert entry.decision == "skip" and entry.codes == ["KVP038"]
+    assert entry.findings[0].severity == "warn"
+
+
+def test_an_init_container_that_ends_is_not_a_server() -> None:
+    init = {"name": "fetch", "image": "vllm/vllm-openai:v0.19.0", "command": ["vllm", "serve", "x"]}
+    (entry,) = entries(pod_with_sidecar(init))
+    assert entry.codes == ["KVP060"]
