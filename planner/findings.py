@@ -102,6 +102,12 @@ class Code(str, Enum):
         "the container's memory limit cannot hold the KV offload buffers (pinned host memory)",
         "raise the container's memory limit or lower the offload size",
     )
+    GIVEN_KV_TOO_LARGE = (
+        "KVP009",
+        _CANNOT,
+        "`--kv-cache-memory-bytes` with the weights is more than the GPU holds",
+        "a smaller `--kv-cache-memory-bytes`, or none (vLLM then sizes the cache from what is free)",
+    )
     THRASH = (
         "KVP010",
         _WARN,

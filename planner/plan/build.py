@@ -13,7 +13,14 @@ from planner.kv.dtypes import is_approximate
 from planner.kv.specs import kv_bytes_per_token_all_layers, mamba_state_bytes
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.models.spec import ModelSpec
-from planner.plan.engine import EngineLayout, TermCorrections, compute_engine, kv_layout, memory_budget
+from planner.plan.engine import (
+    EngineLayout,
+    StageMemory,
+    TermCorrections,
+    compute_engine,
+    kv_layout,
+    memory_budget,
+)
 from planner.plan.margin import activation_kind, kv_band
 from planner.plan.models import (
     GpuReport,
@@ -171,7 +178,7 @@ def _engine_stage(
     return version, release, warnings, max_len, auto, resolved, engine
 
 
-FitFailure = Literal["", "weights", "no_memory", "auto", "length"]
+FitFailure = Literal["", "weights", "no_memory", "auto", "length", "given_kv"]
 
 
 def startup_fit(
@@ -194,6 +201,17 @@ def startup_fit(
     return False, "length", max_len
 
 
+def given_kv_overflows(stage: StageMemory, args: ServingArgs, gpu: GpuSpec) -> bool:
+    """``--kv-cache-memory-bytes`` beside ``stage``'s weights and non-PyTorch memory is more than the card has.
+
+    vLLM takes the given size without profiling (v1/worker/gpu_worker.py determine_available_memory) and
+    allocates it after loading the weights: past the card's memory that is CUDA out of memory at startup.
+    Only what is certainly resident is counted (the activation peak and CUDA graphs come on top). The
+    limiting stage's figures, as the memory report and the sweeps show them."""
+    given = args.kv_cache_memory_bytes
+    return given is not None and stage.weights_bytes + stage.non_torch_bytes + given > gpu.memory_bytes
+
+
 def fit_error_message(
     failure: FitFailure,
     layout: KvLayout,
@@ -214,6 +232,13 @@ def fit_error_message(
         )
     if failure == "no_memory":
         return no_memory_text(release.fit_error_style)
+    if failure == "given_kv":
+        return (
+            f"--kv-cache-memory-bytes {layout.limiting_stage.available_bytes / GiB:.2f} GiB with the weights "
+            f"({weights_bytes / GiB:.2f} GiB per GPU) and the memory outside PyTorch is more than the GPU's "
+            f"{memory_bytes / GiB:.2f} GiB: vLLM runs out of memory allocating the KV cache (it takes the given "
+            "size without profiling)"
+        )
     if failure == "auto":
         return (
             "Cannot auto-fit max_model_len: not enough GPU memory available to serve even a single "
@@ -254,6 +279,12 @@ def predict(
         weights_bytes=heaviest.weights_bytes if available_override is None else None,
         budget_bytes=heaviest.budget_bytes,
     )
+    if (
+        fits
+        and available_override is None
+        and given_kv_overflows(engine.memory[layout.limiting_stage.stage], args, gpu)
+    ):
+        fits, failure = False, "given_kv"
     fit_error = (
         None
         if fits

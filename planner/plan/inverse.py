@@ -120,7 +120,10 @@ def smallest_budget(
     pinned = args.model_copy(update={"kv_cache_memory_bytes": kv_bytes, "max_model_len": kv.max_model_len})
     at_budget = plan_fn(pinned) if kv_bytes_flag else None
     steps = 0
-    while at_budget is not None and not at_budget.fits and steps < _MAX_STEPS:
+    # (more blocks help the fit check of one sequence, never a cache the card cannot hold at all)
+    while (
+        at_budget is not None and not at_budget.fits and not at_budget.memory.given_kv_overflows and steps < _MAX_STEPS
+    ):
         blocks, steps = blocks + per, steps + 1
         kv_bytes = blocks * kv.bytes_per_block
         pinned = pinned.model_copy(update={"kv_cache_memory_bytes": kv_bytes})

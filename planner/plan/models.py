@@ -62,6 +62,13 @@ class MemoryReport(_Report):
     kv_cache_memory_bytes_given: bool = False
     limiting_rank: str = Field(default="tp0/pp0", description="the rank with the least KV memory")
 
+    @property
+    def given_kv_overflows(self) -> bool:
+        """``--kv-cache-memory-bytes`` with the weights and the non-PyTorch memory is more than the GPU has:
+        vLLM allocates the given size without profiling, so it runs out of memory at startup."""
+        resident = self.weights_bytes + self.non_torch_bytes + self.kv_cache_bytes
+        return self.kv_cache_memory_bytes_given and resident > self.total_bytes
+
 
 class KvGroupReport(_Report):
     """One KV-cache group (vLLM ``KVCacheGroupSpec``). All groups share one block pool."""

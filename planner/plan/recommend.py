@@ -163,6 +163,8 @@ def recommendation(
     workload_basis: str | None,
 ) -> Recommendation | None:
     """Safe limits, or None when not even one token fits (see the alternatives)."""
+    if plan.memory.given_kv_overflows:
+        return None  # no context helps: the given cache itself does not fit on the card
     found = safe_max_model_len(plan)
     if found is None:
         return None

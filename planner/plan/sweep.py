@@ -42,6 +42,7 @@ from planner.plan.build import (
     _engine_stage,
     band_low_end,
     fit_error_message,
+    given_kv_overflows,
     release_fixed_bytes,
     spread_from_fixed,
     startup_fit,
@@ -104,6 +105,7 @@ class PointPlan:
     # Internal: what fit_error and sequence_blocks need, and the context the band calls safe.
     _template: _Template | None = field(default=None, repr=False)
     _layout: KvLayout | None = field(default=None, repr=False)
+    _given_over: bool = field(default=False, repr=False)
     _failure: FitFailure = field(default="", repr=False)
     _safe_len: int | None = field(default=None, repr=False)
     _safe_blocks: int = field(default=0, repr=False)
@@ -351,6 +353,9 @@ class _Sweeper:
         tokens, concurrency = capacity(layout, max_len, release.tokens_formula)
         limiting = layout.limiting_stage
         stage = engine.memory[limiting.stage]
+        given_over = given_kv_overflows(stage, args, gpu)
+        if fits and given_over:  # predict's check of a given cache
+            fits, failure = False, "given_kv"
         blocks = layout.num_gpu_blocks
         kv = max(0, limiting.available_bytes)
         estimated = layout.max_len_that_fits(max(t.derived, max_len))
@@ -381,6 +386,7 @@ class _Sweeper:
             _template=t,
             _layout=layout,
             _failure=failure,
+            _given_over=given_over,
         )
         if not self.with_margin:
             return out
@@ -420,6 +426,8 @@ class _Sweeper:
         out = self.point(model, gpu, args, spread_hint)
         if out.error is not None or not self.with_margin or out._safe_len is None:
             return out
+        if out._given_over:
+            return out  # recommend.recommendation: no context helps a cache the card cannot hold
         t = out._template
         assert t is not None
         rec_len: int | None = out._safe_len

@@ -383,6 +383,10 @@ def evaluate(sweeper: _Sweeper, points: list[tuple[ModelSpec, GpuSpec, ServingAr
         fit = lay.longest(available, blocks, max_len)
     fits_plain = lay.fits(available, blocks, max_len)
     fits = ~weights_fail & ~memory_fail & np.where(s["auto"], fit > 0, fits_plain)
+    # build.given_kv_overflows: a given cache beside the limiting stage's resident memory past the card
+    resident = lay.weights[lay.tid, limiting] + lay.non_torch[lay.tid, limiting]
+    given_over = (given >= 0) & (resident + np.maximum(given, 0) > mem)
+    fits &= ~given_over
     max_len = np.where(auto & (fit > 0), np.minimum(max_len, fit), max_len)
     # capacity
     block_size = s["block_size"]
@@ -454,7 +458,7 @@ def evaluate(sweeper: _Sweeper, points: list[tuple[ModelSpec, GpuSpec, ServingAr
         keep = fits & fits_low
         shorter = ~keep & (longest > 0) & (safe_blocks > 0)
         safe_len = np.where(keep, max_len, np.where(shorter, np.minimum(max_len, rounded), 0))
-        has_safe = keep | shorter
+        has_safe = (keep | shorter) & ~given_over  # recommend.recommendation: no context helps
         sequence = lay.sequence.needed(np.where(has_safe, safe_len, 1))
         out.update(
             band_low_bytes=low,

@@ -212,6 +212,14 @@ def _context_edits(
             )
         return None
     memory = plan.memory
+    if memory.given_kv_overflows:
+        return finding(
+            Code.GIVEN_KV_TOO_LARGE,
+            name,
+            f"--kv-cache-memory-bytes {memory.kv_cache_bytes / GiB:.1f} GiB + weights {memory.weights_bytes / GiB:.1f} "
+            f"GiB + {memory.non_torch_bytes / GiB:.1f} GiB outside PyTorch > {memory.total_bytes / GiB:.1f} GiB "
+            f"({ctx.gpu_name}): CUDA out of memory at startup",
+        )
     if memory.kv_cache_bytes <= 0 or memory.weights_bytes >= memory.budget_bytes:
         return finding(
             Code.WEIGHTS_DO_NOT_FIT,

@@ -215,3 +215,21 @@ def test_the_cli_takes_the_node_count_as_vllm_spells_it() -> None:
     names = [t["name"] for t in json.loads(two.stdout)["margin"]["terms"]]
     assert "tp_across_nodes" in names
     assert "tp_across_nodes" not in [t["name"] for t in json.loads(one.stdout)["margin"]["terms"]]
+
+
+@pytest.mark.parametrize(("given_gib", "fits"), [(40, True), (63, True), (65, False), (100, False)])
+def test_a_given_kv_cache_that_does_not_fit_on_the_card_cannot_start(given_gib: int, fits: bool) -> None:
+    # vLLM allocates --kv-cache-memory-bytes without profiling, after ~15 GiB of weights (and ~0.4 GiB
+    # outside PyTorch) on a 79.2 GiB card: 65 GiB and more is CUDA out of memory at startup.
+    spec = lookup_model("meta-llama/Llama-3.1-8B-Instruct")
+    gpu = lookup_gpu("A100-80GB")
+    args = serving_args_for(max_model_len=8192, kv_cache_memory_bytes=given_gib * GiB)
+    plan = make_plan(spec, gpu, args, vllm_version="0.19.0", headroom=0.0)
+    assert plan.fits is fits and plan.memory.given_kv_overflows is not fits
+    if fits:
+        assert plan.recommendation is not None
+    else:
+        assert "--kv-cache-memory-bytes" in (plan.fit_error or "") and "out of memory" in (plan.fit_error or "")
+        # Never a shorter context with the same cache: at most an alternative that fits (more GPUs).
+        found = plan.recommendation
+        assert found is None or (found.basis.startswith("alternative: more GPUs") and given_gib < 70)

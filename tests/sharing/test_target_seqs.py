@@ -110,16 +110,13 @@ def test_target_risk_without_workload_is_a_usage_error() -> None:
 
 
 def test_a_target_beyond_the_gpu_is_reported_not_hidden() -> None:
-    plan = _recommend(
-        "--model",
-        "meta-llama/Llama-3.1-8B-Instruct",
-        "--gpu",
-        "A100-80GB",
-        "--max-model-len",
-        "8192",
-        "--target-seqs",
-        "100",
-    )
+    flags = ["--model", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "A100-80GB", "--max-model-len", "8192"]
+    result = RUNNER.invoke(app, ["recommend", *flags, "--target-seqs", "100", "--output", "json"])
+    # 175 GiB of KV cache on an 80 GB card: the plan at that budget does not fit (exit 1, as README says),
+    # and it says why instead of planning the cache as if the card held it.
+    assert result.exit_code == 1, result.output
+    plan = json.loads(result.output)
+    assert plan["fits"] is False and "out of memory" in plan["fit_error"]
     assert plan["budget"]["fits_on_gpu"] is False
     assert any(w.startswith("KVP208") for w in plan["warnings"])
 
