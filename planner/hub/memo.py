@@ -8,8 +8,9 @@ Concurrent requests for the same model share one lookup, and at most ``MAX_IN_FL
 once, so a slow or unreachable Hub cannot pile up threads.
 
 Results for a commit sha never change and are kept until evicted; results for a branch or tag are kept
-for ``BRANCH_TTL_S``; "does not exist" / "gated" answers for ``NEGATIVE_TTL_S`` so a bad name in a
-crash-looping Deployment does not hit the Hub on every admission.
+for ``BRANCH_TTL_S``; "does not exist" / "gated" / "its config.json is malformed or implausible" answers for
+``NEGATIVE_TTL_S`` so a bad name (or a hostile repository) in a crash-looping Deployment does not hit the Hub on
+every admission.
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Generic, TypeVar
 
-from planner.errors import GatedModelError, HubUnavailableError, ModelNotFoundError, ResolutionTimeoutError
+from planner.errors import (
+    GatedModelError,
+    HubUnavailableError,
+    InvalidModelConfigError,
+    ModelNotFoundError,
+    ResolutionTimeoutError,
+)
 
 # concurrent.futures (and the logging it imports) only when a lookup runs with a deadline: a catalog
 # model on the command line never needs it.
@@ -71,7 +78,9 @@ class Memo(Generic[T]):
         self._store(key, (value, None, None if ttl is None else self._clock() + ttl))
 
     def put_failure(self, key: Hashable, error: BaseException) -> None:
-        if isinstance(error, (ModelNotFoundError, GatedModelError)):
+        """Memoize a definitive failure: the repo does not exist, is gated, or its config.json was read and
+        refused (malformed, over a bound of planner/models/bounds.py). Transient ones (network, timeouts) are not."""
+        if isinstance(error, (ModelNotFoundError, GatedModelError, InvalidModelConfigError)):
             self._store(key, (None, error, self._clock() + NEGATIVE_TTL_S))
 
     def _store(self, key: Hashable, entry: tuple[T | None, BaseException | None, float | None]) -> None:

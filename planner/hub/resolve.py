@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Literal
 
 from planner.errors import (
     InvalidArgumentError,
+    InvalidModelConfigError,
     ModelNotFoundError,
     ModelResolutionError,
     RepoNotAllowedError,
@@ -219,7 +220,7 @@ def _resolve_hub(
             location=str(fetched.snapshot_dir),
             warnings=[*fetched.warnings, *notes],
         )
-    except ModelResolutionError as error:
+    except (ModelResolutionError, InvalidModelConfigError) as error:
         _MEMO.put_failure(key, error)
         raise
     finally:

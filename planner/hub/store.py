@@ -41,7 +41,7 @@ def load_summary(settings: HubSettings, repo_id: str, commit: str) -> Checkpoint
         document = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, ValueError, RecursionError) as error:  # ValueError: bad JSON, UTF-8 or a huge integer
         _LOG.warning("ignoring unreadable checkpoint summary %s: %s", path, error)
         return None
     if not isinstance(document, dict) or document.get("v") != SCHEMA_VERSION:

@@ -133,10 +133,19 @@ class CheckpointInfo(BaseModel):
 
 def parse_header_json(raw: bytes, *, filename: str) -> dict[str, TensorMeta]:
     """Parse the JSON header of a safetensors file into tensors (``__metadata__`` dropped)."""
+    too_deep = False
     try:
         document = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ModelResolutionError(f"{filename} is not a safetensors file: its header is not JSON ({error}).") from None
+    except RecursionError:
+        too_deep, document = True, None  # nested past json's recursion limit: refused below
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, an integer over 4300 digits
+        raise ModelResolutionError(
+            f"{filename} is not a safetensors file: its header is not JSON ({str(error)[:200]})."
+        ) from None
+    if too_deep or json_depth_exceeds(document):
+        raise ModelResolutionError(
+            f"{filename} is not a safetensors file: its header nests deeper than {MAX_JSON_DEPTH} levels."
+        )
     if not isinstance(document, dict):
         raise ModelResolutionError(f"{filename} is not a safetensors file: its header is not a JSON object.")
     tensors: dict[str, TensorMeta] = {}
@@ -226,14 +235,50 @@ def index_total_size(index: Mapping[str, Any]) -> int | None:
     return None
 
 
+# Real config.json and index files nest 3-4 levels; anything deeper is not a model's file.
+MAX_JSON_DEPTH = 64
+
+
+def json_depth_exceeds(document: Any, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether a decoded JSON document nests deeper than ``limit`` (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(document, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return False
+
+
+def loads_untrusted_json(text: str | bytes, *, what: str) -> Any:
+    """``json.loads`` for a file from an untrusted author: every way it fails is a :class:`ModelResolutionError`.
+
+    Besides malformed JSON (``JSONDecodeError``), ``json`` raises ``ValueError`` for an integer of more than
+    4300 digits and ``RecursionError`` for deep nesting (``[[[[...`` within the size cap), and a document it did
+    decode may still nest deeper than any real file (:data:`MAX_JSON_DEPTH`), which would make later recursive
+    code (``json.dumps``, ``copy.deepcopy``) fail instead.
+    """
+    try:
+        document = json.loads(text)
+    except RecursionError:
+        raise ModelResolutionError(f"{what} is not valid JSON: it nests deeper than {MAX_JSON_DEPTH} levels.") from None
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, an integer over 4300 digits
+        raise ModelResolutionError(f"{what} is not valid JSON ({str(error)[:200]}).") from None
+    if json_depth_exceeds(document):
+        raise ModelResolutionError(f"{what} is not valid JSON: it nests deeper than {MAX_JSON_DEPTH} levels.")
+    return document
+
+
 def read_json_file(path: Path, *, what: str) -> dict[str, Any]:
     """Read a JSON object from disk, raising :class:`ModelResolutionError` with the path on failure."""
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as error:
         raise ModelResolutionError(f"Cannot read {what} {path}: {error.strerror or error}.") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except UnicodeDecodeError as error:
         raise ModelResolutionError(f"{what} {path} is not valid JSON ({error}).") from None
+    document = loads_untrusted_json(text, what=f"{what} {path}")
     if not isinstance(document, dict):
         raise ModelResolutionError(f"{what} {path} is not a JSON object.")
     return document

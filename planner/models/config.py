@@ -13,8 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from planner.errors import InvalidModelConfigError, UnsupportedArchitectureError
 from planner.models import layers as layer_kinds
+from planner.models.bounds import check_config_bounds
 from planner.models.quantization import parse_quantization
 from planner.models.spec import (
     CompressedAttentionSpec,
@@ -204,6 +207,21 @@ def parse_config(config: Config, *, model_id: str) -> ModelSpec:
     """
     if not isinstance(config, Mapping):
         raise InvalidModelConfigError(f"{model_id}: config.json must be a JSON object")
+    check_config_bounds(config, model_id=model_id)
+    try:
+        return _parse(config, model_id)
+    except ValidationError as error:
+        # The bounds above keep sizes finite and plausible; a value the spec still refuses (a negative size the
+        # parser does not check itself) is the file's fault too, never an internal error.
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(top)"
+        raise InvalidModelConfigError(
+            f"{model_id}: config.json gives an impossible {where}: {first['msg']} (got {first.get('input')!r:.40})",
+            field=where,
+        ) from None
+
+
+def _parse(config: Config, model_id: str) -> ModelSpec:
     text = text_config_of(config)
     reader = _Reader(text, config, model_id)
     architectures = config.get("architectures") or text.get("architectures")

@@ -41,6 +41,16 @@ def _int_or_none(value: Any) -> int | None:
     return int(value)
 
 
+def _period(text: Mapping[str, Any], key: str, model_id: str, *, minimum: int, default: int | None = None) -> int:
+    """An integer layer period / offset of the config (the size bounds are checked before: planner/models/bounds.py)."""
+    value = text.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < minimum:
+        raise InvalidModelConfigError(
+            f"{model_id}: config.json field {key} must be an integer >= {minimum}, got {value!r}", field=key
+        )
+    return int(value)
+
+
 def layer_pattern(
     text: Mapping[str, Any], num_layers: int, model_type: str, model_id: str
 ) -> tuple[str, int | None, int | None]:
@@ -72,13 +82,13 @@ def layer_pattern(
         return _from_list(explicit, num_layers, model_id, window, chunk), window, chunk
 
     if model_type in ("llama4", "llama4_text") and chunk:
-        return _llama4(text, num_layers), window, chunk
+        return _llama4(text, num_layers, model_id), window, chunk
     if text.get("attn_layer_period") is not None:  # Jamba
-        period = int(text["attn_layer_period"])
-        offset = int(text.get("attn_layer_offset", 0))
+        period = _period(text, "attn_layer_period", model_id, minimum=1)
+        offset = _period(text, "attn_layer_offset", model_id, minimum=0, default=0)
         return "".join("F" if i % period == offset else "M" for i in range(num_layers)), None, None
     if text.get("full_attention_interval") is not None and text.get("linear_num_value_heads"):
-        interval = int(text["full_attention_interval"])
+        interval = _period(text, "full_attention_interval", model_id, minimum=1)
         return "".join("F" if (i + 1) % interval == 0 else "M" for i in range(num_layers)), None, None
     if window is None:
         return "F" * num_layers, None, chunk
@@ -293,10 +303,14 @@ def _from_nemotron(pattern: str, num_layers: int, model_id: str) -> str:
     return "".join(mapping[c] for c in pattern)
 
 
-def _llama4(text: Mapping[str, Any], num_layers: int) -> str:
+def _llama4(text: Mapping[str, Any], num_layers: int, model_id: str) -> str:
     no_rope = text.get("no_rope_layers")
     if not isinstance(no_rope, Sequence) or not no_rope:
         interval = _int_or_none(text.get("no_rope_layer_interval")) or 4
         # transformers Llama4TextConfig: 1 = uses RoPE, 0 = NoPE (every interval-th layer)
         no_rope = [int((i + 1) % interval != 0) for i in range(num_layers)]
+    if isinstance(no_rope, str) or len(no_rope) < num_layers or not all(v in (0, 1) for v in no_rope[:num_layers]):
+        raise InvalidModelConfigError(
+            f"{model_id}: no_rope_layers must list 0 or 1 for each of the {num_layers} layers", field="no_rope_layers"
+        )
     return "".join("C" if int(no_rope[i]) else "F" for i in range(num_layers))
