@@ -189,6 +189,13 @@ class Code(str, Enum):
         "a vLLM image with a GPU runs a command kv-planner cannot read (a script file, another program): not checked",
         "start vLLM in the container's `command`/`args` (`vllm serve ...`, or an inline `sh -c` script)",
     )
+    SEVERAL_SERVERS = (
+        "KVP038",
+        _WARN,
+        "a container's script starts more than one vLLM server: only the one named is checked, and the "
+        "others share its GPUs",
+        "run one vLLM server per container",
+    )
     # kv-planner's own failures: allowed with a warning.
     UNKNOWN_MODEL = ("KVP040", _WARN, "model unknown", "use a Hugging Face repository id or a catalog name")
     MODEL_LOOKUP_FAILED = (

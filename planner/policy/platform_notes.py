@@ -18,6 +18,7 @@ NOTE_CODES: dict[NoteReason, Code] = {
     "bad-version-annotation": Code.BAD_VERSION_ANNOTATION,
     "template-only": Code.TEMPLATE_ONLY,
     "unreadable-command": Code.COMMAND_UNREADABLE,
+    "several-servers": Code.SEVERAL_SERVERS,
 }
 
 

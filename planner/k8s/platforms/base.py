@@ -35,6 +35,7 @@ NoteReason = Literal[
     "bad-version-annotation",  # kv-planner.io/vllm-version is not a release
     "template-only",  # a runtime / preset other resources use: checked where it is used
     "unreadable-command",  # a vLLM image with a GPU whose command is a script file or another program
+    "several-servers",  # a container's script starts more than one vLLM server: one is checked
 ]
 
 
