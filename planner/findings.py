@@ -201,6 +201,13 @@ class Code(str, Enum):
         "vLLM runs in a native sidecar (an init container with `restartPolicy: Always`): not checked",
         "run vLLM in the pod's `containers`, or check it with `planner recommend`",
     )
+    SEVERAL_SERVERS = (
+        "KVP039",
+        _WARN,
+        "a container's script starts more than one vLLM server: only the one named is checked, and the "
+        "others share its GPUs",
+        "run one vLLM server per container",
+    )
     # kv-planner's own failures: allowed with a warning.
     UNKNOWN_MODEL = ("KVP040", _WARN, "model unknown", "use a Hugging Face repository id or a catalog name")
     MODEL_LOOKUP_FAILED = (

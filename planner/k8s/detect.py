@@ -12,7 +12,7 @@ Only ``argv`` and ``image`` containers may be mutated: their words map one to on
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Literal
 
@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from planner.errors import InvalidArgumentError
 from planner.k8s.envvars import container_env, expand_all, string_list
 from planner.k8s.images import VersionEvidence, image_release
-from planner.k8s.shell import parse_script, shell_script
+from planner.k8s.shell import ShellCommand, parse_script, shell_script
 from planner.vllm.argv import VllmCommand, locate, parse_args, parse_command
 
 Style = Literal["argv", "shell", "image"]
@@ -47,6 +47,7 @@ class VllmContainer(BaseModel):
     has_args: bool = Field(default=False, description="the container has an `args` list")
     env: dict[str, str] = Field(default_factory=dict)
     unresolved: list[str] = Field(default_factory=list, description="variables with no value in the manifest")
+    servers: int = Field(default=1, description="shell style: the vLLM servers the script starts (one is read)")
 
 
 def image_version(image: str | None) -> str | None:
@@ -146,20 +147,21 @@ def inspect_container(
         script = shell_script(words)
         if script is None:
             return None
-        for shell_command in parse_script(script, env):
-            if locate(shell_command.words) is None:
-                continue
-            parsed, error = _safe(partial(parse_command, shell_command.words, version=version, read_config=read_config))
-            missing = sorted(set(unresolved) | set(shell_command.unresolved))
-            return VllmContainer(
-                style="shell",
-                command=parsed,
-                parse_error=error,
-                words=shell_command.words,
-                unresolved=missing,
-                **common,
-            )
-        return None
+        servers = script_servers(parse_script(script, env))
+        if not servers:
+            return None
+        shell_command = servers[-1]
+        parsed, error = _safe(partial(parse_command, shell_command.words, version=version, read_config=read_config))
+        missing = sorted(set(unresolved) | set(shell_command.unresolved))
+        return VllmContainer(
+            style="shell",
+            command=parsed,
+            parse_error=error,
+            words=shell_command.words,
+            unresolved=missing,
+            servers=len(servers),
+            **common,
+        )
 
     if is_vllm_image(image):
         parsed, error = _safe(lambda: parse_args(args, version=version, read_config=read_config))
@@ -193,6 +195,22 @@ def unread_command(container: Mapping[str, Any]) -> list[str] | None:
     if any(len(c) > 1 and c[0].rsplit("/", 1)[-1] == "ray" and c[1] == "start" for c in commands):
         return None
     return words
+
+
+def script_servers(commands: Sequence[ShellCommand]) -> list[ShellCommand]:
+    """The commands of a script that start a vLLM server (vLLM itself at the command position, not
+    ``echo vllm serve``), up to the first one the shell ``exec``s: the shell is replaced by it, so
+    nothing after it runs. The last one returned is the one read: the ``exec``'d server is the
+    container's main process; without ``exec`` the last server started (``vllm serve a & vllm serve b``:
+    the one the script waits for)."""
+    servers: list[ShellCommand] = []
+    for command in commands:
+        if locate(command.words) is None:
+            continue
+        servers.append(command)
+        if command.text.split(None, 1)[:1] == ["exec"]:
+            break
+    return servers
 
 
 def _safe(parse: Callable[[], VllmCommand | None]) -> tuple[VllmCommand | None, str | None]:

@@ -158,6 +158,7 @@ def inspect_workload(
         )
         notes += _unreadable_commands(pod_spec, {found.index for found in containers})
         notes += _sidecars(pod_spec)
+        notes += [_several_servers(found) for found in containers if found.servers > 1]
         peer = get_path(obj, ref.peer_spec_path) if ref.peer_spec_path else None
         findings = []
         for found in containers:
@@ -279,6 +280,15 @@ def _sidecars(pod_spec: Mapping[str, Any]) -> list[PlatformNote]:
         where = str(raw.get("name") or f"init #{index}")[:63]
         notes.append(PlatformNote(reason="sidecar", where=where, text="vLLM in a native sidecar: not checked"))
     return notes
+
+
+def _several_servers(found: VllmContainer) -> PlatformNote:
+    """A script that starts more than one vLLM server: the one read (the ``exec``'d one, else the last)
+    is named; the others run beside it on the same GPUs and are not checked."""
+    shown = " ".join(" ".join(found.words).split())
+    shown = shown if len(shown) <= 80 else shown[:79] + "…"
+    text = f"the script starts {found.servers} vLLM servers; only `{shown}` is checked, the others share its GPUs"
+    return PlatformNote(reason="several-servers", where=found.name[:63], text=text)
 
 
 def _asks_for_gpu(container: Mapping[str, Any]) -> bool:

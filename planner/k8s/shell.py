@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from planner.errors import InputCapError
 from planner.k8s.envvars import ExpansionBudget, new_budget
+from planner.vllm.argv import launcher_options_end
 
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
 _ASSIGNMENT = re2.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -244,9 +245,9 @@ def parse_script(script: str, env: Mapping[str, str], budget: ExpansionBudget | 
             continue
         words = _drop_redirections(words)
         while words and words[0] in _PREFIX_COMMANDS:
-            words = words[1:]
-            while words and (words[0].startswith("-") or _ASSIGNMENT.match(words[0])):
-                words = words[1:]  # `env -i A=1 cmd`, `stdbuf -oL cmd`
+            words = words[launcher_options_end(words) :]  # `env -i`, `stdbuf -oL`, `stdbuf -o L`, `exec -a x`
+            while words and _ASSIGNMENT.match(words[0]):
+                words = words[1:]  # `env A=1 cmd`
         if words:
             commands.append(ShellCommand(words=words, text=text, unresolved=missing))
     return commands

@@ -19,6 +19,7 @@ NOTE_CODES: dict[NoteReason, Code] = {
     "template-only": Code.TEMPLATE_ONLY,
     "unreadable-command": Code.COMMAND_UNREADABLE,
     "sidecar": Code.SIDECAR_NOT_CHECKED,
+    "several-servers": Code.SEVERAL_SERVERS,
 }
 
 

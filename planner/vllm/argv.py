@@ -44,6 +44,7 @@ __all__ = [
     "flag_edits",
     "flag_table",
     "format_args",
+    "launcher_options_end",
     "locate",
     "parse_args",
     "parse_command",
@@ -142,24 +143,180 @@ class _Token:
 def locate(argv: Sequence[str]) -> tuple[Entrypoint, int] | None:
     """Where vLLM's own arguments start in a full command, or None when it does not start vLLM.
 
-    Recognises ``vllm serve`` (any path to the ``vllm`` script), ``python[3[.x]] [-u ...] -m
-    vllm.entrypoints.openai.api_server`` and ``python -m vllm.entrypoints.cli.main serve``.
+    The command itself must be vLLM: ``vllm serve`` (any path to the ``vllm`` script), ``python[3[.x]]
+    [interpreter options] -m vllm.entrypoints.openai.api_server`` (or ``vllm.entrypoints.api_server``),
+    ``python -m vllm.entrypoints.cli.main serve`` or ``python [options] /path/to/vllm serve``, possibly
+    behind launchers that run their arguments as a command (``exec``, ``env [-u X] [A=1 ...]``,
+    ``nohup``, ``time``, ``nice -n 5``, ``timeout 1h``, ``stdbuf -oL``, ``taskset -c 0-7``, ``numactl
+    --cpunodebind=0``, ``tini --``, ``uv run``, ``conda run -n env`` ...). ``vllm serve`` among the
+    arguments of another program (``echo vllm serve x``, ``test``, ``grep``) is not vLLM.
     """
-    for i, word in enumerate(argv):
-        base = word.rsplit("/", 1)[-1]
-        if base == "vllm" and i + 1 < len(argv) and argv[i + 1] == "serve":
-            return "serve", i + 2
-        if _PYTHON.match(base):
-            j = i + 1
-            while j < len(argv) and argv[j].startswith("-") and argv[j] != "-m":
-                j += 1
-            if j + 1 < len(argv) and argv[j] == "-m":
-                module = argv[j + 1]
-                if module in _API_SERVER_MODULES:
-                    return "api_server", j + 2
-                if module == _CLI_MODULE and j + 2 < len(argv) and argv[j + 2] == "serve":
-                    return "serve", j + 3
+    i = _skip_launchers(argv)
+    if i is None or i >= len(argv):
+        return None
+    base = argv[i].rsplit("/", 1)[-1]
+    if base == "vllm":
+        return ("serve", i + 2) if i + 1 < len(argv) and argv[i + 1] == "serve" else None
+    if not _PYTHON.match(base):
+        return None
+    module, at = _python_target(argv, i + 1)
+    if module is None:  # a script: `python3 /usr/local/bin/vllm serve ...`
+        if at < len(argv) and argv[at].rsplit("/", 1)[-1] == "vllm" and argv[at + 1 : at + 2] == ["serve"]:
+            return "serve", at + 2
+        return None
+    if module in _API_SERVER_MODULES:
+        return "api_server", at
+    if module == _CLI_MODULE and argv[at : at + 1] == ["serve"]:
+        return "serve", at + 1
     return None
+
+
+# CPython's own options (Python/getopt.c, 3.8-3.13: "bBc:dEhiIJm:OPqRsStuvVW:xX:?"): -c, -m, -W and -X take
+# an argument, attached (`-Wignore`, `-mvllm...`) or as the next word; the others are flags and combine
+# (`-uB`, `-OO`, `-uW ignore`). `--check-hash-based-pycs` takes the next word.
+_PYTHON_FLAGS = frozenset("bBdEhiIJOPqRsStuvVx?")
+_PYTHON_WITH_ARGUMENT = frozenset("cmWX")
+_PYTHON_LONG_WITH_ARGUMENT = frozenset({"--check-hash-based-pycs"})
+
+
+def _python_target(argv: Sequence[str], i: int) -> tuple[str | None, int]:
+    """After ``python``'s interpreter options: (module, index after it) for ``-m MODULE``, else (None,
+    index of the script word); (None, len(argv)) for ``-c`` (a program, not vLLM) or no script."""
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return None, i + 1
+        if not word.startswith("-") or word == "-":
+            return None, i
+        if word.startswith("--"):
+            i += 2 if word in _PYTHON_LONG_WITH_ARGUMENT else 1
+            continue
+        j = 1
+        while j < len(word):
+            letter = word[j]
+            if letter in _PYTHON_WITH_ARGUMENT:
+                attached = word[j + 1 :]
+                if attached:
+                    value, after = attached, i + 1
+                elif i + 1 < len(argv):
+                    value, after = argv[i + 1], i + 2
+                else:
+                    return None, len(argv)
+                if letter == "m":
+                    return value, after
+                if letter == "c":
+                    return None, len(argv)
+                i = after
+                break
+            if letter not in _PYTHON_FLAGS:
+                return None, len(argv)  # "Unknown option": python exits
+            j += 1
+        else:
+            i += 1
+    return None, i
+
+
+# Launchers: programs (and shell builtins) that run their operands as a command. name -> (options that
+# take a separate value, operands before the command). Short options may carry the value attached
+# (`-n10`, `-oL`), long ones after `=`; `--` ends the options.
+_LAUNCHERS: dict[str, tuple[frozenset[str], int]] = {
+    "exec": (frozenset({"-a"}), 0),
+    "command": (frozenset(), 0),
+    "builtin": (frozenset(), 0),
+    "env": (frozenset({"-u", "--unset", "-C", "--chdir"}), 0),
+    "nohup": (frozenset(), 0),
+    "time": (frozenset({"-f", "--format", "-o", "--output"}), 0),
+    "nice": (frozenset({"-n", "--adjustment"}), 0),
+    "timeout": (frozenset({"-s", "--signal", "-k", "--kill-after"}), 1),
+    "stdbuf": (frozenset({"-i", "-o", "-e", "--input", "--output", "--error"}), 0),
+    "setsid": (frozenset(), 0),
+    "taskset": (frozenset(), 1),
+    "chrt": (frozenset(), 1),
+    "ionice": (frozenset({"-c", "--class", "-n", "--classdata"}), 0),
+    "numactl": (
+        frozenset(
+            {"-N", "--cpunodebind", "-m", "--membind", "-i", "--interleave", "-C", "--physcpubind"}
+            | {"-p", "--preferred", "-P", "--preferred-many", "-w", "--weighted-interleave"}
+        ),
+        0,
+    ),
+    "tini": (frozenset({"-p", "-e"}), 0),
+    "dumb-init": (frozenset({"-r", "--rewrite"}), 0),
+    "catatonit": (frozenset(), 0),
+    "gosu": (frozenset(), 1),
+    "su-exec": (frozenset(), 1),
+    "sudo": (frozenset({"-u", "--user", "-g", "--group", "-C", "--close-from", "-D", "--chdir", "-h", "--host"}), 0),
+}
+# `TOOL run [options] COMMAND`: environment managers that run a command in their environment.
+_RUNNERS: dict[str, frozenset[str]] = {
+    "uv": frozenset(
+        {"--with", "--with-editable", "--with-requirements", "--extra", "--group", "--only-group", "--no-group"}
+        | {"--package", "--python", "-p", "--directory", "--project", "--env-file", "--index", "--default-index"}
+        | {"--index-url", "-i", "--extra-index-url", "--find-links", "-f", "--config-file", "--cache-dir"}
+        | {"--index-strategy", "--keyring-provider", "--resolution", "--prerelease", "--exclude-newer"}
+        | {"--link-mode", "--refresh-package", "--reinstall-package", "--upgrade-package", "-P"}
+        | {"--config-setting", "-C", "--color", "--allow-insecure-host", "--python-platform", "--no-extra"}
+        | {"--no-binary-package", "--no-build-package", "--fork-strategy"}
+    ),
+    "conda": frozenset({"-n", "--name", "-p", "--prefix", "--cwd"}),
+    "mamba": frozenset({"-n", "--name", "-p", "--prefix", "--cwd"}),
+    "micromamba": frozenset({"-n", "--name", "-p", "--prefix", "--cwd", "-r", "--root-prefix"}),
+    "pixi": frozenset({"-e", "--environment", "--manifest-path"}),
+    "poetry": frozenset({"-C", "--directory", "-P", "--project"}),
+    "pipenv": frozenset(),
+}
+_ENV_ASSIGNMENT = re2.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+def _skip_launchers(argv: Sequence[str]) -> int | None:
+    """The index of the command a chain of launchers finally runs (0 without launchers); None when a
+    launcher runs nothing (``taskset -p``, ``command -v``, ``uv sync``)."""
+    i = 0
+    for _ in range(len(argv)):
+        if i >= len(argv):
+            return None
+        base = argv[i].rsplit("/", 1)[-1]
+        if base in _RUNNERS:
+            if argv[i + 1 : i + 2] != ["run"]:
+                return None
+            i = _after_options(argv, i + 2, _RUNNERS[base])
+            if base == "uv" and i < len(argv) and argv[i - 1] in ("-m", "--module"):
+                return None  # `uv run -m MODULE` is python -m: not one of vLLM's forms handled here
+            continue
+        if base not in _LAUNCHERS:
+            return i
+        with_value, operands = _LAUNCHERS[base]
+        options = argv[i + 1 : i + 2]
+        if base == "command" and options and options[0] in ("-v", "-V"):
+            return None  # `command -v vllm` prints where vllm is
+        i = _after_options(argv, i + 1, with_value)
+        if base == "env":
+            while i < len(argv) and _ENV_ASSIGNMENT.match(argv[i]):
+                i += 1
+        i += operands
+    return None
+
+
+def launcher_options_end(words: Sequence[str]) -> int:
+    """For ``words`` starting with a launcher (``stdbuf -o L``, ``env -u X``, ``exec -a NAME``): the index
+    after the launcher and its options; 1 for any other command."""
+    with_value = _LAUNCHERS.get(words[0].rsplit("/", 1)[-1], (frozenset(), 0))[0] if words else frozenset()
+    return _after_options(words, 1, with_value)
+
+
+def _after_options(argv: Sequence[str], i: int, with_value: frozenset[str]) -> int:
+    """The index after the options that start at ``argv[i]`` (``--`` included)."""
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return i + 1
+        if not word.startswith("-") or word == "-":
+            return i
+        if word in with_value:
+            i += 2
+        else:
+            i += 1  # a flag, `--opt=value` or `-ovalue`
+    return i
 
 
 def parse_command(
@@ -299,11 +456,16 @@ def _parse(
 ) -> VllmCommand:
     scan = _Scan(errors=[])
     raw = [_Token(text=text, index=start + i, original=text) for i, text in enumerate(argv[start:])]
-    raw, config_file, config_loaded = _with_config_file(raw, table, read_config, scan.errors)
+    # FlexibleArgumentParser.parse_args, in vLLM's order: the `vllm serve --model` rule on the words as
+    # written, then --config, then the per-word rewrite, then argparse.
+    _check_serve_model_option(raw, entrypoint, table, scan.errors)
+    moved = None
+    if entrypoint == "serve" and table.serve_model_option == "moved":
+        raw, moved = _move_model_option(raw, scan.errors)
+    raw, config_file, config_loaded = _with_config_file(raw, entrypoint, table, read_config, scan.errors)
     tokens = _preprocess(raw, table)
-    _check_serve_model_option(tokens, entrypoint, table, scan.errors)
     _scan_tokens(tokens, table, scan)
-    model, model_source, model_index, used = _model(entrypoint, table, scan.flags, scan.positionals, scan.errors)
+    model, model_source, model_index, used = _model(entrypoint, scan.flags, scan.positionals, moved, scan.errors)
     scan.unknown += [extra.text for extra in scan.positionals[used:]]
     if scan.unknown:
         scan.errors.append("unrecognized arguments: " + " ".join(scan.unknown))
@@ -322,11 +484,49 @@ def _parse(
     )
 
 
+def _move_model_option(raw: list[_Token], errors: list[str]) -> tuple[list[_Token], _Token | None]:
+    """vLLM >= 0.11.1 ``FlexibleArgumentParser.parse_args`` with ``vllm serve``: the FIRST word that is
+    ``--model`` or ``--model=X`` (``next(i for i, arg in enumerate(args) if ...)``) is taken out with its
+    value, and the value becomes the first word after ``serve`` (the positional model). Any later
+    ``--model`` stays an option, which ``vllm serve`` overrides with the positional (serve.py:
+    ``args.model = args.model_tag``). Returns the words and the moved model word (None if none)."""
+    for at, token in enumerate(raw):
+        if token.text == "--model":
+            if at + 1 >= len(raw):
+                # vLLM: args[model_idx + 1] raises IndexError; argparse would say the same of --model.
+                errors.append("argument --model: expected one argument")
+                return raw, None
+            value = raw[at + 1]
+            moved = _Token(text=value.text, index=value.index, original=value.original)
+            return [moved, *raw[:at], *raw[at + 2 :]], moved
+        if token.text.startswith("--model=") and len(token.text) > len("--model="):
+            moved = _Token(text=token.text[len("--model=") :], index=token.index, original=token.original)
+            return [moved, *raw[:at], *raw[at + 1 :]], moved
+    return raw, None
+
+
 def _with_config_file(
-    raw: list[_Token], table: FlagTable, read_config: Callable[[str], str | None] | None, errors: list[str]
+    raw: list[_Token],
+    entrypoint: Entrypoint,
+    table: FlagTable,
+    read_config: Callable[[str], str | None] | None,
+    errors: list[str],
 ) -> tuple[list[_Token], str | None, bool]:
-    """``--config FILE`` replaced by the file's words, inserted before the CLI words (so the CLI wins, as
-    in vLLM). Returns the words, the file named and whether it was read."""
+    """``--config FILE`` replaced by the file's words where vLLM's ``_pull_args_from_config`` puts them
+    (the CLI words after them win). Returns the words, the file named and whether it was read.
+
+    Every release 0.8.5-0.33 (vllm/utils ``FlexibleArgumentParser._pull_args_from_config``, from 0.11.1
+    vllm/utils/argparse_utils.py), ``args`` being ``serve ...`` or the api_server's own words:
+
+    * ``vllm serve``: when the first word after ``serve`` does not start with ``-`` (``model_in_cli``),
+      the config words go right after it, so that word stays the positional model even when the config
+      ends with an option that takes values (``served-model-name: [a]``, ``hf-token: true``); else they go
+      first, and a config without ``model:`` is refused ("No model specified!");
+    * the api_server module (no sub command): from 0.10.2 a first word starting with ``-`` puts the
+      config words first; otherwise, and always up to 0.10.1, they go after the first word.
+
+    An image's arguments follow the ``vllm serve`` placement (which is also the api_server's from 0.10.2).
+    """
     texts = [t.text for t in raw]
     if "--config" not in texts:
         return raw, None, False
@@ -338,11 +538,19 @@ def _with_config_file(
         return raw, None, False
     config_file = raw[at + 1].text
     content = read_config(config_file) if read_config else None
-    raw = raw[:at] + raw[at + 2 :]
     if content is None:
-        return raw, config_file, False
-    words = _config_tokens(content, table)
-    return [_Token(text=w, index=None, source="config", original=w) for w in words] + raw, config_file, True
+        return raw[:at] + raw[at + 2 :], config_file, False
+    config = [_Token(text=w, index=None, source="config", original=w) for w in _config_tokens(content, table)]
+    if entrypoint == "api_server":
+        if table.version_key >= (0, 10, 2) and raw[0].text.startswith("-"):
+            return config + raw[:at] + raw[at + 2 :], config_file, True
+        # `[args[0]] + config_args + args[1:index] + args[index + 2:]` (with index 0 `--config` stays)
+        return raw[:1] + config + raw[1:at] + raw[at + 2 :], config_file, True
+    if at > 0 and not raw[0].text.startswith("-"):  # model_in_cli
+        return raw[:1] + config + raw[1:at] + raw[at + 2 :], config_file, True
+    if entrypoint == "serve" and not any(t.text == "--model" for t in config):
+        errors.append("No model specified! Please specify model either as a positional argument or in a config file.")
+    return config + raw[:at] + raw[at + 2 :], config_file, True
 
 
 def _preprocess(raw: list[_Token], table: FlagTable) -> list[_Token]:
@@ -540,16 +748,16 @@ def _dotted_value(path: str, text: str) -> dict[str, Any]:
 
 def _model(
     entrypoint: Entrypoint,
-    table: FlagTable,
     flags: list[ParsedFlag],
     positionals: list[_Token],
+    moved: _Token | None,
     errors: list[str],
 ) -> tuple[str | None, Literal["positional", "--model", "config"] | None, int | None, int]:
     """(model, where it came from, its argv index, positionals used)."""
     option_model = None
     for flag in flags:
         if flag.dest == "model":
-            option_model = flag
+            option_model = flag  # argparse: the last --model wins (config words come before the CLI's)
     option_source: Literal["positional", "--model", "config"] = "--model"
     option_index = None
     if option_model is not None:
@@ -561,11 +769,14 @@ def _model(
         if option_model is None:
             return None, None, None, 0
         return str(option_model.value), option_source, option_index, 0
-    if option_model is not None and (first is None or (entrypoint == "serve" and table.serve_model_option == "moved")):
-        # vllm serve >= 0.12 moves `--model X` to the front: X is the model, any other positional is
-        # left over ("unrecognized arguments").
-        return str(option_model.value), option_source, option_index, 0
     if first is not None:
-        return first.text, "positional", first.index, 1
+        # `vllm serve`: the positional model_tag replaces args.model (serve.py `args.model =
+        # args.model_tag`), whatever --model or the config says. From 0.11.1 it may be the first
+        # `--model X`, moved there by FlexibleArgumentParser (see _move_model_option).
+        was_option = moved is not None and (first.index, first.text) == (moved.index, moved.text)
+        source: Literal["positional", "--model"] = "--model" if was_option else "positional"
+        return first.text, source, first.index, 1
+    if option_model is not None:
+        return str(option_model.value), option_source, option_index, 0
     errors.append("no model given (positional, --model or --config)")
     return None, None, None, 0

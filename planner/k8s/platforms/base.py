@@ -36,6 +36,7 @@ NoteReason = Literal[
     "template-only",  # a runtime / preset other resources use: checked where it is used
     "unreadable-command",  # a vLLM image with a GPU whose command is a script file or another program
     "sidecar",  # vLLM in a native sidecar (an init container that keeps running)
+    "several-servers",  # a container's script starts more than one vLLM server: one is checked
 ]
 
 
