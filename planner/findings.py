@@ -241,6 +241,12 @@ class Code(str, Enum):
         "namespace override ignored",
         "correct the namespace's `kv-planner.io/*` labels",
     )
+    CONFIG_OVERRIDDEN = (
+        "KVP047",
+        _WARN,
+        "`--hf-overrides` changes the model's config, which kv-planner plans as published: not checked",
+        "check the overridden model with `planner recommend --model PATH` on a config.json with the overrides",
+    )
     PATCH_DROPPED = (
         "KVP048",
         _WARN,

@@ -233,6 +233,26 @@ def evaluate(
     return result
 
 
+def _overridden_keys(raw: Any) -> list[str]:
+    """The config keys ``--hf-overrides`` sets (a JSON object; nested objects name their sections), [] for
+    none. Text that is not a JSON object is still an override vLLM reads (it fails there): named as is."""
+    if raw is None:
+        return []
+    if isinstance(raw, Mapping):
+        data: Any = raw
+    else:
+        text = str(raw).strip()
+        if text in ("", "{}"):
+            return []
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError):
+            return [text[:40]]
+    if not isinstance(data, Mapping):
+        return [str(raw)[:40]]
+    return [str(key)[:60] for key in data]
+
+
 def _read_command(
     found: ContainerFinding, policy: EffectivePolicy, out: ContainerOutcome
 ) -> tuple[VllmCommand, ServingArgs, bool] | None:
@@ -265,6 +285,17 @@ def _read_command(
         )
         return None
     values = command.values
+    overridden = _overridden_keys(values.get("hf_overrides"))
+    if overridden:
+        # vLLM applies them to the Hugging Face config before it derives the context or sizes anything
+        # (transformers_utils/config.py: config.update): a context, layer count or architecture the plan
+        # does not know. Planning the published config instead denied workloads that fit and filled
+        # contexts vLLM then refused.
+        keys = ", ".join(overridden[:4]) + (", ..." if len(overridden) > 4 else "")
+        out.findings.append(
+            finding(Code.CONFIG_OVERRIDDEN, name, f"--hf-overrides changes {keys} of the model's config: not checked")
+        )
+        return None
     unresolved = list(container.unresolved)
     sizing_text = " ".join(str(values.get(d, "")) for d in _SIZING_DESTS) + " " + str(command.model or "")
     if unresolved and any(f"$({v})" in sizing_text or f"${v}" in sizing_text for v in unresolved):
