@@ -221,14 +221,18 @@ def _context_edits(
             f"({ctx.gpu_name}): CUDA out of memory at startup",
         )
     if memory.kv_cache_bytes <= 0 or memory.weights_bytes >= memory.budget_bytes:
-        return finding(
-            Code.WEIGHTS_DO_NOT_FIT,
-            name,
-            f"weights {memory.weights_bytes / GiB:.1f} GiB/GPU exceed "
-            f"{memory.gpu_memory_utilization:g} x {memory.total_bytes / GiB:.1f} GiB "
-            f"({ctx.gpu_name}); fix: {_fix_hint(plan)}",
-            _fix(plan),
-        )
+        budget = f"{memory.gpu_memory_utilization:g} x {memory.total_bytes / GiB:.1f} GiB ({ctx.gpu_name})"
+        if memory.weights_bytes >= memory.budget_bytes:
+            text = f"weights {memory.weights_bytes / GiB:.1f} GiB/GPU exceed {budget}"
+        else:  # the weights fit: the other terms take the rest (e.g. a huge --max-num-batched-tokens)
+            graphs = memory.cuda_graph_bytes if memory.cuda_graph_counted else 0
+            text = (
+                f"weights {memory.weights_bytes / GiB:.1f} + activation peak "
+                f"{memory.activation_peak_bytes / GiB:.1f} + non-torch {memory.non_torch_bytes / GiB:.1f}"
+                + (f" + CUDA graphs {graphs / GiB:.1f}" if graphs else "")
+                + f" GiB/GPU leave no KV cache in {budget}"
+            )
+        return finding(Code.WEIGHTS_DO_NOT_FIT, name, f"{text}; fix: {_fix_hint(plan)}", _fix(plan))
     fit = plan.recommendation.max_model_len if plan.recommendation else None
     given = args.max_model_len is not None
     blocks = f"{kv.blocks_per_request} KV blocks > {kv.usable_blocks} on {ctx.gpu_name}"

@@ -40,3 +40,11 @@ def test_a_given_cache_past_the_card_is_denied(given: str, decision: str, code: 
 def test_a_given_cache_that_fits_is_not_denied() -> None:
     (entry,) = run_check(read_documents(_deployment("40G"), "t.yaml"), policy=POLICY, backend=CoreBackend()).workloads
     assert entry.decision != "deny" and "KVP009" not in entry.codes
+
+
+def test_a_deny_names_the_term_that_leaves_no_kv_cache() -> None:
+    # 15 GiB of weights fit in 71 GiB: what leaves nothing is the activation of a 1T-token batch.
+    text = _deployment("40G").replace("--kv-cache-memory-bytes", "--max-num-batched-tokens").replace("40G", "1T")
+    (entry,) = run_check(read_documents(text, "t.yaml"), policy=POLICY, backend=CoreBackend()).workloads
+    assert entry.decision == "deny" and entry.codes[0] == "KVP001"
+    assert "activation peak" in entry.messages[0] and "exceed" not in entry.messages[0]
