@@ -142,16 +142,25 @@ async def scrape_one(
     )
 
 
+# How long a read runs before it gives the event loop back (checked every few lines): short enough that
+# the other targets' reads and timers are not held up, long enough that a healthy page (~2 ms to read) is
+# read in one or two slices (a yield every 64 lines cost ~10% more CPU per scrape of 50 targets).
+_SLICE_S = 0.002
+
+
 async def _read(text: str, limits: ReadLimits | None) -> tuple[list[EngineObservation], list[str]]:
-    """parse_page, giving the event loop back every few lines: the other targets' reads and timers run
-    in between, and a cancelled read stops at the next slice."""
+    """parse_page in slices of :data:`_SLICE_S`: the other targets' reads and timers run in between, and a
+    cancelled read stops at the next slice."""
     steps = parse_page_steps(text, limits)
+    slice_end = time.perf_counter() + _SLICE_S
     while True:
         try:
             next(steps)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
-        await asyncio.sleep(0)
+        if time.perf_counter() >= slice_end:
+            await asyncio.sleep(0)
+            slice_end = time.perf_counter() + _SLICE_S
 
 
 async def scrape_all(
