@@ -254,8 +254,7 @@ def _unreadable_commands(pod_spec: Mapping[str, Any], read: set[int]) -> list[Pl
         command = unread_command(raw)
         if command is None or _non_gpu(raw) or not _asks_for_gpu(raw):
             continue
-        shown = " ".join(" ".join(command).split())
-        shown = shown if len(shown) <= 80 else shown[:79] + "…"
+        shown = _one_line(command)
         image = str(raw.get("image")).rsplit("/", 1)[-1][:60]
         where = str(raw.get("name") or f"#{index}")[:63]
         text = f"image {image} with a GPU runs `{shown}`, which kv-planner cannot read as vLLM: not checked"
@@ -285,10 +284,15 @@ def _sidecars(pod_spec: Mapping[str, Any]) -> list[PlatformNote]:
 def _several_servers(found: VllmContainer) -> PlatformNote:
     """A script that starts more than one vLLM server: the one read (the ``exec``'d one, else the last)
     is named; the others run beside it on the same GPUs and are not checked."""
-    shown = " ".join(" ".join(found.words).split())
-    shown = shown if len(shown) <= 80 else shown[:79] + "…"
+    shown = _one_line(found.words)
     text = f"the script starts {found.servers} vLLM servers; only `{shown}` is checked, the others share its GPUs"
     return PlatformNote(reason="several-servers", where=found.name[:63], text=text)
+
+
+def _one_line(words: Sequence[str], limit: int = 80) -> str:
+    """A command line as one line of at most ``limit`` characters (untrusted text in a message)."""
+    shown = " ".join(" ".join(words).split())
+    return shown if len(shown) <= limit else shown[: limit - 1] + "…"
 
 
 def _asks_for_gpu(container: Mapping[str, Any]) -> bool:
