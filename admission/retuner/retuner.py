@@ -81,6 +81,7 @@ class Retuner:
         self.refs: dict[WorkloadKey, WorkloadRef] = {}
         self._counters: dict[tuple[str, str, str], float] = {}
         self._absent: dict[WorkloadKey, int] = {}
+        self._failing: set[WorkloadKey] = set()  # workloads whose last round failed (logged once)
         self._rounds = 0
         self.changes: dict[tuple[str, str, str], int] = defaultdict(int)
         self.applies: dict[tuple[str, str, str], int] = defaultdict(int)
@@ -230,8 +231,15 @@ class Retuner:
                     signals = self._signals(observations)
                     decision = decide(self.states.setdefault(key, WorkloadState()), signals, self.settings, now)
                 except Exception:  # one workload's pods (untrusted pages) must not stop the others' round
-                    logger.exception("retuner: workload %s/%s not decided this round", key[0], key[1])
+                    # Its earlier advice is withdrawn (not exported as if current), and the failure is
+                    # logged with its traceback once, not every round.
+                    self.decisions.pop(key, None)
+                    self.risk_limits.pop(key, None)
+                    log = logger.debug if key in self._failing else logger.exception
+                    log("retuner: workload %s/%s not decided this round", key[0], key[1])
+                    self._failing.add(key)
                     continue
+                self._failing.discard(key)
                 decisions[key] = self.decisions[key] = decision
                 if signals.risk_limit is not None:
                     self.risk_limits[key] = signals.risk_limit

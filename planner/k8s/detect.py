@@ -48,6 +48,9 @@ class VllmContainer(BaseModel):
     env: dict[str, str] = Field(default_factory=dict)
     unresolved: list[str] = Field(default_factory=list, description="variables with no value in the manifest")
     servers: int = Field(default=1, description="shell style: the vLLM servers the script starts (one is read)")
+    servers_conditional: bool = Field(
+        default=False, description="shell style: some of those servers are in branches or loops (one of them runs)"
+    )
 
 
 def image_version(image: str | None) -> str | None:
@@ -160,6 +163,7 @@ def inspect_container(
             words=shell_command.words,
             unresolved=missing,
             servers=len(servers),
+            servers_conditional=len(servers) > 1 and any(server.conditional for server in servers),
             **common,
         )
 
@@ -208,7 +212,7 @@ def script_servers(commands: Sequence[ShellCommand]) -> list[ShellCommand]:
         if locate(command.words) is None:
             continue
         servers.append(command)
-        if command.text.split(None, 1)[:1] == ["exec"]:
+        if command.execs:
             break
     return servers
 

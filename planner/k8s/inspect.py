@@ -284,8 +284,11 @@ def _sidecars(pod_spec: Mapping[str, Any]) -> list[PlatformNote]:
 def _several_servers(found: VllmContainer) -> PlatformNote:
     """A script that starts more than one vLLM server: the one read (the ``exec``'d one, else the last)
     is named; the others run beside it on the same GPUs and are not checked."""
-    shown = _one_line(found.words)
-    text = f"the script starts {found.servers} vLLM servers; only `{shown}` is checked, the others share its GPUs"
+    shown, count = _one_line(found.words), found.servers
+    if found.servers_conditional:  # `if ...; then vllm serve a; else vllm serve b; fi`: one of them runs
+        text = f"the script starts one of {count} vLLM servers, as its conditions decide; only `{shown}` is checked"
+    else:
+        text = f"the script starts {count} vLLM servers; only `{shown}` is checked, the others share its GPUs"
     return PlatformNote(reason="several-servers", where=found.name[:63], text=text)
 
 

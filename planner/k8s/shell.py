@@ -26,6 +26,12 @@ _NAME = re2.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _REDIRECT = re2.compile(r"^(\d*|&)(>>?|<|>\|)(&\d*-?)?(?P<target>.*)$")
 _PREFIX_COMMANDS = frozenset({"exec", "nohup", "time", "command", "env", "stdbuf", "setsid"})
 _SPECIAL_OUTSIDE = set("'\"\\;&|()<>$`#")
+# Reserved words before a simple command are control flow, not the command: `if x; then vllm serve ...`,
+# `while true; do vllm serve ...; done`, `{ vllm serve ...; }`, `! cmd`. Openers and closers also track
+# whether a command sits inside a conditional or a loop.
+_OPENERS = frozenset({"if", "while", "until", "for", "select", "case"})
+_CLOSERS = frozenset({"fi", "done", "esac"})
+_RESERVED = frozenset({"then", "else", "elif", "do", "{", "}", "!", "(", ")"})
 # One simple command after expansion is at most this many characters (a vLLM command line is a few
 # thousand). Variables doubling each other (A=$B$B...) make a 271-character script expand to 10 million,
 # and shlex splits a long word in time that grows with its square (1 M characters: 33 s); 64 Ki: < 0.1 s.
@@ -42,6 +48,8 @@ class ShellCommand(BaseModel):
     words: list[str]
     text: str  # the command as written (before expansion)
     unresolved: list[str] = []  # variables that had no value (expanded to "")
+    execs: bool = False  # run with `exec`: the shell is replaced by it, nothing after it runs
+    conditional: bool = False  # inside `if`/`case`/`while`/`until`/`for`: it may not run, or run alone
 
 
 def shell_script(argv: Sequence[str]) -> str | None:
@@ -220,6 +228,7 @@ def parse_script(script: str, env: Mapping[str, str], budget: ExpansionBudget | 
     budget = budget or new_budget()
     variables = dict(env)
     commands: list[ShellCommand] = []
+    depth = 0  # open if/case/loop constructs
     for text in split_commands(script):
         expanded, missing = expand(text, variables, budget)
         if len(expanded) > MAX_COMMAND_CHARS:
@@ -232,6 +241,7 @@ def parse_script(script: str, env: Mapping[str, str], budget: ExpansionBudget | 
             words = shlex.split(expanded, comments=False, posix=True)
         except ValueError:
             words = expanded.split()
+        words, depth, conditional = _control_flow(words, depth)
         # Leading assignments (`A=1 B=2 cmd`) and `export A=1`: remember them for later commands.
         while words and _ASSIGNMENT.match(words[0]):
             name, _, value = words[0].partition("=")
@@ -244,13 +254,36 @@ def parse_script(script: str, env: Mapping[str, str], budget: ExpansionBudget | 
                     variables[name] = value
             continue
         words = _drop_redirections(words)
+        execs = False
         while words and words[0] in _PREFIX_COMMANDS:
+            execs = execs or words[0] == "exec"
             words = words[launcher_options_end(words) :]  # `env -i`, `stdbuf -oL`, `stdbuf -o L`, `exec -a x`
             while words and _ASSIGNMENT.match(words[0]):
                 words = words[1:]  # `env A=1 cmd`
         if words:
-            commands.append(ShellCommand(words=words, text=text, unresolved=missing))
+            commands.append(
+                ShellCommand(words=words, text=text, unresolved=missing, execs=execs, conditional=conditional)
+            )
     return commands
+
+
+def _control_flow(words: list[str], depth: int) -> tuple[list[str], int, bool]:
+    """``words`` without the reserved words and case patterns in front of the command, the open
+    constructs after them, and whether the command runs inside one."""
+    conditional = depth > 0
+    while words:
+        head = words[0]
+        if head in _OPENERS:
+            depth, conditional = depth + 1, True
+            if head == "case":  # `case WORD in PATTERN) cmd`: the command follows the pattern
+                words = words[words.index("in") + 1 :] if "in" in words else []
+                continue
+        elif head in _CLOSERS:
+            depth = max(0, depth - 1)
+        elif head not in _RESERVED and not (head.endswith(")") and len(words) > 1 and "$(" not in head):
+            break  # (a case pattern `a|b)`, a function's `name()`: the command comes after it)
+        words = words[1:]
+    return words, depth, conditional
 
 
 def _drop_redirections(words: list[str]) -> list[str]:

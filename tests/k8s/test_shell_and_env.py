@@ -128,3 +128,30 @@ def test_one_command_is_bounded_even_within_the_budget() -> None:
     budget = new_budget(100)
     with pytest.raises(InputCapError):  # the container's budget counts every command's expansions
         parse_script("; ".join(["echo $V"] * 11), {"V": "0123456789"}, budget)
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        'if [ -n "$T" ]; then vllm serve m; fi',
+        "if true\nthen\n  vllm serve m\nfi",
+        "while true; do vllm serve m; sleep 5; done",
+        "until vllm serve m; do sleep 1; done",
+        "case $MODE in serve) vllm serve m;; esac",
+        "{ vllm serve m; }",
+        "f() { vllm serve m; }; f",
+        "! vllm serve m",
+    ],
+)
+def test_reserved_words_before_a_command_are_not_the_command(script: str) -> None:
+    # Each of these ran `vllm serve` at the command position; read as `then`, `do`, `{` ... it was skipped.
+    commands = [c for c in parse_script(script, {}) if c.words[:2] == ["vllm", "serve"]]
+    assert commands and commands[0].words == ["vllm", "serve", "m"]
+
+
+def test_commands_in_branches_and_loops_are_marked_and_exec_is_kept() -> None:
+    script = 'if [ "$Q" = 1 ]; then\n  exec vllm serve a\nelse\n  vllm serve b\nfi\nvllm serve c'
+    served = {c.words[-1]: c for c in parse_script(script, {}) if c.words[:2] == ["vllm", "serve"]}
+    assert served["a"].conditional and served["a"].execs
+    assert served["b"].conditional and not served["b"].execs
+    assert not served["c"].conditional  # after `fi`: the construct is closed
