@@ -118,23 +118,19 @@ async def scrape_one(
 
     if remaining <= 0:
         return down("budget", "no time left in the scrape budget")
-    fetched: list[int] = []  # the page's length, once it has arrived
-
-    async def fetch_and_read() -> tuple[list[EngineObservation], list[str]]:
-        text = await _fetch_with_retry(client, target.url, max_bytes)
-        fetched.append(len(text))
-        return await _read(text, limits)
-
     try:
-        # The target's time covers reading its page too: a page that is slow to read (every line at the
-        # read limits) costs its own target's time, in slices, and not the other targets'.
-        engines, missing = await asyncio.wait_for(fetch_and_read(), remaining)
+        text = await asyncio.wait_for(_fetch_with_retry(client, target.url, max_bytes), remaining)
     except asyncio.TimeoutError:
-        if fetched:
-            return down("timeout", f"a page of {fetched[0]} characters not read within {remaining:.2f} s")
         return down("timeout", f"no complete answer within {remaining:.2f} s")
     except _Failed as failure:
         return down(failure.reason, failure.detail)
+    # Reading the page is part of the target's time too: a page that is slow to read (every line at the
+    # read limits) costs its own target's time, in slices, and not the other targets'.
+    left = max(0.0, remaining - (time.monotonic() - started))
+    try:
+        engines, missing = await asyncio.wait_for(_read(text, limits), left)
+    except asyncio.TimeoutError:
+        return down("timeout", f"a page of {len(text)} characters not read within {remaining:.2f} s")
     except ScrapeError as error:
         return down(_down_reason(error), error.message)
     return TargetObservation(

@@ -249,10 +249,10 @@ def _unreadable_commands(pod_spec: Mapping[str, Any], read: set[int]) -> list[Pl
         return []
     notes: list[PlatformNote] = []
     for index, raw in enumerate(containers):
-        if index in read or not isinstance(raw, Mapping):
+        if index in read or not isinstance(raw, Mapping) or _non_gpu(raw) or not _asks_for_gpu(raw):
             continue
-        command = unread_command(raw)
-        if command is None or _non_gpu(raw) or not _asks_for_gpu(raw):
+        command = unread_command(raw)  # (after the cheap checks: it reads the script again)
+        if command is None:
             continue
         shown = _one_line(command)
         image = str(raw.get("image")).rsplit("/", 1)[-1][:60]

@@ -18,13 +18,12 @@ from pydantic import BaseModel, ConfigDict
 
 from planner.errors import InputCapError
 from planner.k8s.envvars import ExpansionBudget, new_budget
-from planner.vllm.argv import launcher_options_end
+from planner.vllm.argv import command_start
 
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
 _ASSIGNMENT = re2.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _NAME = re2.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _REDIRECT = re2.compile(r"^(\d*|&)(>>?|<|>\|)(&\d*-?)?(?P<target>.*)$")
-_PREFIX_COMMANDS = frozenset({"exec", "nohup", "time", "command", "env", "stdbuf", "setsid"})
 _SPECIAL_OUTSIDE = set("'\"\\;&|()<>$`#")
 # Reserved words before a simple command are control flow, not the command: `if x; then vllm serve ...`,
 # `while true; do vllm serve ...; done`, `{ vllm serve ...; }`, `! cmd`. Openers and closers also track
@@ -254,12 +253,18 @@ def parse_script(script: str, env: Mapping[str, str], budget: ExpansionBudget | 
                     variables[name] = value
             continue
         words = _drop_redirections(words)
-        execs = False
-        while words and words[0] in _PREFIX_COMMANDS:
-            execs = execs or words[0] == "exec"
-            words = words[launcher_options_end(words) :]  # `env -i`, `stdbuf -oL`, `stdbuf -o L`, `exec -a x`
-            while words and _ASSIGNMENT.match(words[0]):
-                words = words[1:]  # `env A=1 cmd`
+        execs = bool(words) and words[0] == "exec"
+        # Launchers (`exec -a x`, `env A=1`, `nohup`, `timeout 1h`, `stdbuf -o L` ...): the command they run,
+        # by vLLM's own launcher table (planner.vllm.argv); a launcher that runs nothing stays as written.
+        # (assignments after a launcher are dropped too, as before: `nohup VLLM_X=1 vllm serve`)
+        while words:
+            start = command_start(words)
+            rest = words[start:] if start is not None and start < len(words) else words
+            while rest and _ASSIGNMENT.match(rest[0]):
+                rest = rest[1:]
+            if rest == words:
+                break
+            words = rest
         if words:
             commands.append(
                 ShellCommand(words=words, text=text, unresolved=missing, execs=execs, conditional=conditional)

@@ -30,6 +30,7 @@ from planner.plan.models import (
     MemoryReport,
     ModelReport,
     Plan,
+    kv_past_card,
 )
 from planner.plan.offload import OffloadReport, is_disaggregation, offload_report, transfer_role
 from planner.plan.speculative import DrafterCost
@@ -202,14 +203,10 @@ def startup_fit(
 
 
 def given_kv_overflows(stage: StageMemory, args: ServingArgs, gpu: GpuSpec) -> bool:
-    """``--kv-cache-memory-bytes`` beside ``stage``'s weights and non-PyTorch memory is more than the card has.
-
-    vLLM takes the given size without profiling (v1/worker/gpu_worker.py determine_available_memory) and
-    allocates it after loading the weights: past the card's memory that is CUDA out of memory at startup.
-    Only what is certainly resident is counted (the activation peak and CUDA graphs come on top). The
-    limiting stage's figures, as the memory report and the sweeps show them."""
+    """:func:`~planner.plan.models.kv_past_card` for a given ``--kv-cache-memory-bytes``, with ``stage``'s
+    figures (the limiting stage's, as the memory report and the sweeps show them)."""
     given = args.kv_cache_memory_bytes
-    return given is not None and stage.weights_bytes + stage.non_torch_bytes + given > gpu.memory_bytes
+    return given is not None and kv_past_card(stage.weights_bytes, stage.non_torch_bytes, given, gpu.memory_bytes)
 
 
 def fit_error_message(

@@ -64,10 +64,20 @@ class MemoryReport(_Report):
 
     @property
     def given_kv_overflows(self) -> bool:
-        """``--kv-cache-memory-bytes`` with the weights and the non-PyTorch memory is more than the GPU has:
-        vLLM allocates the given size without profiling, so it runs out of memory at startup."""
-        resident = self.weights_bytes + self.non_torch_bytes + self.kv_cache_bytes
-        return self.kv_cache_memory_bytes_given and resident > self.total_bytes
+        """:func:`kv_past_card` for a given ``--kv-cache-memory-bytes``."""
+        return self.kv_cache_memory_bytes_given and kv_past_card(
+            self.weights_bytes, self.non_torch_bytes, self.kv_cache_bytes, self.total_bytes
+        )
+
+
+def kv_past_card(weights_bytes: int, non_torch_bytes: int, kv_bytes: int, card_bytes: int) -> bool:
+    """A KV cache of ``kv_bytes`` beside the weights and the non-PyTorch memory is more than the card has.
+
+    With ``--kv-cache-memory-bytes`` vLLM takes the given size without profiling (v1/worker/gpu_worker.py
+    determine_available_memory) and allocates it after loading the weights: past the card's memory that is
+    CUDA out of memory at startup. Only what is certainly resident is counted (the activation peak and CUDA
+    graphs come on top). The sweeps' numpy form is in planner/plan/vectorized.py."""
+    return weights_bytes + non_torch_bytes + kv_bytes > card_bytes
 
 
 class KvGroupReport(_Report):

@@ -383,7 +383,7 @@ def evaluate(sweeper: _Sweeper, points: list[tuple[ModelSpec, GpuSpec, ServingAr
         fit = lay.longest(available, blocks, max_len)
     fits_plain = lay.fits(available, blocks, max_len)
     fits = ~weights_fail & ~memory_fail & np.where(s["auto"], fit > 0, fits_plain)
-    # build.given_kv_overflows: a given cache beside the limiting stage's resident memory past the card
+    # models.kv_past_card for a given cache, the limiting stage's figures (build.given_kv_overflows)
     resident = lay.weights[lay.tid, limiting] + lay.non_torch[lay.tid, limiting]
     given_over = (given >= 0) & (resident + np.maximum(given, 0) > mem)
     fits &= ~given_over

@@ -40,11 +40,11 @@ __all__ = [
     "Style",
     "VllmCommand",
     "apply_edits",
+    "command_start",
     "detect_style",
     "flag_edits",
     "flag_table",
     "format_args",
-    "launcher_options_end",
     "locate",
     "parse_args",
     "parse_command",
@@ -151,7 +151,7 @@ def locate(argv: Sequence[str]) -> tuple[Entrypoint, int] | None:
     --cpunodebind=0``, ``tini --``, ``uv run``, ``conda run -n env`` ...). ``vllm serve`` among the
     arguments of another program (``echo vllm serve x``, ``test``, ``grep``) is not vLLM.
     """
-    i = _skip_launchers(argv)
+    i = command_start(argv)
     if i is None or i >= len(argv):
         return None
     base = argv[i].rsplit("/", 1)[-1]
@@ -268,7 +268,7 @@ _RUNNERS: dict[str, frozenset[str]] = {
 _ENV_ASSIGNMENT = re2.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 
 
-def _skip_launchers(argv: Sequence[str]) -> int | None:
+def command_start(argv: Sequence[str]) -> int | None:
     """The index of the command a chain of launchers finally runs (0 without launchers); None when a
     launcher runs nothing (``taskset -p``, ``command -v``, ``uv sync``)."""
     i = 0
@@ -295,13 +295,6 @@ def _skip_launchers(argv: Sequence[str]) -> int | None:
                 i += 1
         i += operands
     return None
-
-
-def launcher_options_end(words: Sequence[str]) -> int:
-    """For ``words`` starting with a launcher (``stdbuf -o L``, ``env -u X``, ``exec -a NAME``): the index
-    after the launcher and its options; 1 for any other command."""
-    with_value = _LAUNCHERS.get(words[0].rsplit("/", 1)[-1], (frozenset(), 0))[0] if words else frozenset()
-    return _after_options(words, 1, with_value)
 
 
 def _after_options(argv: Sequence[str], i: int, with_value: frozenset[str]) -> int:

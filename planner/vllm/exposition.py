@@ -103,8 +103,8 @@ def _unescape(value: str) -> str:
     return "\\".join(part.replace('\\"', '"').replace("\\n", "\n") if "\\" in part else part for part in parts)
 
 
-def _labels(text: str, line: str, limits: ParseLimits, budget: list[int]) -> dict[str, str]:
-    """The labels of one sample; ``budget`` holds the label pairs the page may still have."""
+def _labels(text: str, line: str, limits: ParseLimits) -> dict[str, str]:
+    """The labels of one sample (at most ``limits.max_labels``, refused as soon as there are more)."""
     if _LABELS.fullmatch(text) is None:
         raise ExpositionError(f"malformed labels in line {line[:120]!r}")
     labels: dict[str, str] = {}
@@ -113,11 +113,6 @@ def _labels(text: str, line: str, limits: ParseLimits, budget: list[int]) -> dic
         if len(labels) >= limits.max_labels:
             raise ExpositionLimitError(
                 "too_many_labels", f"{line[: line.find('{')][:120]!r} has more than {limits.max_labels} labels"
-            )
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise ExpositionLimitError(
-                "too_many_labels", f"more than {limits.max_label_pairs} labels on the samples kv-planner reads"
             )
         if len(raw) > limits.max_label_value_chars:
             raise ExpositionLimitError(
@@ -209,7 +204,7 @@ def parse_steps(text: str, names: frozenset[str], limits: ParseLimits | None = N
     types = yield from check_types_steps(text)
     samples: dict[str, list[Sample]] = {}
     seen: set[tuple[str, str]] = set()
-    budget = [limits.max_label_pairs]
+    pairs = 0
     count = 0
     for found in _selector(names).finditer(text):
         start = found.start()
@@ -235,7 +230,12 @@ def parse_steps(text: str, names: frozenset[str], limits: ParseLimits | None = N
         if series in seen:
             raise ExpositionError(f"series {line[: line.rfind(' ')][:120]!r} appears twice")
         seen.add(series)
-        labels = _labels(raw_labels, line, limits, budget) if raw_labels else {}
+        labels = _labels(raw_labels, line, limits) if raw_labels else {}
+        pairs += len(labels)
+        if pairs > limits.max_label_pairs:
+            raise ExpositionLimitError(
+                "too_many_labels", f"more than {limits.max_label_pairs} labels on the samples kv-planner reads"
+            )
         samples.setdefault(name, []).append(Sample(labels, _value(raw_value, line)))
     return Exposition(samples, types)
 

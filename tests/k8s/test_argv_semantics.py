@@ -109,39 +109,13 @@ def test_python_options_with_arguments_do_not_hide_the_server(options: list[str]
 
 
 def test_a_server_inside_if_or_a_loop_is_read_and_branches_are_not_sharing() -> None:
-    def deployment(name: str, script: str) -> str:
-        return yaml.safe_dump(
-            {
-                "apiVersion": "apps/v1",
-                "kind": "Deployment",
-                "metadata": {"name": name, "namespace": "llm", "annotations": {"kv-planner.io/gpu": "L4"}},
-                "spec": {
-                    "template": {
-                        "spec": {
-                            "containers": [
-                                {
-                                    "name": "vllm",
-                                    "image": "vllm/vllm-openai:v0.19.0",
-                                    "command": ["sh", "-c", script],
-                                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
-                                }
-                            ]
-                        }
-                    }
-                },
-            }
-        )
+    def in_shell(script: str) -> WorkloadEntry:
+        return check(deployment({"image": "vllm/vllm-openai:v0.19.0", "command": ["sh", "-c", script]}))
 
-    big = "vllm serve meta-llama/Llama-3.1-70B-Instruct --max-model-len 32768"
-    text = "---\n".join(
-        [
-            deployment("if-token", f'if [ -n "$HF_TOKEN" ]; then huggingface-cli login; fi; {{ {big}; }}'),
-            deployment("loop", f"while true; do {big}; sleep 5; done"),
-            deployment("branches", f'if [ "$Q" = 1 ]; then\n  {big} --quantization fp8\nelse\n  {big}\nfi'),
-        ]
-    )
-    found = {e.name: e for e in run_check(read_documents(text, "t.yaml"), policy=POLICY, backend=BACKEND).workloads}
-    assert found["if-token"].decision == "deny" and "KVP001" in found["if-token"].codes  # 70B on one L4
-    assert found["loop"].decision == "deny"
-    (note,) = [m for m in found["branches"].messages if m.startswith("KVP039")]
+    big = f"vllm serve {BIG} --max-model-len 32768"
+    if_token = in_shell(f'if [ -n "$HF_TOKEN" ]; then huggingface-cli login; fi; {{ {big}; }}')
+    assert if_token.decision == "deny" and "KVP001" in if_token.codes  # 70B on one GPU
+    assert in_shell(f"while true; do {big}; sleep 5; done").decision == "deny"
+    branches = in_shell(f'if [ "$Q" = 1 ]; then\n  {big} --quantization fp8\nelse\n  {big}\nfi')
+    (note,) = [m for m in branches.messages if m.startswith("KVP039")]
     assert "one of 2" in note and "share" not in note

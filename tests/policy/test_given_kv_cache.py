@@ -9,25 +9,14 @@ import yaml
 from planner.policy.check import check_policy, run_check
 from planner.policy.manifests import read_documents
 from planner.policy.planning import CoreBackend
+from tests.policy.conftest import deployment
 
 POLICY = check_policy({"modelLookup": {"offline": True, "timeoutSeconds": 1}})
 
 
 def _deployment(kv_bytes: str) -> str:
-    container = {
-        "name": "vllm",
-        "image": "vllm/vllm-openai:v0.19.0",
-        "args": ["meta-llama/Llama-3.1-8B-Instruct", "--kv-cache-memory-bytes", kv_bytes, "--max-model-len", "8192"],
-        "resources": {"limits": {"nvidia.com/gpu": "1"}},
-    }
-    return yaml.safe_dump(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "kv", "namespace": "llm", "annotations": {"kv-planner.io/gpu": "A100-80GB"}},
-            "spec": {"template": {"spec": {"containers": [container]}}},
-        }
-    )
+    args = ["meta-llama/Llama-3.1-8B-Instruct", "--kv-cache-memory-bytes", kv_bytes, "--max-model-len", "8192"]
+    return yaml.safe_dump(deployment(args, gpu_product=None, annotations={"kv-planner.io/gpu": "A100-80GB"}))
 
 
 @pytest.mark.parametrize(("given", "decision", "code"), [("100G", "deny", "KVP009"), ("1000T", "deny", "KVP009")])

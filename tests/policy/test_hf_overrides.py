@@ -12,24 +12,12 @@ from planner.policy.check import check_policy, run_check
 from planner.policy.decide import WorkloadEntry
 from planner.policy.manifests import read_documents
 from planner.policy.planning import CoreBackend
+from tests.policy.conftest import deployment
 
 
 def _entry(args: list[str], mutation: str = "fill") -> WorkloadEntry:
     policy = check_policy({"modelLookup": {"offline": True, "timeoutSeconds": 1}, "mutation": mutation})
-    container = {
-        "name": "vllm",
-        "image": "vllm/vllm-openai:v0.19.0",
-        "args": args,
-        "resources": {"limits": {"nvidia.com/gpu": "1"}},
-    }
-    text = yaml.safe_dump(
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "hfo", "namespace": "llm", "annotations": {"kv-planner.io/gpu": "L4"}},
-            "spec": {"template": {"spec": {"containers": [container]}}},
-        }
-    )
+    text = yaml.safe_dump(deployment(args, gpu_product=None, annotations={"kv-planner.io/gpu": "L4"}))
     (entry,) = run_check(read_documents(text, "t.yaml"), policy=policy, backend=CoreBackend()).workloads
     return entry
 
