@@ -193,7 +193,8 @@ class Code(str, Enum):
         "KVP037",
         _WARN,
         "a vLLM image with a GPU runs a command kv-planner cannot read (a script file, another program): not checked",
-        "start vLLM in the container's `command`/`args` (`vllm serve ...`, or an inline `sh -c` script)",
+        "start vLLM in the container's `command`/`args` (`vllm serve ...`, or an inline `sh -c` script); "
+        "`planner check` reads a script file when the ConfigMap it is mounted from is among its files",
     )
     SIDECAR_NOT_CHECKED = (
         "KVP038",

@@ -22,7 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from planner.errors import InvalidArgumentError
 from planner.k8s.envvars import container_env, expand_all, string_list
 from planner.k8s.images import VersionEvidence, image_release
-from planner.k8s.shell import ShellCommand, parse_script, shell_script
+from planner.k8s.script_files import container_commands
+from planner.k8s.shell import ShellCommand
 from planner.vllm.argv import VllmCommand, locate, parse_args, parse_command
 
 Style = Literal["argv", "shell", "image"]
@@ -147,10 +148,10 @@ def inspect_container(
                 unresolved=unresolved,
                 **common,
             )
-        script = shell_script(words)
-        if script is None:
+        commands = container_commands(words, env, read_config)
+        if commands is None:
             return None
-        servers = script_servers(parse_script(script, env))
+        servers = script_servers(commands)
         if not servers:
             return None
         shell_command = servers[-1]
@@ -194,8 +195,8 @@ def unread_command(container: Mapping[str, Any]) -> list[str] | None:
     words = expand_all(command + (string_list(container.get("args")) or []), env)
     if any(mark in word for word in words for mark in _RAY_WORKER_MARKS):
         return None
-    script = shell_script(words)
-    commands = [c.words for c in parse_script(script, env)] if script is not None else [words]
+    scripted = container_commands(words, env)
+    commands = [c.words for c in scripted] if scripted is not None else [words]
     if any(len(c) > 1 and c[0].rsplit("/", 1)[-1] == "ray" and c[1] == "start" for c in commands):
         return None
     return words

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import re2
 from pydantic import BaseModel, ConfigDict
@@ -135,6 +136,35 @@ def split_commands(script: str) -> list[str]:
     return [c.strip() for c in commands if c.strip()]
 
 
+class _Positional:
+    """A script's positional parameters (``$0`` first) for :func:`expand`."""
+
+    _NAME = re2.compile(r"^([0-9]+|[@*#])")
+
+    def __init__(self, values: Sequence[str]) -> None:
+        self.values = list(values)
+
+    def name(self, body: str) -> Any:  # (a re2 match, or None)
+        return self._NAME.match(body)
+
+    def owns(self, name: str) -> bool:
+        return name.isdigit() or name in ("@", "*", "#")
+
+    def get(self, name: str) -> str:
+        """``$N`` (empty past the last), ``$#``, and ``$@``/``$*`` as one string (the shell splits it
+        on blanks outside quotes, and keeps it one word inside, as for ``"$*"``)."""
+        if name == "#":
+            return str(max(0, len(self.values) - 1))
+        if name in ("@", "*"):
+            return " ".join(self.values[1:])
+        index = int(name) if len(name) <= 6 else len(self.values)
+        return self.values[index] if index < len(self.values) else ""
+
+    def words(self) -> str:
+        """``"$@"``: the arguments quoted one by one (no word when there are none)."""
+        return " ".join(shlex.quote(value) for value in self.values[1:])
+
+
 def _escape(value: str, in_double: bool) -> str:
     """Escape an expanded value so shlex splits it like the shell would (no quote removal inside)."""
     if in_double:
@@ -142,13 +172,22 @@ def _escape(value: str, in_double: bool) -> str:
     return "".join("\\" + c if c in _SPECIAL_OUTSIDE else c for c in value)
 
 
-def expand(text: str, variables: Mapping[str, str], budget: ExpansionBudget | None = None) -> tuple[str, list[str]]:
+def expand(
+    text: str,
+    variables: Mapping[str, str],
+    budget: ExpansionBudget | None = None,
+    positional: Sequence[str] | None = None,
+) -> tuple[str, list[str]]:
     """Expand ``$VAR``, ``${VAR}``, ``${VAR:-default}``, ``${VAR-default}`` outside single quotes.
 
-    Returns the text (still quoted, ready for :func:`shlex.split`) and the names that had no value.
-    Each value put in is charged to ``budget`` (InputCapError KVP074 past it) before it is added.
+    With ``positional`` (``$0`` first: ``sh -c SCRIPT NAME ARG...``, ``bash FILE ARG...``) also ``$1``,
+    ``${10}``, ``${1:-default}``, ``$#``, ``$*``, ``$@`` and ``"$@"`` (each argument one word); without
+    it those stay as written. Returns the text (still quoted, ready for :func:`shlex.split`) and the
+    names that had no value. Each value put in is charged to ``budget`` (InputCapError KVP074 past it)
+    before it is added.
     """
     budget = budget or new_budget()
+    params = _Positional(positional) if positional is not None else None
     out: list[str] = []
     missing: list[str] = []
     i = 0
@@ -180,11 +219,11 @@ def expand(text: str, variables: Mapping[str, str], budget: ExpansionBudget | No
                 end = text.find("}", i + 2)
                 if end != -1:
                     body = text[i + 2 : end]
-                    name_match = _NAME.match(body)
+                    name_match = _NAME.match(body) or (params.name(body) if params else None)
                     if name_match:
                         name = name_match.group(0)
                         rest = body[len(name) :]
-                        value = variables.get(name)
+                        value = params.get(name) if params and params.owns(name) else variables.get(name)
                         if rest.startswith(":-") or rest.startswith("-"):
                             default = rest[2:] if rest.startswith(":-") else rest[1:]
                             if value is None or (rest.startswith(":-") and value == ""):
@@ -203,6 +242,20 @@ def expand(text: str, variables: Mapping[str, str], budget: ExpansionBudget | No
                         out.append(_escape(value, quote == '"'))
                         i = end + 1
                         continue
+            if params is not None and (nxt.isdigit() or nxt in "@*#"):
+                if nxt == "@" and quote == '"' and out[-1:] == ['"'] and text[i + 2 : i + 3] == '"':
+                    # `"$@"`: every argument one word, however many words it holds.
+                    words = params.words()
+                    budget.spend(len(words))
+                    out[-1] = words
+                    quote = None
+                    i += 3
+                    continue
+                value = params.get(nxt)
+                budget.spend(len(value))
+                out.append(_escape(value, quote == '"'))
+                i += 2
+                continue
             name_match = _NAME.match(text, i + 1)
             if name_match:
                 name = name_match.group(0)
@@ -219,8 +272,14 @@ def expand(text: str, variables: Mapping[str, str], budget: ExpansionBudget | No
     return "".join(out), missing
 
 
-def parse_script(script: str, env: Mapping[str, str], budget: ExpansionBudget | None = None) -> list[ShellCommand]:
-    """The simple commands of ``script``, expanded with ``env`` and the script's own assignments.
+def parse_script(
+    script: str,
+    env: Mapping[str, str],
+    budget: ExpansionBudget | None = None,
+    positional: Sequence[str] | None = None,
+) -> list[ShellCommand]:
+    """The simple commands of ``script``, expanded with ``env``, the script's own assignments and, when
+    given, its positional parameters (``$0`` first).
 
     Raises InputCapError (KVP074) when the expansions pass ``budget`` (one per container) or a command
     :data:`MAX_COMMAND_CHARS`."""
@@ -229,7 +288,7 @@ def parse_script(script: str, env: Mapping[str, str], budget: ExpansionBudget | 
     commands: list[ShellCommand] = []
     depth = 0  # open if/case/loop constructs
     for text in split_commands(script):
-        expanded, missing = expand(text, variables, budget)
+        expanded, missing = expand(text, variables, budget, positional)
         if len(expanded) > MAX_COMMAND_CHARS:
             raise InputCapError(
                 f"a command of the shell script expands to {len(expanded)} characters (limit {MAX_COMMAND_CHARS})",

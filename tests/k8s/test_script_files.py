@@ -1,0 +1,228 @@
+"""Scripts that run scripts: positional parameters, ``bash -c`` inside a script, and script files from
+ConfigMaps of the same manifest stream (``planner check``), all within named bounds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from planner.k8s import script_files
+from planner.k8s.detect import inspect_container
+from planner.k8s.script_files import MAX_DEPTH, MAX_FILE_CHARS, MAX_TOTAL_CHARS, container_commands
+from planner.k8s.shell import expand, parse_script
+from planner.policy.check import check_policy, run_check
+from planner.policy.decide import WorkloadEntry
+from planner.policy.manifests import read_documents
+from planner.policy.planning import CoreBackend
+
+POLICY = check_policy({"modelLookup": {"offline": True, "timeoutSeconds": 1}})
+BACKEND = CoreBackend()
+GPU = {"limits": {"nvidia.com/gpu": "1"}}
+TOO_BIG = "meta-llama/Llama-3.1-70B-Instruct"  # 131 GiB of weights: never fits one L4 (KVP001)
+
+
+# -- positional parameters -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("vllm serve $1 --max-model-len ${2}", ["vllm", "serve", "m", "o", "--max-model-len", "8192"]),
+        ('vllm serve "$1" --max-model-len "$2"', ["vllm", "serve", "m o", "--max-model-len", "8192"]),
+        ('vllm serve "$@"', ["vllm", "serve", "m o", "8192"]),  # each argument one word, spaces kept
+        ("vllm serve $@", ["vllm", "serve", "m", "o", "8192"]),  # unquoted: split on blanks
+        ('vllm serve "$*"', ["vllm", "serve", "m o 8192"]),
+        ("vllm serve ${3:-fallback} $#", ["vllm", "serve", "fallback", "2"]),
+        ("echo $0", ["echo", "run.sh"]),
+    ],
+)
+def test_positional_parameters_expand_like_the_shell(text: str, expected: list[str]) -> None:
+    positional = ["run.sh", "m o", "8192"]
+    (command,) = parse_script(text, {}, positional=positional)
+    assert command.words == expected
+
+
+def test_without_positional_parameters_they_stay_as_written() -> None:
+    # (a `sh -c` run without arguments has none: what it says is kept, not guessed)
+    assert expand("$1 ${2} $@", {})[0] == "$1 ${2} $@"
+
+
+def test_sh_c_arguments_are_the_scripts_parameters() -> None:
+    container = {
+        "name": "vllm",
+        "image": "example.com/server:1",
+        "command": ["sh", "-c", 'exec vllm serve "$1" --max-model-len "$2"', "sh", "Qwen/Qwen2.5-7B-Instruct", "4096"],
+    }
+    found = inspect_container(0, container)
+    assert found is not None and found.command is not None
+    assert found.command.model == "Qwen/Qwen2.5-7B-Instruct"
+    assert found.words[-2:] == ["--max-model-len", "4096"]
+
+
+# -- scripts inside scripts (no files needed: the webhook reads these too) ----------------------------------
+
+
+def test_bash_c_inside_a_script_is_read() -> None:
+    container = {
+        "name": "vllm",
+        "image": "example.com/server:1",
+        "command": ["bash", "-lc", 'set -e; bash -c "exec vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 2048"'],
+    }
+    found = inspect_container(0, container)
+    assert found is not None and found.style == "shell" and found.command is not None
+    assert found.command.model == "Qwen/Qwen2.5-7B-Instruct" and found.words[-1] == "2048"
+
+
+def test_scripts_within_scripts_stop_at_the_depth_bound() -> None:
+    script = "vllm serve Qwen/Qwen2.5-7B-Instruct"
+    for _ in range(MAX_DEPTH + 2):
+        script = "bash -c " + _quote(script)
+    commands = container_commands(["sh", "-c", script], {})
+    assert commands is not None
+    assert all(c.words[:2] != ["vllm", "serve"] for c in commands)  # too deep: not followed, not hung
+    shallow = "bash -c " + _quote("vllm serve Qwen/Qwen2.5-7B-Instruct")
+    commands = container_commands(["sh", "-c", shallow], {})
+    assert commands is not None and commands[-1].words[:2] == ["vllm", "serve"]
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+# -- script files from ConfigMaps (planner check) ------------------------------------------------------------
+
+
+def manifests(script: str, container: dict[str, Any], *, mount: str = "/scripts", configmap: bool = True) -> str:
+    docs: list[dict[str, Any]] = []
+    if configmap:
+        docs.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "entry", "namespace": "llm"},
+                "data": {"start.sh": script},
+            }
+        )
+    pod = {
+        "volumes": [{"name": "entry", "configMap": {"name": "entry", "defaultMode": 493}}],
+        "containers": [
+            {
+                "name": "vllm",
+                "image": "vllm/vllm-openai:v0.10.1.1",
+                "volumeMounts": [{"name": "entry", "mountPath": mount}],
+                "resources": GPU,
+                **container,
+            }
+        ],
+    }
+    docs.append(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "server", "namespace": "llm", "annotations": {"kv-planner.io/gpu": "L4"}},
+            "spec": {
+                "selector": {"matchLabels": {"app": "s"}},
+                "template": {"metadata": {"labels": {"app": "s"}}, "spec": pod},
+            },
+        }
+    )
+    return yaml.safe_dump_all(docs)
+
+
+def server(text: str) -> WorkloadEntry:
+    result = run_check(read_documents(text, "test.yaml"), policy=POLICY, backend=BACKEND)
+    (entry,) = [e for e in result.workloads if e.kind == "Deployment"]
+    return entry
+
+
+START = """#!/bin/bash
+set -euo pipefail
+MODEL=${1:-Qwen/Qwen2.5-7B-Instruct}
+ray start --head --port=6379
+exec vllm serve "$MODEL" --max-model-len "$2"
+"""
+
+
+@pytest.mark.parametrize(
+    "container",
+    [
+        {"command": ["/bin/bash", "/scripts/start.sh"], "args": [TOO_BIG, "8192"]},
+        {"command": ["bash", "-e", "-o", "pipefail", "/scripts/start.sh", TOO_BIG, "8192"]},
+        {"command": ["/scripts/start.sh", TOO_BIG, "8192"]},  # run by its path
+        {"command": ["tini", "--", "/scripts/start.sh", TOO_BIG, "8192"]},  # behind a launcher
+        {"command": ["sh", "-c", f"source /scripts/start.sh {TOO_BIG} 8192"]},
+        {"command": ["sh", "-c", f"echo starting; exec bash /scripts/start.sh {TOO_BIG} 8192"]},
+    ],
+    ids=["bash-file", "bash-options", "path", "tini", "source", "exec-bash"],
+)
+def test_a_script_file_from_a_configmap_is_read(container: dict[str, Any]) -> None:
+    entry = server(manifests(START, container))
+    assert entry.decision == "deny" and "KVP001" in entry.codes  # was KVP037: "cannot read", not checked
+    (finding,) = [f for f in entry.findings if f.code == "KVP001"]
+    assert "weights" in finding.message
+
+
+def test_production_stack_copies_the_script_then_runs_the_copy() -> None:
+    # production-stack's Ray head: the ConfigMap's script is copied to $HOME and run from there.
+    script = f"#!/bin/bash\nray start --head\nvllm serve {TOO_BIG} --max-model-len 8192\n"
+    copy_and_run = (
+        "cp /entrypoint/start.sh $HOME/vllm-entrypoint.sh && chmod +x $HOME/vllm-entrypoint.sh && "
+        "$HOME/vllm-entrypoint.sh & echo 'Running vllm in the background.'; wait"
+    )
+    container = {"command": ["/bin/bash", "-c", copy_and_run], "env": [{"name": "HOME", "value": "/home/ray"}]}
+    entry = server(manifests(script, container, mount="/entrypoint"))
+    assert entry.decision == "deny" and "KVP001" in entry.codes
+
+
+def test_the_script_fits_and_its_context_is_planned() -> None:
+    script = "#!/bin/sh\nexec vllm serve Qwen/Qwen2.5-7B-Instruct --max-model-len 4096\n"
+    entry = server(manifests(script, {"command": ["sh", "/scripts/start.sh"]}))
+    assert entry.decision != "skip" and "KVP037" not in entry.codes
+    assert entry.model == "Qwen/Qwen2.5-7B-Instruct" and entry.args.get("max_model_len") == 4096
+
+
+@pytest.mark.parametrize(
+    ("script", "why"),
+    [
+        ("#!/usr/bin/env python3\nimport os\nos.execvp('vllm', ['vllm', 'serve', 'x'])\n", "another interpreter"),
+        ("#!/bin/bash\n" + "# padding\n" * (MAX_FILE_CHARS // 10) + f"vllm serve {TOO_BIG}\n", "too long"),
+        ("#!/bin/bash\nexec bash /scripts/start.sh\n", "runs itself"),
+    ],
+    ids=["python", "too-long", "recursive"],
+)
+def test_files_it_will_not_read_stay_cannot_read(script: str, why: str) -> None:
+    entry = server(manifests(script, {"command": ["bash", "/scripts/start.sh"]}))
+    assert entry.decision == "skip" and entry.codes == ["KVP037"], why
+
+
+def test_without_the_configmap_the_file_stays_cannot_read() -> None:
+    # (the webhook's case too: it sees no ConfigMaps)
+    entry = server(manifests(START, {"command": ["bash", "/scripts/start.sh", TOO_BIG, "8192"]}, configmap=False))
+    assert entry.decision == "skip" and entry.codes == ["KVP037"]
+
+
+def test_a_file_mounted_elsewhere_is_not_read() -> None:
+    entry = server(manifests(START, {"command": ["bash", "/other/start.sh", TOO_BIG, "8192"]}))
+    assert entry.codes == ["KVP037"]
+
+
+def test_a_file_run_over_and_over_is_followed_within_the_character_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each file runs the next one 4,000 times: unbounded, four levels would parse 4,000^4 scripts.
+    files = {
+        f"/s/{level}.sh": "#!/bin/sh\n" + f"sh /s/{level + 1}.sh\n" * 4_000 + "# " + "x" * 20_000 + "\n"
+        for level in range(MAX_DEPTH)
+    }
+    files[f"/s/{MAX_DEPTH}.sh"] = "vllm serve Qwen/Qwen2.5-7B-Instruct\n"
+    parsed: list[int] = []
+
+    def counting_parse(script: str, *args: Any) -> Any:
+        parsed.append(len(script))
+        return parse_script(script, *args)
+
+    monkeypatch.setattr(script_files, "parse_script", counting_parse)
+    commands = container_commands(["sh", "/s/0.sh"], {}, files.get)
+    assert commands is not None and len(commands) <= 4_096
+    assert sum(parsed) <= MAX_TOTAL_CHARS  # scripts past the bound are not parsed at all
+    assert len(parsed) > 1  # (but the first files were followed)
