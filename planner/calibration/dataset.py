@@ -66,6 +66,12 @@ class Deployment(_Strict):
         "is disabled because your platform lacks GPU P2P capability'), so NCCL ran its shared-memory transport, "
         "as NCCL_P2P_DISABLE=1 makes it; null: P2P as the GPU allows",
     )
+    model_runner_v2: bool | None = Field(
+        default=None,
+        description="false: the classic GPU model runner ran although the release defaults this model to Model "
+        "Runner V2 (VLLM_USE_V2_MODEL_RUNNER=0; the log names gpu_model_runner.py), true: V2 forced; null: the "
+        "release's default",
+    )
     prefix_caching: bool | None = Field(
         default=None,
         description="--enable-prefix-caching / --no-enable-prefix-caching as given; null: the release's default "
@@ -143,6 +149,7 @@ class Startup(_Strict):
             enforce_eager=d.eager,
             flashinfer_sampler=d.flashinfer_sampler,
             gpu_p2p=d.gpu_p2p,
+            model_runner_v2=d.model_runner_v2,
             enable_prefix_caching=d.prefix_caching,
             language_model_only=d.language_model_only,
             mxfp4_backend=d.mxfp4_backend,

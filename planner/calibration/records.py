@@ -47,6 +47,8 @@ class StartupRecord(BaseModel):
     # False: no P2P between the TP ranks' GPUs (vLLM: "lacks GPU P2P capability"): NCCL's shared-memory
     # transport, as with NCCL_P2P_DISABLE=1; None: P2P as the GPU allows.
     gpu_p2p: bool | None = None
+    # Model Runner V2 forced on (True) or off (False) with VLLM_USE_V2_MODEL_RUNNER; None: the release's default.
+    model_runner_v2: bool | None = None
     # As given on the command line (non-default args); None: the release's default. On a hybrid Mamba model it
     # decides how many state blocks vLLM counts per request (the "Maximum concurrency" figure).
     enable_prefix_caching: bool | None = None

@@ -131,6 +131,9 @@ def record_env(record: StartupRecord) -> dict[str, str]:
         # GPUs without P2P (vLLM: "lacks GPU P2P capability"): NCCL takes its shared-memory transport, whose
         # buffers are host memory, as NCCL_P2P_DISABLE=1 makes it (planner/memory/nontorch.py).
         env["NCCL_P2P_DISABLE"] = "1"
+    if record.model_runner_v2 is not None:
+        # The startup forced the runner (VLLM_USE_V2_MODEL_RUNNER=0/1): the memory terms follow the runner.
+        env["VLLM_USE_V2_MODEL_RUNNER"] = "1" if record.model_runner_v2 else "0"
     return env
 
 
