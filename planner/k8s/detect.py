@@ -23,7 +23,8 @@ from planner.errors import InvalidArgumentError
 from planner.k8s.envvars import container_env, expand_all, string_list
 from planner.k8s.images import VersionEvidence, image_release
 from planner.k8s.shell import ShellCommand, parse_script, shell_script
-from planner.vllm.argv import VllmCommand, locate, parse_args, parse_command
+from planner.vllm.argv import VllmCommand, find, locate, parse_args, parse_command
+from planner.vllm.launchers import unwrap
 
 Style = Literal["argv", "shell", "image"]
 _UNRESOLVED_K8S = re2.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
@@ -136,7 +137,8 @@ def inspect_container(
     unresolved = sorted({m for w in words for m in _UNRESOLVED_K8S.findall(w)})
 
     if raw_command:
-        if locate(words) is not None:
+        found = find(words, env)
+        if found is not None and found.argv_start is not None:
             parsed, error = _safe(lambda: parse_command(words, version=version, read_config=read_config))
             return VllmContainer(
                 style="argv",
@@ -147,7 +149,15 @@ def inspect_container(
                 unresolved=unresolved,
                 **common,
             )
-        script = shell_script(words)
+        if found is not None:
+            # vLLM's words come from a string a launcher splits (`env -S '...'`): like a script's, they have no
+            # place in `command`/`args` to edit, so the container is read as a shell command (warnings only).
+            split = list(found.words)
+            parsed, error = _safe(lambda: parse_command(split, version=version, read_config=read_config))
+            return VllmContainer(
+                style="shell", command=parsed, parse_error=error, words=split, unresolved=unresolved, **common
+            )
+        script = shell_script(_program_words(words, env))
         if script is None:
             return None
         servers = script_servers(parse_script(script, env))
@@ -194,11 +204,18 @@ def unread_command(container: Mapping[str, Any]) -> list[str] | None:
     words = expand_all(command + (string_list(container.get("args")) or []), env)
     if any(mark in word for word in words for mark in _RAY_WORKER_MARKS):
         return None
-    script = shell_script(words)
-    commands = [c.words for c in parse_script(script, env)] if script is not None else [words]
+    script = shell_script(_program_words(words, env))
+    commands = [c.words for c in parse_script(script, env)] if script is not None else [_program_words(words, env)]
     if any(len(c) > 1 and c[0].rsplit("/", 1)[-1] == "ray" and c[1] == "start" for c in commands):
         return None
     return words
+
+
+def _program_words(words: list[str], env: Mapping[str, str]) -> list[str]:
+    """The command ``words`` runs past its launchers (``tini -- bash -c '...'`` runs ``bash -c '...'``);
+    the words as written when a launcher's form is not read."""
+    unwrapped = unwrap(words, env)
+    return list(unwrapped.words) if unwrapped is not None else words
 
 
 def script_servers(commands: Sequence[ShellCommand]) -> list[ShellCommand]:
