@@ -107,6 +107,11 @@ class VllmCommand(BaseModel):
     errors: list[str] = Field(default_factory=list, description="why vLLM would refuse this command line")
     config_file: str | None = None
     config_loaded: bool = False
+    assumed: str | None = Field(
+        default=None,
+        description="how the model was chosen where vLLM's choice depends on what the command line does not say "
+        "(an image's entrypoint with --model given twice), in words; None when vLLM's reading is settled",
+    )
 
     def last(self, dest: str) -> ParsedFlag | None:
         """The occurrence of ``dest`` that wins (argparse: the last one)."""
@@ -281,8 +286,40 @@ def parse_args(
     entrypoint: Entrypoint = "image",
     read_config: Callable[[str], str | None] | None = None,
 ) -> VllmCommand:
-    """Parse the arguments given to an image whose entrypoint is ``vllm serve`` (no command)."""
-    return _parse(list(args), 0, entrypoint, flag_table(version), read_config)
+    """Parse the arguments given to an image whose entrypoint is vLLM (no command).
+
+    Whether that entrypoint is ``vllm serve`` or ``python -m vllm.entrypoints.openai.api_server``
+    (the vLLM project's image has used both) is not in the manifest, and only one case reads differently:
+    ``--model`` given more than once with different values and no positional model. ``vllm serve``
+    0.11.1+ serves the first (``FlexibleArgumentParser`` moves it to the positional model), the api_server
+    module the last (argparse), and ``vllm serve`` up to 0.11.0 does not start (it refuses ``--model``, and
+    needs a positional model). Then the entrypoint
+    is assumed to be ``vllm serve`` where the release in force accepts ``vllm serve --model`` (0.11.1+),
+    else the api_server module (the only one that starts with it), and :attr:`VllmCommand.assumed` says
+    so and names the model the other entrypoint would serve.
+    """
+    table = flag_table(version)
+    parsed = _parse(list(args), 0, entrypoint, table, read_config)
+    if entrypoint != "image" or parsed.model_source != "--model":
+        return parsed
+    models = [flag for flag in parsed.flags if flag.dest == "model" and flag.source == "argv" and not flag.dotted]
+    if len({str(flag.value) for flag in models}) < 2:
+        return parsed
+    last = str(models[-1].value)
+    if table.serve_model_option != "moved":
+        note = (
+            f"--model is given {len(models)} times and no positional model: `vllm serve` {table.in_force} does not "
+            f"start without a positional model, so the image's entrypoint is taken to be the api_server module, "
+            f"which serves the last ({last})"
+        )
+        return parsed.model_copy(update={"assumed": note})
+    served = _parse(list(args), 0, "serve", table, read_config)
+    note = (
+        f"--model is given {len(models)} times and no positional model: the image's entrypoint decides which "
+        f"one vLLM serves; taken to be `vllm serve`, which serves the first `--model` ({served.model}), where "
+        f"the api_server module would serve the last ({last})"
+    )
+    return served.model_copy(update={"entrypoint": "image", "assumed": note})
 
 
 def _normalise(token: str, table: FlagTable) -> list[str]:
