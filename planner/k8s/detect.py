@@ -1,9 +1,10 @@
 """Find the containers of a pod spec that run vLLM, and read their command lines.
 
 A container runs vLLM when its command line (``command`` + ``args``, after the kubelet's ``$(VAR)``
-expansion) starts ``vllm serve`` or the OpenAI api_server module, directly (``argv`` style) or inside a
-``sh -c`` script (``shell`` style); or when it has no ``command`` and its image is a vLLM image, whose
-entrypoint is vLLM (``image`` style: ``args`` only). Init containers and sidecars are not vLLM: only
+expansion) starts ``vllm serve`` or the OpenAI api_server module, directly or behind launchers
+(``tini --``, ``uv run -m``: ``argv`` style), inside a ``sh -c`` script or an ``env -S`` string
+(``shell`` style); or when it has no ``command`` and its image is a vLLM image, whose entrypoint is vLLM
+(``image`` style: ``args`` only). Init containers and sidecars are not vLLM: only
 ``containers`` are read, and each by its own command line.
 
 Only ``argv`` and ``image`` containers may be mutated: their words map one to one onto ``command`` /
