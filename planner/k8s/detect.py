@@ -140,7 +140,7 @@ def inspect_container(
     if raw_command:
         found = find(words, env)
         if found is not None and found.argv_start is not None:
-            parsed, error = _safe(lambda: parse_command(words, version=version, read_config=read_config))
+            parsed, error = _safe(lambda: parse_command(words, version=version, read_config=read_config, env=env))
             return VllmContainer(
                 style="argv",
                 command=parsed,

@@ -192,10 +192,10 @@ def find(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Found | N
     return Found(entrypoint=entrypoint, words=words, start=start, argv_start=unwrapped.argv_index(start))
 
 
-def locate(argv: Sequence[str]) -> tuple[Entrypoint, int] | None:
+def locate(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[Entrypoint, int] | None:
     """Where vLLM's own arguments start in ``argv`` (see :func:`find`); None when the command does not
     start vLLM, or when those arguments are not ``argv``'s own words (an ``env -S`` string)."""
-    found = find(argv)
+    found = find(argv, env)
     if found is None or found.argv_start is None:
         return None
     return found.entrypoint, found.argv_start
@@ -270,9 +270,11 @@ def parse_command(
     *,
     version: str | None = None,
     read_config: Callable[[str], str | None] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> VllmCommand | None:
-    """Parse a full command (``command`` + ``args``); None when it does not start vLLM."""
-    found = locate(argv)
+    """Parse a full command (``command`` + ``args``); None when it does not start vLLM. ``env``: the
+    container's environment, for ``${NAME}`` in an ``env -S`` string in front of vLLM."""
+    found = locate(argv, env)
     if found is None:
         return None
     entrypoint, start = found

@@ -27,7 +27,7 @@ length (times :data:`MAX_SPLITS`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import re2
 
@@ -306,7 +306,8 @@ _LAUNCHERS: dict[str, _Launcher] = {
             "-C --close-from =",
             "-c --login-class =",
             "-D --chdir =",
-            "-E --preserve-env ?",
+            "-E",
+            "--preserve-env ?",  # (the short -E takes no value: `sudo -Eu vllm`)
             "-g --group =",
             "-H --set-home",
             "--host =",
@@ -612,7 +613,6 @@ class _Runner:
     dashdash: bool = True  # `--` ends the options (False: pipx, whose argparse REMAINDER keeps it as the app)
 
 
-_EMPTY = _grammar()
 _RUNNERS: dict[str, _Runner] = {
     "conda": _Runner(None, _grammar(*_CONDA_OPTIONS, abbreviations=True, dash_values=False)),
     "micromamba": _Runner(None, _grammar(*_MICROMAMBA_OPTIONS, dash_values=False)),
@@ -630,7 +630,7 @@ class Unwrapped:
 
     words: tuple[str, ...]  # words[0] names the program (uvx's `vllm@0.19.0` is `vllm`; `uv run -m M`: python -m M)
     origins: tuple[int | None, ...]  # the argv index of each word, None for words made from an `env -S` string
-    argv_length: int = field(default=0)
+    argv_length: int = 0
 
     def argv_index(self, at: int) -> int | None:
         """The argv index of ``words[at]`` when ``words[at:]`` are argv's own last words, unchanged
@@ -848,8 +848,10 @@ def _long(words: Sequence[str], i: int, grammar: _Grammar) -> _Read | None:
     name, eq, value = words[i][2:].partition("=")
     option = grammar.long.get(name)
     if option is None and grammar.abbreviations and name:
-        matches = {grammar.long[n] for n in grammar.long if n.startswith(name)}
-        option = matches.pop() if len(matches) == 1 else None
+        # Names of one option share one _Option; two options are ambiguous even with the same arity
+        # (getopt_long compares the option's value too; argparse its action).
+        matches = {id(grammar.long[n]): grammar.long[n] for n in grammar.long if n.startswith(name)}
+        option = next(iter(matches.values())) if len(matches) == 1 else None
     if option is None or (option.arity == _NONE and eq):
         return None
     if eq or option.arity != _VALUE:

@@ -60,6 +60,15 @@ def test_a_70b_on_one_gpu_behind_a_launcher_is_denied(command: list[str]) -> Non
     assert entry.model == BIG and entry.decision == "deny" and "KVP001" in entry.codes
 
 
+def test_a_split_string_with_a_variable_in_front_of_argv_words_keeps_them_editable() -> None:
+    env = [{"name": "THREADS", "value": "8"}]
+    container = {"command": ["env", "-S", "OMP_NUM_THREADS=${THREADS} nice -n 5", "vllm", "serve"], "env": env}
+    assert check({**container, "args": [BIG]}).decision == "deny"
+    entry = check({**container, "args": [SMALL]})
+    assert entry.model == SMALL and entry.decision == "mutate"
+    assert next(op["path"] for op in entry.patch if "/containers/" in op["path"]).endswith("/args/-")
+
+
 def test_a_launcher_argv_is_edited_in_place() -> None:
     entry = check({"command": ["tini", "--", "uv", "run", "-m", API], "args": ["--model", SMALL]})
     assert entry.model == SMALL and entry.decision == "mutate"

@@ -98,6 +98,7 @@ READ = [
     ["sudo", "-E", "-u", "vllm", "HF_HOME=/data", "-H"],
     ["sudo", "--user=vllm", "--preserve-env=PATH,HF_TOKEN", "-D", "/work"],
     ["sudo", "-nu", "vllm", "--"],
+    ["sudo", "-Eu", "vllm"],  # -E takes no value (only --preserve-env=LIST does)
     # environment managers
     ["uv", "run"],
     ["uv", "run", "--with", "vllm==0.19.0", "--no-project", "--"],
@@ -248,6 +249,8 @@ UNREAD = [
     ["numactl", "--no-such-option"],
     ["uv", "run", "--no-such-option"],
     ["env", "--i"],  # ambiguous prefix: --ignore-environment, --ignore-signal
+    ["numactl", "--pref", "0"],  # --preferred, --preferred-many: ambiguous though both take a value
+    ["conda", "run", "--n", "x"],  # argparse: --name, --no-capture-output
     ["env", "-x"],
     ["gosu", "--preserve-env", "vllm"],
     # no command runs
