@@ -104,6 +104,9 @@ def test_a_split_string_is_not_edited_but_warned_like_a_script() -> None:
         ["torchrun", "--nproc-per-node", "1", "-m", API, "--model", BIG],
         # the job runs wherever Ray schedules its driver, not in this container
         ["ray", "job", "submit", "--", "vllm", "serve", BIG],
+        # a batch job over a file of requests, not a server (its own -i/-o arguments)
+        ["vllm", "run-batch", "-i", "in.jsonl", "-o", "out.jsonl", "--model", BIG],
+        ["python3", "-m", "vllm.entrypoints.openai.run_batch", "-i", "in.jsonl", "-o", "o.jsonl", "--model", BIG],
         # hatch runs a project script named like the command, through a shell string (not read)
         ["hatch", "run", "vllm", "serve", BIG],
         # forms whose meaning the line does not settle, or options a launcher's table does not list
