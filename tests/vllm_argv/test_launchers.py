@@ -10,7 +10,7 @@ what the command line does not say) is unreadable: None, never a guess.
 
 from __future__ import annotations
 
-import time
+import sys
 
 import pytest
 from hypothesis import given
@@ -413,11 +413,22 @@ def test_split_strings_in_a_chain_count_towards_the_bound() -> None:
     assert locate(["env", "-S", "nohup", *chain, *SERVE]) is None
 
 
-# Bounds: every path stays linear in the command line (a manifest author chooses it).
-def _elapsed(argv: list[str]) -> float:
-    began = time.perf_counter()
-    find(argv, {"X": "y"})
-    return time.perf_counter() - began
+# Bounds: every path stays linear in the command line (a manifest author chooses it). Work is counted, not
+# timed (the machines are shared: speed belongs in benchmarks): the Python calls one reading makes.
+def _calls(argv: list[str]) -> int:
+    count = 0
+
+    def tally(frame: object, event: str, arg: object) -> None:
+        nonlocal count
+        if event in ("call", "c_call"):
+            count += 1
+
+    sys.setprofile(tally)
+    try:
+        find(argv, {"X": "y"})
+    finally:
+        sys.setprofile(None)
+    return count
 
 
 @pytest.mark.parametrize(
@@ -437,31 +448,28 @@ def _elapsed(argv: list[str]) -> float:
 )
 def test_a_long_chain_of_launchers_is_linear(unit: list[str]) -> None:
     small, large = unit * 2_000, unit * 8_000
-    _elapsed([*small, *SERVE])  # warm
     assert find([*large, *SERVE]) is not None or unit in (["tini"], ["poetry", "run"])
-    t_small = min(_elapsed([*small, *SERVE]) for _ in range(2))
-    t_large = min(_elapsed([*large, *SERVE]) for _ in range(2))
-    assert t_large < 1.0
-    assert t_large < 10 * t_small + 0.05  # 4x the words: about 4x the time, never 16x
+    calls_small, calls_large = _calls([*small, *SERVE]), _calls([*large, *SERVE])
+    assert calls_large <= 4.5 * calls_small + 100  # 4x the words: about 4x the work, never 16x
 
 
 def test_huge_and_hostile_split_strings_are_linear() -> None:
     huge = "vllm serve M " + "--served-model-name x " * 30_000  # 660 kB, 60k words
-    began = time.perf_counter()
     found = find(["env", "-S", huge])
-    assert time.perf_counter() - began < 1.0
     assert found is not None and len(found.words) == 3 + 60_000
     for hostile in ("$" * 200_000, "\\_" * 200_000, "'" * 200_001, "${X}" * 100_000, "#" + "a" * 500_000):
-        began = time.perf_counter()
-        find(["env", "-S", hostile, *SERVE], {"X": "y"})
-        assert time.perf_counter() - began < 1.0
+        small, large = hostile[: len(hostile) // 4], hostile
+        calls_small = _calls(["env", "-S", small, *SERVE])
+        calls_large = _calls(["env", "-S", large, *SERVE])
+        assert calls_large <= 4.5 * calls_small + 100, hostile[:8]
 
 
-def test_many_split_strings_stop_at_the_bound_quickly() -> None:
-    argv = ["env", "-S", "-S -S -S -S -S -S -S -S -S -S -S x"] + ["x"] * 50_000
-    began = time.perf_counter()
-    assert find(argv) is None
-    assert time.perf_counter() - began < 1.0
+def test_many_split_strings_stop_at_the_bound_in_linear_work() -> None:
+    def argv(words: int) -> list[str]:
+        return ["env", "-S", "-S -S -S -S -S -S -S -S -S -S -S x"] + ["x"] * words
+
+    assert find(argv(50_000)) is None
+    assert _calls(argv(50_000)) <= 4.5 * _calls(argv(12_500)) + 100
 
 
 WORDS = st.sampled_from(
