@@ -209,6 +209,13 @@ class Code(str, Enum):
         "others share its GPUs",
         "run one vLLM server per container",
     )
+    ENTRYPOINT_ASSUMED = (
+        "KVP052",
+        _WARN,
+        "an image's args give `--model` more than once and no positional model: the model served depends on "
+        "the image's entrypoint; the one assumed is checked, nothing is changed and nothing denied",
+        "give the model once (first, as the positional model, for a `vllm serve` entrypoint)",
+    )
     # kv-planner's own failures: allowed with a warning.
     UNKNOWN_MODEL = ("KVP040", _WARN, "model unknown", "use a Hugging Face repository id or a catalog name")
     MODEL_LOOKUP_FAILED = (

@@ -1,9 +1,10 @@
 """Find the containers of a pod spec that run vLLM, and read their command lines.
 
 A container runs vLLM when its command line (``command`` + ``args``, after the kubelet's ``$(VAR)``
-expansion) starts ``vllm serve`` or the OpenAI api_server module, directly (``argv`` style) or inside a
-``sh -c`` script (``shell`` style); or when it has no ``command`` and its image is a vLLM image, whose
-entrypoint is vLLM (``image`` style: ``args`` only). Init containers and sidecars are not vLLM: only
+expansion) starts ``vllm serve`` or the OpenAI api_server module, directly or behind launchers
+(``tini --``, ``uv run -m``: ``argv`` style), inside a ``sh -c`` script or an ``env -S`` string
+(``shell`` style); or when it has no ``command`` and its image is a vLLM image, whose entrypoint is vLLM
+(``image`` style: ``args`` only). Init containers and sidecars are not vLLM: only
 ``containers`` are read, and each by its own command line.
 
 Only ``argv`` and ``image`` containers may be mutated: their words map one to one onto ``command`` /
@@ -24,7 +25,8 @@ from planner.k8s.envvars import container_env, expand_all, string_list
 from planner.k8s.images import VersionEvidence, image_release
 from planner.k8s.script_files import container_commands
 from planner.k8s.shell import ShellCommand
-from planner.vllm.argv import VllmCommand, locate, parse_args, parse_command
+from planner.vllm.argv import VllmCommand, find, locate, parse_args, parse_command
+from planner.vllm.launchers import unwrap
 
 Style = Literal["argv", "shell", "image"]
 _UNRESOLVED_K8S = re2.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
@@ -137,8 +139,9 @@ def inspect_container(
     unresolved = sorted({m for w in words for m in _UNRESOLVED_K8S.findall(w)})
 
     if raw_command:
-        if locate(words) is not None:
-            parsed, error = _safe(lambda: parse_command(words, version=version, read_config=read_config))
+        found = find(words, env)
+        if found is not None and found.argv_start is not None:
+            parsed, error = _safe(lambda: parse_command(words, version=version, read_config=read_config, env=env))
             return VllmContainer(
                 style="argv",
                 command=parsed,
@@ -148,7 +151,15 @@ def inspect_container(
                 unresolved=unresolved,
                 **common,
             )
-        commands = container_commands(words, env, read_config)
+        if found is not None:
+            # vLLM's words come from a string a launcher splits (`env -S '...'`): like a script's, they have no
+            # place in `command`/`args` to edit, so the container is read as a shell command (warnings only).
+            split = list(found.words)
+            parsed, error = _safe(lambda: parse_command(split, version=version, read_config=read_config))
+            return VllmContainer(
+                style="shell", command=parsed, parse_error=error, words=split, unresolved=unresolved, **common
+            )
+        commands = container_commands(_program_words(words, env), env, read_config)
         if commands is None:
             return None
         servers = script_servers(commands)
@@ -195,11 +206,19 @@ def unread_command(container: Mapping[str, Any]) -> list[str] | None:
     words = expand_all(command + (string_list(container.get("args")) or []), env)
     if any(mark in word for word in words for mark in _RAY_WORKER_MARKS):
         return None
-    scripted = container_commands(words, env)
-    commands = [c.words for c in scripted] if scripted is not None else [words]
+    program = _program_words(words, env)
+    scripted = container_commands(program, env)
+    commands = [c.words for c in scripted] if scripted is not None else [program]
     if any(len(c) > 1 and c[0].rsplit("/", 1)[-1] == "ray" and c[1] == "start" for c in commands):
         return None
     return words
+
+
+def _program_words(words: list[str], env: Mapping[str, str]) -> list[str]:
+    """The command ``words`` runs past its launchers (``tini -- bash -c '...'`` runs ``bash -c '...'``);
+    the words as written when a launcher's form is not read."""
+    unwrapped = unwrap(words, env)
+    return list(unwrapped.words) if unwrapped is not None else words
 
 
 def script_servers(commands: Sequence[ShellCommand]) -> list[ShellCommand]:

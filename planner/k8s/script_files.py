@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from planner.k8s.envvars import new_budget
 from planner.k8s.shell import SHELLS, ShellCommand, parse_script
-from planner.vllm.argv import command_start
+from planner.vllm.launchers import unwrap
 
 ReadFile = Callable[[str], str | None]
 
@@ -74,10 +74,10 @@ def container_commands(
         return _follow(commands, env, walk, 1)
     if read_file is None:
         return None
-    start = command_start(words)  # (`tini -- /scripts/start.sh`)
-    if start is None or start >= len(words):
+    unwrapped = unwrap(words, env)  # (`tini -- /scripts/start.sh`)
+    if unwrapped is None or not unwrapped.words:
         return None
-    whole = ShellCommand(words=list(words[start:]), text=" ".join(words))
+    whole = ShellCommand(words=list(unwrapped.words), text=" ".join(words))
     followed = _follow([whole], env, walk, 0)
     return None if followed == [whole] else followed
 

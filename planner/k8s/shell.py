@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from planner.errors import InputCapError
 from planner.k8s.envvars import ExpansionBudget, new_budget
-from planner.vllm.argv import command_start
+from planner.vllm.launchers import unwrap
 
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
 _ASSIGNMENT = re2.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -313,17 +313,13 @@ def parse_script(
             continue
         words = _drop_redirections(words)
         execs = bool(words) and words[0] == "exec"
-        # Launchers (`exec -a x`, `env A=1`, `nohup`, `timeout 1h`, `stdbuf -o L` ...): the command they run,
-        # by vLLM's own launcher table (planner.vllm.argv); a launcher that runs nothing stays as written.
-        # (assignments after a launcher are dropped too, as before: `nohup VLLM_X=1 vllm serve`)
-        while words:
-            start = command_start(words)
-            rest = words[start:] if start is not None and start < len(words) else words
-            while rest and _ASSIGNMENT.match(rest[0]):
-                rest = rest[1:]
-            if rest == words:
-                break
-            words = rest
+        # Launchers (`exec -a x`, `env A=1`, `nohup`, `timeout 1h`, `env -S '...'` ...): the command they run,
+        # read with each one's grammar (planner.vllm.launchers); one that runs nothing, or whose form is not
+        # read, stays as written (and is then not vLLM). `${NAME}` in an `env -S` string takes the
+        # container's environment (env reads its own environment, not the script's unexported variables).
+        unwrapped = unwrap(words, env) if words else None
+        if unwrapped is not None:
+            words = list(unwrapped.words)
         if words:
             commands.append(
                 ShellCommand(words=words, text=text, unresolved=missing, execs=execs, conditional=conditional)

@@ -228,6 +228,8 @@ def evaluate(
         mutable = False  # (TP x PP vs GPUs) no limits are filled into a workload that cannot start
     result = _plan_limits(ctx, serving, mutable, out)
     result.findings = out.findings + result.findings
+    if command.assumed:
+        result.findings = soften(result.findings)  # the model vLLM serves may be the other one
     result.args = out.args
     result.model_id = out.model_id
     return result
@@ -274,6 +276,11 @@ def _read_command(
                 f"vLLM {container.vllm_version or command.release} would reject the command line: {command.errors[0]}",
             )
         )
+        mutable = False
+    if command.assumed:
+        # vLLM serves one of the --model values, by the image's entrypoint: plan the one assumed, but change
+        # nothing (limits filled for one model can keep the other from starting) and deny nothing.
+        out.findings.append(finding(Code.ENTRYPOINT_ASSUMED, name, command.assumed))
         mutable = False
     if command.config_file and not command.config_loaded:
         out.findings.append(

@@ -31,17 +31,19 @@ from planner.vllm.args import ServingArgs
 from planner.vllm.argv_emit import ArgEdit, Style, apply_edits, detect_style, flag_edits, format_args, set_flag
 from planner.vllm.argv_table import FlagTable, Kind, flag_table
 from planner.vllm.argv_values import to_serving_args, typed_value
+from planner.vllm.launchers import program, unwrap
 
 __all__ = [
     "ArgEdit",
     "Entrypoint",
     "FlagTable",
+    "Found",
     "ParsedFlag",
     "Style",
     "VllmCommand",
     "apply_edits",
-    "command_start",
     "detect_style",
+    "find",
     "flag_edits",
     "flag_table",
     "format_args",
@@ -54,7 +56,18 @@ __all__ = [
 ]
 Entrypoint = Literal["serve", "api_server", "image"]
 
-_API_SERVER_MODULES = ("vllm.entrypoints.openai.api_server", "vllm.entrypoints.api_server")
+# Modules run with `python -m` that parse vLLM's engine arguments with FlexibleArgumentParser and no sub
+# command (so `--model`, no positional model), read in the wheels of 0.8.5-0.33.0: the OpenAI server (all;
+# from 0.33 a deprecated alias of launchers.api_server.entry), the old demo server (<= 0.20), the gRPC
+# server (0.19+; from 0.33 an alias of launchers.grpc_server). Their own few options (--host, --port,
+# --ssl-*) are in the flag table; the OpenAI server's other front-end options are not checked for them.
+_API_SERVER_MODULES = (
+    "vllm.entrypoints.openai.api_server",
+    "vllm.entrypoints.launchers.api_server.entry",
+    "vllm.entrypoints.api_server",
+    "vllm.entrypoints.grpc_server",
+    "vllm.entrypoints.launchers.grpc_server",
+)
 _CLI_MODULE = "vllm.entrypoints.cli.main"
 _NEGATIVE_NUMBER = re2.compile(r"^-\d+$|^-\d*\.\d+$")  # argparse's _negative_number_matcher
 _PYTHON = re2.compile(r"^python(\d+(\.\d+)?)?$")
@@ -94,6 +107,11 @@ class VllmCommand(BaseModel):
     errors: list[str] = Field(default_factory=list, description="why vLLM would refuse this command line")
     config_file: str | None = None
     config_loaded: bool = False
+    assumed: str | None = Field(
+        default=None,
+        description="how the model was chosen where vLLM's choice depends on what the command line does not say "
+        "(an image's entrypoint with --model given twice), in words; None when vLLM's reading is settled",
+    )
 
     def last(self, dest: str) -> ParsedFlag | None:
         """The occurrence of ``dest`` that wins (argparse: the last one)."""
@@ -140,33 +158,64 @@ class _Token:
     original: str = ""  # as written
 
 
-def locate(argv: Sequence[str]) -> tuple[Entrypoint, int] | None:
-    """Where vLLM's own arguments start in a full command, or None when it does not start vLLM.
+@dataclass(frozen=True, slots=True)
+class Found:
+    """vLLM's entry point in a full command line."""
+
+    entrypoint: Entrypoint
+    words: tuple[str, ...]  # the vLLM command as it runs, launchers removed (see planner.vllm.launchers)
+    start: int  # index in ``words`` where vLLM's own arguments begin
+    argv_start: int | None  # the same in the command line given; None when they come from an `env -S` string
+
+
+def find(argv: Sequence[str], env: Mapping[str, str] | None = None) -> Found | None:
+    """vLLM in a full command, or None when the command does not start vLLM.
 
     The command itself must be vLLM: ``vllm serve`` (any path to the ``vllm`` script), ``python[3[.x]]
-    [interpreter options] -m vllm.entrypoints.openai.api_server`` (or ``vllm.entrypoints.api_server``),
-    ``python -m vllm.entrypoints.cli.main serve`` or ``python [options] /path/to/vllm serve``, possibly
-    behind launchers that run their arguments as a command (``exec``, ``env [-u X] [A=1 ...]``,
-    ``nohup``, ``time``, ``nice -n 5``, ``timeout 1h``, ``stdbuf -oL``, ``taskset -c 0-7``, ``numactl
-    --cpunodebind=0``, ``tini --``, ``uv run``, ``conda run -n env`` ...). ``vllm serve`` among the
-    arguments of another program (``echo vllm serve x``, ``test``, ``grep``) is not vLLM.
+    [interpreter options] -m MODULE`` for a module that serves with vLLM's engine arguments
+    (:data:`_API_SERVER_MODULES`), ``python -m vllm.entrypoints.cli.main serve`` or ``python [options]
+    /path/to/vllm serve``, possibly behind launchers that run their arguments as a command (``exec``,
+    ``env [-u X] [A=1 ...] [-S STRING]``, ``tini --``, ``gosu USER``, ``numactl --cpunodebind=0``,
+    ``uv run [-m]``, ``uvx``, ``conda run -n env`` ...: :mod:`planner.vllm.launchers`, each read with
+    its own option grammar). ``vllm serve`` among the arguments of another program (``echo vllm serve
+    x``, ``test``, ``grep``) is not vLLM, nor is a launcher whose form is not read. ``env`` gives the
+    values of ``${NAME}`` in ``env -S`` strings.
     """
-    i = command_start(argv)
-    if i is None or i >= len(argv):
+    unwrapped = unwrap(argv, env)
+    if unwrapped is None:
         return None
-    base = argv[i].rsplit("/", 1)[-1]
+    words = unwrapped.words
+    hit = _entry(words)
+    if hit is None:
+        return None
+    entrypoint, start = hit
+    return Found(entrypoint=entrypoint, words=words, start=start, argv_start=unwrapped.argv_index(start))
+
+
+def locate(argv: Sequence[str], env: Mapping[str, str] | None = None) -> tuple[Entrypoint, int] | None:
+    """Where vLLM's own arguments start in ``argv`` (see :func:`find`); None when the command does not
+    start vLLM, or when those arguments are not ``argv``'s own words (an ``env -S`` string)."""
+    found = find(argv, env)
+    if found is None or found.argv_start is None:
+        return None
+    return found.entrypoint, found.argv_start
+
+
+def _entry(words: Sequence[str]) -> tuple[Entrypoint, int] | None:
+    """(entry point, index of vLLM's first argument) for a command whose program is ``words[0]``."""
+    base = program(words[0])
     if base == "vllm":
-        return ("serve", i + 2) if i + 1 < len(argv) and argv[i + 1] == "serve" else None
+        return ("serve", 2) if list(words[1:2]) == ["serve"] else None
     if not _PYTHON.match(base):
         return None
-    module, at = _python_target(argv, i + 1)
+    module, at = _python_target(words, 1)
     if module is None:  # a script: `python3 /usr/local/bin/vllm serve ...`
-        if at < len(argv) and argv[at].rsplit("/", 1)[-1] == "vllm" and argv[at + 1 : at + 2] == ["serve"]:
+        if at < len(words) and program(words[at]) == "vllm" and list(words[at + 1 : at + 2]) == ["serve"]:
             return "serve", at + 2
         return None
     if module in _API_SERVER_MODULES:
         return "api_server", at
-    if module == _CLI_MODULE and argv[at : at + 1] == ["serve"]:
+    if module == _CLI_MODULE and list(words[at : at + 1]) == ["serve"]:
         return "serve", at + 1
     return None
 
@@ -216,110 +265,16 @@ def _python_target(argv: Sequence[str], i: int) -> tuple[str | None, int]:
     return None, i
 
 
-# Launchers: programs (and shell builtins) that run their operands as a command. name -> (options that
-# take a separate value, operands before the command). Short options may carry the value attached
-# (`-n10`, `-oL`), long ones after `=`; `--` ends the options.
-_LAUNCHERS: dict[str, tuple[frozenset[str], int]] = {
-    "exec": (frozenset({"-a"}), 0),
-    "command": (frozenset(), 0),
-    "builtin": (frozenset(), 0),
-    "env": (frozenset({"-u", "--unset", "-C", "--chdir"}), 0),
-    "nohup": (frozenset(), 0),
-    "time": (frozenset({"-f", "--format", "-o", "--output"}), 0),
-    "nice": (frozenset({"-n", "--adjustment"}), 0),
-    "timeout": (frozenset({"-s", "--signal", "-k", "--kill-after"}), 1),
-    "stdbuf": (frozenset({"-i", "-o", "-e", "--input", "--output", "--error"}), 0),
-    "setsid": (frozenset(), 0),
-    "taskset": (frozenset(), 1),
-    "chrt": (frozenset(), 1),
-    "ionice": (frozenset({"-c", "--class", "-n", "--classdata"}), 0),
-    "numactl": (
-        frozenset(
-            {"-N", "--cpunodebind", "-m", "--membind", "-i", "--interleave", "-C", "--physcpubind"}
-            | {"-p", "--preferred", "-P", "--preferred-many", "-w", "--weighted-interleave"}
-        ),
-        0,
-    ),
-    "tini": (frozenset({"-p", "-e"}), 0),
-    "dumb-init": (frozenset({"-r", "--rewrite"}), 0),
-    "catatonit": (frozenset(), 0),
-    "gosu": (frozenset(), 1),
-    "su-exec": (frozenset(), 1),
-    "sudo": (frozenset({"-u", "--user", "-g", "--group", "-C", "--close-from", "-D", "--chdir", "-h", "--host"}), 0),
-}
-# `TOOL run [options] COMMAND`: environment managers that run a command in their environment.
-_RUNNERS: dict[str, frozenset[str]] = {
-    "uv": frozenset(
-        {"--with", "--with-editable", "--with-requirements", "--extra", "--group", "--only-group", "--no-group"}
-        | {"--package", "--python", "-p", "--directory", "--project", "--env-file", "--index", "--default-index"}
-        | {"--index-url", "-i", "--extra-index-url", "--find-links", "-f", "--config-file", "--cache-dir"}
-        | {"--index-strategy", "--keyring-provider", "--resolution", "--prerelease", "--exclude-newer"}
-        | {"--link-mode", "--refresh-package", "--reinstall-package", "--upgrade-package", "-P"}
-        | {"--config-setting", "-C", "--color", "--allow-insecure-host", "--python-platform", "--no-extra"}
-        | {"--no-binary-package", "--no-build-package", "--fork-strategy"}
-    ),
-    "conda": frozenset({"-n", "--name", "-p", "--prefix", "--cwd"}),
-    "mamba": frozenset({"-n", "--name", "-p", "--prefix", "--cwd"}),
-    "micromamba": frozenset({"-n", "--name", "-p", "--prefix", "--cwd", "-r", "--root-prefix"}),
-    "pixi": frozenset({"-e", "--environment", "--manifest-path"}),
-    "poetry": frozenset({"-C", "--directory", "-P", "--project"}),
-    "pipenv": frozenset(),
-}
-_ENV_ASSIGNMENT = re2.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-
-
-def command_start(argv: Sequence[str]) -> int | None:
-    """The index of the command a chain of launchers finally runs (0 without launchers); None when a
-    launcher runs nothing (``taskset -p``, ``command -v``, ``uv sync``)."""
-    i = 0
-    for _ in range(len(argv)):
-        if i >= len(argv):
-            return None
-        base = argv[i].rsplit("/", 1)[-1]
-        if base in _RUNNERS:
-            if argv[i + 1 : i + 2] != ["run"]:
-                return None
-            i = _after_options(argv, i + 2, _RUNNERS[base])
-            if base == "uv" and i < len(argv) and argv[i - 1] in ("-m", "--module"):
-                return None  # `uv run -m MODULE` is python -m: not one of vLLM's forms handled here
-            continue
-        if base not in _LAUNCHERS:
-            return i
-        with_value, operands = _LAUNCHERS[base]
-        options = argv[i + 1 : i + 2]
-        if base == "command" and options and options[0] in ("-v", "-V"):
-            return None  # `command -v vllm` prints where vllm is
-        i = _after_options(argv, i + 1, with_value)
-        if base == "env":
-            while i < len(argv) and _ENV_ASSIGNMENT.match(argv[i]):
-                i += 1
-        i += operands
-    return None
-
-
-def _after_options(argv: Sequence[str], i: int, with_value: frozenset[str]) -> int:
-    """The index after the options that start at ``argv[i]`` (``--`` included)."""
-    while i < len(argv):
-        word = argv[i]
-        if word == "--":
-            return i + 1
-        if not word.startswith("-") or word == "-":
-            return i
-        if word in with_value:
-            i += 2
-        else:
-            i += 1  # a flag, `--opt=value` or `-ovalue`
-    return i
-
-
 def parse_command(
     argv: Sequence[str],
     *,
     version: str | None = None,
     read_config: Callable[[str], str | None] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> VllmCommand | None:
-    """Parse a full command (``command`` + ``args``); None when it does not start vLLM."""
-    found = locate(argv)
+    """Parse a full command (``command`` + ``args``); None when it does not start vLLM. ``env``: the
+    container's environment, for ``${NAME}`` in an ``env -S`` string in front of vLLM."""
+    found = locate(argv, env)
     if found is None:
         return None
     entrypoint, start = found
@@ -333,8 +288,40 @@ def parse_args(
     entrypoint: Entrypoint = "image",
     read_config: Callable[[str], str | None] | None = None,
 ) -> VllmCommand:
-    """Parse the arguments given to an image whose entrypoint is ``vllm serve`` (no command)."""
-    return _parse(list(args), 0, entrypoint, flag_table(version), read_config)
+    """Parse the arguments given to an image whose entrypoint is vLLM (no command).
+
+    Whether that entrypoint is ``vllm serve`` or ``python -m vllm.entrypoints.openai.api_server``
+    (the vLLM project's image has used both) is not in the manifest, and only one case reads differently:
+    ``--model`` given more than once with different values and no positional model. ``vllm serve``
+    0.11.1+ serves the first (``FlexibleArgumentParser`` moves it to the positional model), the api_server
+    module the last (argparse), and ``vllm serve`` up to 0.11.0 does not start (it refuses ``--model``, and
+    needs a positional model). Then the entrypoint
+    is assumed to be ``vllm serve`` where the release in force accepts ``vllm serve --model`` (0.11.1+),
+    else the api_server module (the only one that starts with it), and :attr:`VllmCommand.assumed` says
+    so and names the model the other entrypoint would serve.
+    """
+    table = flag_table(version)
+    parsed = _parse(list(args), 0, entrypoint, table, read_config)
+    if entrypoint != "image" or parsed.model_source != "--model":
+        return parsed
+    models = [flag for flag in parsed.flags if flag.dest == "model" and flag.source == "argv" and not flag.dotted]
+    if len({str(flag.value) for flag in models}) < 2:
+        return parsed
+    last = str(models[-1].value)
+    if table.serve_model_option != "moved":
+        note = (
+            f"--model is given {len(models)} times and no positional model: `vllm serve` {table.in_force} does not "
+            f"start without a positional model, so the image's entrypoint is taken to be the api_server module, "
+            f"which serves the last ({last})"
+        )
+        return parsed.model_copy(update={"assumed": note})
+    served = _parse(list(args), 0, "serve", table, read_config)
+    note = (
+        f"--model is given {len(models)} times and no positional model: the image's entrypoint decides which "
+        f"one vLLM serves; taken to be `vllm serve`, which serves the first `--model` ({served.model}), where "
+        f"the api_server module would serve the last ({last})"
+    )
+    return served.model_copy(update={"entrypoint": "image", "assumed": note})
 
 
 def _normalise(token: str, table: FlagTable) -> list[str]:

@@ -119,3 +119,16 @@ def test_a_server_inside_if_or_a_loop_is_read_and_branches_are_not_sharing() -> 
     branches = in_shell(f'if [ "$Q" = 1 ]; then\n  {big} --quantization fp8\nelse\n  {big}\nfi')
     (note,) = [m for m in branches.messages if m.startswith("KVP039")]
     assert "one of 2" in note and "share" not in note
+
+
+@pytest.mark.parametrize("order", [[BIG, SMALL], [SMALL, BIG]], ids=["big-first", "small-first"])
+def test_image_args_with_two_models_warn_which_entrypoint_is_assumed(order: list[str]) -> None:
+    # vllm/vllm-openai's entrypoint decides: `vllm serve` (0.11.1+) serves the first --model, the api_server
+    # module the last. kv-planner plans the first (the release accepts `vllm serve --model`), says so, and
+    # neither edits (limits for one model can keep the other from starting) nor denies.
+    args = ["--model", order[0], "--model", order[1], "--max-model-len", "32768"]
+    entry = check(deployment({"image": IMAGE, "args": args}))
+    (note,) = [m for m in entry.messages if m.startswith("KVP052")]
+    assert entry.model == order[0] and "`vllm serve`" in note and order[1] in note
+    assert entry.decision != "deny" and ("KVP001" in entry.codes) is (order[0] == BIG)  # 70B: warned, not denied
+    assert not [op for op in entry.patch if "/containers/" in op["path"]]  # only the plan's annotations

@@ -100,8 +100,15 @@ def test_values_with_spaces_split_unquoted_and_stay_whole_quoted() -> None:
 
 
 def test_prefix_commands_and_leading_assignments_are_dropped() -> None:
-    commands = parse_script("env -i A=1 nohup VLLM_X=1 vllm serve m > /tmp/out", {})
+    commands = parse_script("env -i A=1 VLLM_X=1 nohup vllm serve m > /tmp/out", {})
     assert commands[0].words == ["vllm", "serve", "m"]  # the redirection is the shell's, not vLLM's
+
+
+def test_an_assignment_after_a_launcher_other_than_env_is_its_program() -> None:
+    # nohup (like timeout, nice, tini ...) runs its first operand: `nohup VLLM_X=1 vllm serve` fails with
+    # "nohup: failed to run command 'VLLM_X=1'". Only env and sudo take NAME=VALUE words.
+    (command,) = parse_script("nohup VLLM_X=1 vllm serve m", {})
+    assert command.words[0] == "VLLM_X=1"
 
 
 def _doubling(levels: int, times: int) -> str:

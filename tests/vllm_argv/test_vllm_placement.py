@@ -148,3 +148,46 @@ def test_vllm_among_another_programs_arguments_is_not_vllm(argv: list[str]) -> N
 
 def test_python_running_the_vllm_script() -> None:
     assert locate(["python3", "-u", "/usr/local/bin/vllm", "serve", BIG]) == ("serve", 4)
+
+
+# An image's args: its entrypoint (`vllm serve` or the api_server module) is not in the manifest, and
+# only --model given twice with no positional model reads differently under the two.
+@pytest.mark.parametrize(
+    ("version", "served", "names"),
+    [
+        ("0.19.0", BIG, ["`vllm serve`", "first", SMALL]),  # 0.11.1+: vllm serve starts with --model
+        ("0.11.1", BIG, ["`vllm serve`", "first", SMALL]),
+        ("0.11.0", SMALL, ["api_server", "last", "does not start"]),  # only the api_server starts
+        ("0.8.5", SMALL, ["api_server", "last"]),
+        (None, BIG, ["`vllm serve`", "first"]),  # the newest table
+    ],
+)
+def test_image_args_with_two_models_say_which_entrypoint_is_assumed(
+    version: str | None, served: str, names: list[str]
+) -> None:
+    command = parse_args(["--model", BIG, "--max-model-len", "8192", "--model", SMALL], version=version)
+    assert command.entrypoint == "image" and command.model == served and command.errors == []
+    assert command.assumed is not None and all(name in command.assumed for name in names)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--model", BIG],
+        ["--model", BIG, "--model", BIG],  # the same model either way
+        [BIG, "--max-model-len", "8192"],
+        ["--model=" + BIG, "--max-model-len", "8192"],
+    ],
+)
+def test_image_args_that_read_the_same_under_both_entrypoints(args: list[str]) -> None:
+    command = parse_args(args, version="0.19.0")
+    assert command.model == BIG and command.assumed is None
+
+
+def test_a_command_never_assumes_an_entrypoint() -> None:
+    for argv in (
+        ["vllm", "serve", "--model", BIG, "--model", SMALL],
+        ["python3", "-m", API, "--model", BIG, "--model", SMALL],
+    ):
+        command = parse_command(argv, version="0.19.0")
+        assert command is not None and command.assumed is None

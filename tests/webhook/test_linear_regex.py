@@ -19,6 +19,7 @@ from planner.gpus.catalog import lookup_gpu
 from planner.k8s.images import image_release
 from planner.k8s.quantity import quantity_bytes
 from planner.k8s.sharing import mps_limit_bytes
+from planner.vllm.launchers import split_string, unwrap
 from planner.vllm.releases import Version
 
 pytestmark = pytest.mark.timeout(60)
@@ -30,6 +31,7 @@ UNTRUSTED_INPUT = [
     *sorted((ROOT / "planner" / "gpus").rglob("*.py")),
     *sorted((ROOT / "planner" / "policy").rglob("*.py")),
     ROOT / "planner" / "vllm" / "argv.py",
+    ROOT / "planner" / "vllm" / "launchers.py",
     ROOT / "planner" / "vllm" / "releases.py",
     ROOT / "planner" / "hub" / "resolve.py",
     ROOT / "planner" / "hub" / "local.py",
@@ -66,3 +68,10 @@ def test_image_tags_quantities_and_versions(text: str) -> None:
     mps_limit_bytes(text)
     with pytest.raises(KvPlannerError):
         Version.parse("1." + text)
+
+
+@pytest.mark.parametrize("text", HOSTILE, ids=["dashes", "spaces", "mig-like", "letters", "digits"])
+def test_launcher_targets_and_split_strings(text: str) -> None:
+    unwrap(["uvx", f"vllm[{text}]@{text}", "serve"])
+    unwrap(["env", "-S", text, "vllm", "serve"])
+    split_string(text)
