@@ -207,12 +207,21 @@ def with_rope_flags(overrides: Mapping[str, Any], rope_scaling: Any, rope_theta:
 
 
 def _check_shape(data: Mapping[str, Any]) -> None:
-    """Depth, key count and key length, walked without recursion."""
+    """Depth, key count, key length and the characters of its text (the dotted form builds the object from
+    many arguments, each up to the manifest's value cap), walked without recursion."""
     keys = 0
+    chars = 0
     stack: list[tuple[Any, int]] = [(data, 1)]
     while stack:
         node, depth = stack.pop()
-        if isinstance(node, Mapping):
+        if isinstance(node, str):
+            chars += len(node)
+            if chars > MAX_OVERRIDE_CHARS:
+                raise HfOverridesError(
+                    f"--hf-overrides has more than {MAX_OVERRIDE_CHARS:,} characters of text, more than kv-planner "
+                    "applies"
+                )
+        elif isinstance(node, Mapping):
             if depth > MAX_OVERRIDE_DEPTH:
                 raise HfOverridesError(
                     f"--hf-overrides nests objects deeper than kv-planner applies ({MAX_OVERRIDE_DEPTH} levels)"
@@ -223,6 +232,7 @@ def _check_shape(data: Mapping[str, Any]) -> None:
             for key, value in node.items():
                 if not isinstance(key, str) or len(key) > MAX_KEY_CHARS:
                     raise HfOverridesError(f"--hf-overrides key {_shown(key)} is not a config field name")
+                chars += len(key)
                 stack.append((value, depth + 1))
         elif isinstance(node, list):
             if depth > MAX_OVERRIDE_DEPTH:

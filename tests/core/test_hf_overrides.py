@@ -136,6 +136,13 @@ def test_bad_flag_values_are_clear_errors(text: str, says: str) -> None:
     assert says in caught.value.message and len(caught.value.message) < 300
 
 
+def test_the_dotted_form_is_bounded_like_the_text() -> None:
+    """The dotted form is built from many arguments, each up to the manifest's value cap (64 KiB)."""
+    many = {f"k{i}": "x" * 1000 for i in range(20)}
+    with pytest.raises(HfOverridesError, match="characters of text"):
+        parse_hf_overrides(many)
+
+
 def test_rope_flags_are_folded_in_after_the_overrides() -> None:
     """``--rope-scaling`` (up to 0.11.0): ``hf_overrides_kw.update({"rope_scaling": ...})`` after the object."""
     merged = with_rope_flags({"rope_scaling": {"rope_type": "linear", "factor": 2.0}}, json.dumps(YARN), "1e6")
