@@ -205,6 +205,9 @@ def evaluate(
         return out
     command, serving, mutable, overrides = read
     out.findings += _gpu_count_findings(found, serving)
+    if isinstance(overrides, HfOverridesError):  # (after the GPU count, which no config changes)
+        out.findings.append(finding(Code.CONFIG_OVERRIDDEN, found.container.name, f"{overrides.message}: not checked"))
+        return out
     serving = _with_group_nodes(found, serving)
     unknown_gpu = _unknown_gpu(found)
     if unknown_gpu is not None:
@@ -284,9 +287,9 @@ def _overridden(
 
 def _read_command(
     found: ContainerFinding, policy: EffectivePolicy, out: ContainerOutcome
-) -> tuple[VllmCommand, ServingArgs, bool, dict[str, Any]] | None:
-    """The command, its serving args, whether it may be changed and its ``--hf-overrides``; None (with a
-    finding) when the command line cannot be checked."""
+) -> tuple[VllmCommand, ServingArgs, bool, dict[str, Any] | HfOverridesError] | None:
+    """The command, its serving args, whether it may be changed and its ``--hf-overrides`` (or why they
+    cannot be read); None (with a finding) when the command line cannot be checked."""
     container = found.container
     name = container.name
     command = container.command
@@ -331,11 +334,11 @@ def _read_command(
         out.findings.append(finding(Code.COMMAND_LINE_REJECTED, name, error.message))
         return None
     out.args = written_args(serving, values)
+    overrides: dict[str, Any] | HfOverridesError
     try:
         overrides = _overrides(values)
     except HfOverridesError as error:
-        out.findings.append(finding(Code.CONFIG_OVERRIDDEN, name, f"{error.message}: not checked"))
-        return None
+        overrides = error
     if not command.model:
         out.findings.append(finding(Code.UNKNOWN_MODEL, name, "no model on the command line: not checked"))
         return None
