@@ -155,7 +155,7 @@ class CoreBackend:
         self._models: Memo[tuple[ModelSpec, dict[str, Any] | None]] = Memo(memo_size)  # (spec, config.json)
         # spec id -> (the spec, its config.json): the config --hf-overrides is applied to (None: a catalog entry)
         self._configs: Memo[tuple[ModelSpec, dict[str, Any] | None]] = Memo(memo_size)
-        self._overridden: Memo[tuple[ModelSpec, Overridden | HfOverridesError]] = Memo(memo_size)
+        self._overridden: Memo[tuple[ModelSpec, Overridden | str]] = Memo(memo_size)  # str: why not planned
         self._profiles: Memo[Any] = Memo(memo_size)
         self._effective: Memo[dict[str, Any]] = Memo(memo_size)
         self._dumps: Memo[tuple[Any, str]] = Memo(memo_size)
@@ -202,21 +202,19 @@ class CoreBackend:
     ) -> Overridden:
         key = f"{id(model)}|{json.dumps(overrides, sort_keys=True, default=str)}|{vllm_version}"
         hit = self._overridden.get(key)
-        if hit is not None and hit[0] is model:
-            if isinstance(hit[1], HfOverridesError):
-                raise hit[1]
-            return hit[1]
-        known = self._configs.get(id(model))
-        config = known[1] if known is not None and known[0] is model else None
-        result: Overridden | HfOverridesError
-        try:
-            result = apply_hf_overrides(model, config, overrides, version=vllm_version)
-        except HfOverridesError as error:
-            result = error
-        self._overridden.put(key, (model, result), ttl=None)
-        if isinstance(result, HfOverridesError):
-            raise result
-        return result
+        if hit is None or hit[0] is not model:
+            known = self._configs.get(id(model))
+            config = known[1] if known is not None and known[0] is model else None
+            result: Overridden | str
+            try:
+                result = apply_hf_overrides(model, config, overrides, version=vllm_version)
+            except HfOverridesError as error:
+                result = error.message  # (kept as text: an exception would keep its traceback's frames alive)
+            hit = (model, result)
+            self._overridden.put(key, hit, ttl=None)
+        if isinstance(hit[1], str):
+            raise HfOverridesError(hit[1])
+        return hit[1]
 
     def parse_workload(self, data: Any) -> Any:
         key = json.dumps(data, sort_keys=True, default=str)
