@@ -487,7 +487,7 @@ def _apply(spec: ModelSpec, config: Mapping[str, Any] | None, overrides: Mapping
         view, effective, baseline = _replay(published, section, overrides, rules)
     except _VllmFails as error:
         raise HfOverridesError(f"--hf-overrides: vLLM {rules.label} would fail to start: {error}") from None
-    _rope_outcome(report, text, effective, baseline, rules, catalog)
+    _rope_outcome(report, effective, baseline, rules)
     try:
         result = _spec_of(spec, view, report, catalog)
     except InvalidModelConfigError as error:
@@ -526,12 +526,12 @@ def _classify_top(
         if not isinstance(published.get(key), Mapping):
             raise HfOverridesError(
                 f"--hf-overrides sets {key}, a section this model's config does not have: vLLM would read the "
-                "override's object as that section: not planned"
+                "override's object as that section"
             )
         if not is_object or not rules.split:
             raise HfOverridesError(
                 f"--hf-overrides replaces the whole {key} section (vLLM {rules.label} sets the attribute with "
-                "config.update): not planned"
+                "config.update)"
             )
         for inner, inner_value in value.items():
             path = f"{key}.{inner}"
@@ -669,14 +669,7 @@ def _check_derived(path: str, key: str, level: Mapping[str, Any], spec: ModelSpe
         )
 
 
-def _rope_outcome(
-    report: _Report,
-    text: Mapping[str, Any],
-    effective: Any,
-    baseline: Any,
-    rules: Rules,
-    catalog: bool,
-) -> None:
+def _rope_outcome(report: _Report, effective: Any, baseline: Any, rules: Rules) -> None:
     """Report rope overrides by their effect: planned when the attribute vLLM reads changed, else ignored."""
     if not report.rope:
         return
@@ -706,7 +699,6 @@ def _rope_outcome(
                 "['original_max_position_embeddings'], which the override does not give: it would fail to start "
                 "(KeyError)"
             )
-    del text, catalog
     for path in report.rope:
         report.planned.append(f"{path} -> {rules.reads}={_shown(_rope_brief(effective))}")
 
@@ -908,6 +900,8 @@ _CONTEXT_FIELDS = ("context", "derived_max_model_len", "derived_max_model_len_ke
 
 
 def _spec_of(spec: ModelSpec, view: Mapping[str, Any], report: _Report, catalog: bool) -> ModelSpec:
+    if not report.planned:
+        return spec  # only ignored keys (or RoPE overrides the release does not apply): the published model
     if catalog:
         context, derived, key, positions = context_of(view, model_id=spec.id)
         return spec.model_copy(
@@ -942,6 +936,8 @@ def _catalog_config(spec: ModelSpec) -> dict[str, Any]:
         config["model_max_length"] = context.model_max_length
     if context.rope_type is not None:
         rope: dict[str, Any] = {"rope_type": context.rope_type}
+        if context.rope_type == "mrope":  # (Qwen2.5-VL's legacy type: vLLM normalises it with its mrope_section)
+            rope = {"rope_type": "default", "mrope_section": None}
         if context.rope_factor is not None:
             rope["factor"] = context.rope_factor
         if context.rope_original_max_position is not None:
