@@ -10,6 +10,7 @@ builtin that says what kind of fault it is, so callers can catch either::
     │   ├── UnknownVllmVersionError               version string not understood or not supported
     │   ├── InvalidModelConfigError               a config.json field is missing or malformed
     │   │   └── UnsupportedArchitectureError      a design vLLM cannot serve (names the field)
+    │   ├── HfOverridesError                      --hf-overrides kv-planner cannot plan as vLLM applies it
     │   ├── InvalidArgumentError                  a vLLM flag value vLLM itself would refuse
     │   ├── ManifestError                         a Kubernetes manifest that cannot be read
     │   ├── PolicyError                           a policy file that does not validate
@@ -100,6 +101,11 @@ class InvalidModelConfigError(PlannerInputError):
 
 class UnsupportedArchitectureError(InvalidModelConfigError):
     """A model design kv-planner (or vLLM) cannot serve; the message names the deciding field."""
+
+
+class HfOverridesError(PlannerInputError):
+    """``--hf-overrides`` kv-planner cannot plan as vLLM applies it (not JSON, not an object, past kv-planner's
+    bounds, a key whose effect it does not model, a value vLLM would fail on): the message says which and why."""
 
 
 class InvalidArgumentError(PlannerInputError):

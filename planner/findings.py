@@ -252,8 +252,11 @@ class Code(str, Enum):
     CONFIG_OVERRIDDEN = (
         "KVP047",
         _WARN,
-        "`--hf-overrides` changes the model's config, which kv-planner plans as published: not checked",
-        "check the overridden model with `planner recommend --model PATH` on a config.json with the overrides",
+        "`--hf-overrides` changes the model's config: planned with the overrides applied as the release applies "
+        "them (an info note); a warning when vLLM does not apply a RoPE override, or when kv-planner cannot apply "
+        "them as vLLM does (a key it does not model, the release unknown, a value vLLM fails on): not checked",
+        "the message names the key; name the release (`kv-planner.io/vllm-version`), or check the overridden "
+        "model with `planner recommend --hf-overrides`",
     )
     PATCH_DROPPED = (
         "KVP048",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from planner.cli._output import err_console
 from planner.errors import (
@@ -57,6 +58,7 @@ class LoadedModel:
     spec: ModelSpec
     source: str
     warnings: list[str] = field(default_factory=list)
+    config: dict[str, Any] | None = None  # config.json as read (None for a catalog entry)
 
 
 def _catalog_suggestions(name: str) -> list[str]:
@@ -82,4 +84,6 @@ def model_for(name: str, *, revision: str | None, token: str | None, refresh: bo
         if suggestions:
             raise UnknownModelError(name, suggestions, hint=error.message) from None
         raise
-    return LoadedModel(spec=resolved.spec, source=resolved.source, warnings=list(resolved.warnings))
+    return LoadedModel(
+        spec=resolved.spec, source=resolved.source, warnings=list(resolved.warnings), config=resolved.config
+    )

@@ -116,6 +116,15 @@ MmProcessorKwargs = Annotated[
 SkipMmProfiling = Annotated[
     bool, typer.Option("--skip-mm-profiling", rich_help_panel=_V, help="vLLM does not profile the vision encoder.")
 ]
+HfOverrides = Annotated[
+    str | None,
+    typer.Option(
+        "--hf-overrides",
+        rich_help_panel=_V,
+        help='Changes to the model\'s config.json, JSON ({"max_position_embeddings": 4096}), applied as the release '
+        "applies them.",
+    ),
+]
 VllmEnv = Annotated[
     list[str] | None,
     typer.Option(

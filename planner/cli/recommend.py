@@ -12,7 +12,7 @@ from planner.cli._commands import COMMANDS
 from planner.cli._lookup import gpu_for, model_for
 from planner.cli._output import console, err_console, print_json, print_yaml
 from planner.errors import CapacityError, PlannerInputError, WorkloadProfileError
-from planner.findings import Code, Finding
+from planner.findings import Code, Finding, Severity
 from planner.gpus.catalog import all_gpus
 from planner.gpus.spec import GpuSpec
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS
@@ -27,6 +27,7 @@ UNKNOWN_RELEASE = "unknown"
 # the catalog table, GPU sharing, inverse sizing and the rich tables are imported where they are needed.
 if TYPE_CHECKING:
     from planner.calibration.corrections import Corrections
+    from planner.cli._lookup import LoadedModel
     from planner.gpus.share import GpuShare
 
 DEFAULT_HEADROOM = 0.1  # DESIGN's policy default: the same meaning as the webhook's `headroom`
@@ -192,6 +193,7 @@ def recommend(
     limit_mm_per_prompt: v.LimitMmPerPrompt = None,
     mm_processor_kwargs: v.MmProcessorKwargs = None,
     skip_mm_profiling: v.SkipMmProfiling = False,
+    hf_overrides: v.HfOverrides = None,
     env: v.VllmEnv = None,
     gpu_share: Annotated[
         str | None,
@@ -256,7 +258,12 @@ def recommend(
         if output is RecommendOutput.args:
             raise PlannerInputError("--output args needs --model")
         _warn_ignored_without_model(
-            workload=workload, emit=emit, target_seqs=target_seqs, calibration=calibration, gpu_share=gpu_share
+            workload=workload,
+            emit=emit,
+            target_seqs=target_seqs,
+            calibration=calibration,
+            gpu_share=gpu_share,
+            hf_overrides=hf_overrides,
         )
         from planner.models.catalog import all_models
         from planner.plan.fleet import fleet_rows
@@ -283,6 +290,7 @@ def recommend(
     loaded = model_for(model, revision=revision, token=token, refresh=refresh)
     profile = _load_workload(workload)
     vllm_version, release_note = release_to_plan(vllm_version)
+    override_note = _apply_overrides(loaded, hf_overrides, vllm_version) if hf_overrides is not None else None
     options: dict[str, Any] = {
         "vllm_version": vllm_version,
         "headroom": headroom,
@@ -305,6 +313,8 @@ def recommend(
     elif target_risk is not None:
         raise PlannerInputError("--target-risk needs --target-seqs (and --workload)")
     plan.findings[:0] = [Finding.of(Code.MODEL_RESOLUTION_NOTE, note) for note in loaded.warnings]
+    if override_note is not None:
+        plan.findings.insert(len(loaded.warnings), override_note)
     if release_note is not None:
         plan.findings.append(release_note)
     _warn_suspicious_values(plan, args, headroom_flag)
@@ -326,6 +336,24 @@ def recommend(
     _emit(plan, args, output)
     if not plan.fits:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _apply_overrides(loaded: "LoadedModel", text: str, vllm_version: str | None) -> Finding | None:
+    """``--hf-overrides`` applied to the model as ``vllm_version`` applies them (None: every release, which must
+    agree): ``loaded.spec`` becomes the overridden model; the note says what was planned. Raises
+    HfOverridesError (exit 2) for overrides kv-planner cannot apply as vLLM does."""
+    from planner.vllm.hf_overrides import apply_hf_overrides, parse_hf_overrides
+
+    overrides = parse_hf_overrides(text)
+    if not overrides:
+        return None
+    applied = apply_hf_overrides(loaded.spec, loaded.config, overrides, version=vllm_version)
+    loaded.spec = applied.spec
+    rules = f"vLLM {vllm_version} rules" if vllm_version is not None else "every release's rules"
+    severity = Severity.warn if applied.unapplied else Severity.info
+    return Finding.of(
+        Code.CONFIG_OVERRIDDEN, f"--hf-overrides applied ({rules}): {applied.summary()}", severity=severity
+    )
 
 
 def release_to_plan(given: str | None) -> tuple[str | None, Finding | None]:

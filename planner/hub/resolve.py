@@ -25,7 +25,7 @@ import os
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from planner.errors import (
     InvalidArgumentError,
@@ -66,6 +66,8 @@ class ResolvedModel:
     revision: str | None = None  # commit sha the files came from (Hub)
     location: str | None = None  # directory config.json was read from
     warnings: list[str] = field(default_factory=list)
+    # config.json as read (local path, Hub), for what vLLM changes in it (--hf-overrides); None for the catalog
+    config: dict[str, Any] | None = None
 
     @property
     def weights_exact(self) -> bool:
@@ -183,6 +185,7 @@ def _resolve_local(name: str, path: Path, *, revision: str | None) -> ResolvedMo
         revision=None,
         location=str(local.directory),
         warnings=warnings,
+        config=local.config,
     )
 
 
@@ -219,6 +222,7 @@ def _resolve_hub(
             revision=fetched.commit,
             location=str(fetched.snapshot_dir),
             warnings=[*fetched.warnings, *notes],
+            config=fetched.config,
         )
     except (ModelResolutionError, InvalidModelConfigError) as error:
         _MEMO.put_failure(key, error)
@@ -239,6 +243,7 @@ def _assemble(
     revision: str | None,
     location: str | None,
     warnings: list[str],
+    config: dict[str, Any] | None = None,
 ) -> ResolvedModel:
     from planner.models.checkpoint import CheckpointInfo
     from planner.models.weights import estimate_weights
@@ -265,6 +270,7 @@ def _assemble(
         revision=revision,
         location=location,
         warnings=warnings,
+        config=config,
     )
 
 

@@ -150,9 +150,9 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _fail(model_id: str, path: str, message: str) -> InvalidModelConfigError:
+def _fail(document: str, path: str, message: str) -> InvalidModelConfigError:
     field = path.rsplit(".", 1)[-1].split("[", 1)[0]
-    return InvalidModelConfigError(f"{model_id}: config.json field {path} {message}", field=field)
+    return InvalidModelConfigError(f"{document} field {path} {message}", field=field)
 
 
 def _check_number(value: Any, bound: Bound, model_id: str, path: str) -> None:
@@ -185,12 +185,14 @@ def _check_field(value: Any, bound: Bound, model_id: str, path: str, depth: int 
     raise _fail(model_id, path, f"must be a number, got {_shown(value)}")
 
 
-def check_config_bounds(config: Mapping[str, Any], *, model_id: str) -> None:
+def check_config_bounds(config: Mapping[str, Any], *, model_id: str, document: str | None = None) -> None:
     """Refuse a config whose numbers are not finite or whose sizes and counts exceed their bounds.
 
     Walks every section of the document (iteratively: its depth is the author's choice) and raises
-    :class:`InvalidModelConfigError` naming the field's path, its value and the bound.
+    :class:`InvalidModelConfigError` naming the field's path, its value and the bound. ``document`` names
+    what is checked in the messages (default ``"<model_id>: config.json"``; ``--hf-overrides`` for overrides).
     """
+    model_id = document if document is not None else f"{model_id}: config.json"
     stack: list[tuple[Any, str, int]] = [(config, "", 0)]
     while stack:
         node, path, depth = stack.pop()

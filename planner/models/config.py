@@ -79,7 +79,7 @@ _MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 # Aliases as transformers' attribute_map and vLLM's CONFIG_FIELD_ALIASES resolve them (first wins).
-_ALIASES: dict[str, tuple[str, ...]] = {
+FIELD_ALIASES: dict[str, tuple[str, ...]] = {
     "num_hidden_layers": ("num_hidden_layers", "n_layer", "num_layers", "n_layers"),
     "hidden_size": ("hidden_size", "n_embd", "n_embed", "d_model", "model_dim"),
     "num_attention_heads": ("num_attention_heads", "n_head", "n_heads", "num_heads"),
@@ -104,9 +104,10 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     ),
     "num_shared_experts": ("n_shared_experts", "moe_num_shared_experts", "num_shared_experts"),
 }
+_ALIASES = FIELD_ALIASES
 
 # vLLM's possible max-length keys, in its order (model_arch_config_convertor.derive_max_model_len_and_key).
-_MAX_LEN_KEYS = (
+MAX_LEN_KEYS = (
     "max_position_embeddings",
     "n_positions",
     "max_seq_len",
@@ -117,6 +118,7 @@ _MAX_LEN_KEYS = (
     "max_seq_length",
     "seq_len",
 )
+_MAX_LEN_KEYS = MAX_LEN_KEYS
 
 # Architectures whose MLP is up+down (GELU), not gate+up+down.
 _UNGATED_MLP_TYPES = {
@@ -181,6 +183,17 @@ class _Reader:
 
     def opt_int(self, name: str) -> int | None:
         return self.integer(name) if self.get(name) is not None else None
+
+
+TEXT_SECTIONS = ("text_config", "llm_config", "language_config")
+
+
+def text_section(config: Config) -> str | None:
+    """The key of the section :func:`text_config_of` reads the language model from, None for a flat config."""
+    for key in TEXT_SECTIONS:
+        if isinstance(config.get(key), Mapping):
+            return key
+    return None
 
 
 def text_config_of(config: Config) -> Config:
@@ -717,6 +730,19 @@ def _context(reader: _Reader, text: Config) -> ContextSpec:
         rope_factor=rope_factor,
         rope_original_max_position=rope_original,
     )
+
+
+def context_of(config: Config, *, model_id: str) -> tuple[ContextSpec, int, str | None, int | None]:
+    """The context facts of a config alone: (context, derived max_model_len with the newest rules, its key,
+    max_position_embeddings). For configs whose other fields are not known (a catalog entry's context, with
+    ``--hf-overrides`` applied); the sizes are bounds-checked first, as :func:`parse_config` does."""
+    check_config_bounds(config, model_id=model_id)
+    text = text_config_of(config)
+    reader = _Reader(text, config, model_id)
+    context = _context(reader, text)
+    model_type = str(text.get("model_type") or config.get("model_type") or "")
+    derived, key = derived_max_model_len(context, model_type, rules="newest")
+    return context, derived, key, reader.opt_int("max_position_embeddings")
 
 
 def derived_max_model_len(context: ContextSpec, model_type: str, *, rules: str) -> tuple[int, str | None]:

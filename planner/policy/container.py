@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from planner.errors import (
+    HfOverridesError,
     InputCapError,
     KvPlannerError,
     ModelResolutionError,
@@ -50,6 +51,7 @@ from planner.policy.sharing import share_step, with_report
 from planner.policy.versions import ReleaseSpread, VersionBasis, assumption_findings, release_spread, soften
 from planner.vllm.args import ServingArgs
 from planner.vllm.argv import VllmCommand, format_args
+from planner.vllm.hf_overrides import parse_hf_overrides, with_rope_flags
 from planner.vllm.releases import resolve_release
 
 _SIZING_DESTS = (
@@ -65,6 +67,8 @@ _SIZING_DESTS = (
     "block_size",
     "quantization",
     "dtype",
+    "hf_overrides",
+    "rope_scaling",
 )
 
 
@@ -199,8 +203,11 @@ def evaluate(
     read = _read_command(found, policy, out)
     if read is None:
         return out
-    command, serving, mutable = read
+    command, serving, mutable, overrides = read
     out.findings += _gpu_count_findings(found, serving)
+    if isinstance(overrides, HfOverridesError):  # (after the GPU count, which no config changes)
+        out.findings.append(finding(Code.CONFIG_OVERRIDDEN, found.container.name, f"{overrides.message}: not checked"))
+        return out
     serving = _with_group_nodes(found, serving)
     unknown_gpu = _unknown_gpu(found)
     if unknown_gpu is not None:
@@ -210,8 +217,12 @@ def evaluate(
     if model is None:
         return out
     name = found.container.name
-    profile = workload_profile(annotations, policy, backend, name, out.findings)
     version = found.container.vllm_version or policy.vllm_version
+    if overrides:
+        model = _overridden(found, model, overrides, version, backend, out)
+        if model is None:
+            return out
+    profile = workload_profile(annotations, policy, backend, name, out.findings)
     draft, stop = _drafter(serving, version, backend, policy, allow_local_models, name, out.findings)
     if stop:
         return out
@@ -235,31 +246,52 @@ def evaluate(
     return result
 
 
-def _overridden_keys(raw: Any) -> list[str]:
-    """The config keys ``--hf-overrides`` sets (a JSON object; nested objects name their sections), [] for
-    none. Text that is not a JSON object is still an override vLLM reads (it fails there): named as is."""
-    if raw is None:
-        return []
-    if isinstance(raw, Mapping):
-        data: Any = raw
-    else:
-        text = str(raw).strip()
-        if text in ("", "{}"):
-            return []
-        try:
-            data = json.loads(text)
-        except (ValueError, RecursionError):
-            return [text[:40]]
-    if not isinstance(data, Mapping):
-        return [str(raw)[:40]]
-    return [str(key)[:60] for key in data]
+def _overrides(values: Mapping[str, Any]) -> dict[str, Any]:
+    """``--hf-overrides`` as vLLM reads it, with ``--rope-scaling`` / ``--rope-theta`` (<= 0.11.0) folded in
+    after it, as vLLM does. Raises HfOverridesError."""
+    overrides = parse_hf_overrides(values.get("hf_overrides"))
+    if values.get("rope_scaling") is not None or values.get("rope_theta") is not None:
+        overrides = with_rope_flags(overrides, values.get("rope_scaling"), values.get("rope_theta"))
+    return overrides
+
+
+def _overridden(
+    found: ContainerFinding,
+    model: ModelSpec,
+    overrides: Mapping[str, Any],
+    version: str | None,
+    backend: PlanningBackend,
+    out: ContainerOutcome,
+) -> ModelSpec | None:
+    """The model vLLM builds after ``--hf-overrides`` (vLLM applies them to the Hugging Face config before it
+    derives the context or sizes anything), with the finding that says what was planned; None (with a
+    warning) when kv-planner cannot apply them as this release does. Planning the published config instead
+    denied workloads that fit and filled contexts vLLM then refused."""
+    name = found.container.name
+    try:
+        applied = backend.apply_overrides(model, overrides, vllm_version=version)
+    except HfOverridesError as error:
+        hint = (
+            ""
+            if version is not None or "name the release" not in error.message
+            else " (set kv-planner.io/vllm-version)"
+        )
+        out.findings.append(finding(Code.CONFIG_OVERRIDDEN, name, f"{error.message}{hint}: not checked"))
+        return None
+    rules = f"vLLM {version} rules" if version is not None else "every release's rules"
+    text = f"--hf-overrides applied ({rules}): {applied.summary()}"
+    # A RoPE override this release takes without deriving the context from it is a warning: the context the
+    # manifest asks for is not the one vLLM serves. Otherwise the overrides are planned: a note.
+    severity = Severity.warn if applied.unapplied else Severity.info
+    out.findings.append(Finding.of(Code.CONFIG_OVERRIDDEN, text, container=name, severity=severity))
+    return applied.spec
 
 
 def _read_command(
     found: ContainerFinding, policy: EffectivePolicy, out: ContainerOutcome
-) -> tuple[VllmCommand, ServingArgs, bool] | None:
-    """The command, its serving args and whether it may be changed; None (with a finding) when the
-    command line cannot be checked."""
+) -> tuple[VllmCommand, ServingArgs, bool, dict[str, Any] | HfOverridesError] | None:
+    """The command, its serving args, whether it may be changed and its ``--hf-overrides`` (or why they
+    cannot be read); None (with a finding) when the command line cannot be checked."""
     container = found.container
     name = container.name
     command = container.command
@@ -292,17 +324,6 @@ def _read_command(
         )
         return None
     values = command.values
-    overridden = _overridden_keys(values.get("hf_overrides"))
-    if overridden:
-        # vLLM applies them to the Hugging Face config before it derives the context or sizes anything
-        # (transformers_utils/config.py: config.update): a context, layer count or architecture the plan
-        # does not know. Planning the published config instead denied workloads that fit and filled
-        # contexts vLLM then refused.
-        keys = ", ".join(overridden[:4]) + (", ..." if len(overridden) > 4 else "")
-        out.findings.append(
-            finding(Code.CONFIG_OVERRIDDEN, name, f"--hf-overrides changes {keys} of the model's config: not checked")
-        )
-        return None
     unresolved = list(container.unresolved)
     sizing_text = " ".join(str(values.get(d, "")) for d in _SIZING_DESTS) + " " + str(command.model or "")
     if unresolved and any(f"$({v})" in sizing_text or f"${v}" in sizing_text for v in unresolved):
@@ -320,6 +341,11 @@ def _read_command(
         out.findings.append(finding(Code.COMMAND_LINE_REJECTED, name, error.message))
         return None
     out.args = written_args(serving, values)
+    overrides: dict[str, Any] | HfOverridesError
+    try:
+        overrides = _overrides(values)
+    except HfOverridesError as error:
+        overrides = error
     if not command.model:
         out.findings.append(finding(Code.UNKNOWN_MODEL, name, "no model on the command line: not checked"))
         return None
@@ -328,7 +354,7 @@ def _read_command(
     except InputCapError as error:
         out.findings.append(cap_finding(error, name))
         return None
-    return command, serving, mutable
+    return command, serving, mutable, overrides
 
 
 def _gpu_count_findings(found: ContainerFinding, serving: ServingArgs) -> list[Finding]:

@@ -9,12 +9,12 @@ and ``planner check`` share :class:`CoreBackend`.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import re2
 
-from planner.errors import PlannerInputError, UnknownGPUError, UnknownModelError
+from planner.errors import HfOverridesError, PlannerInputError, UnknownGPUError, UnknownModelError
 from planner.gpus.catalog import all_gpus, gpu_for_memory, gpu_for_mig_profile, lookup_gpu
 from planner.gpus.spec import GpuSpec
 from planner.hub.local import looks_like_path
@@ -30,6 +30,7 @@ from planner.plan.recommend import check_headroom
 from planner.policy.versions import ReleaseSpread, release_spread
 from planner.vllm.args import ServingArgs
 from planner.vllm.defaults import resolve_args
+from planner.vllm.hf_overrides import Overridden, apply_hf_overrides
 from planner.vllm.releases import resolve_release
 from planner.workload import parse_workload
 
@@ -71,6 +72,13 @@ class PlanningBackend(Protocol):
 
     def parse_workload(self, data: Any) -> Any:
         """A workload profile from decoded YAML/JSON. Raises WorkloadProfileError."""
+        ...
+
+    def apply_overrides(
+        self, model: ModelSpec, overrides: Mapping[str, Any], *, vllm_version: str | None
+    ) -> Overridden:
+        """``model`` (as :meth:`resolve_model` returned it) with ``--hf-overrides`` applied as ``vllm_version``
+        applies them (None: every release). Raises HfOverridesError when kv-planner cannot plan them."""
         ...
 
     def plan(
@@ -144,7 +152,10 @@ class CoreBackend:
         self._memo: Memo[Plan] = Memo(memo_size)
         self._bases: Memo[tuple[Plan, Prediction]] = Memo(_BASE_MEMO_SIZE)
         self._spreads: Memo[tuple[ReleaseSpread | None]] = Memo(memo_size)  # (a 1-tuple: None is a value)
-        self._models: Memo[ModelSpec] = Memo(memo_size)
+        self._models: Memo[tuple[ModelSpec, dict[str, Any] | None]] = Memo(memo_size)  # (spec, config.json)
+        # spec id -> (the spec, its config.json): the config --hf-overrides is applied to (None: a catalog entry)
+        self._configs: Memo[tuple[ModelSpec, dict[str, Any] | None]] = Memo(memo_size)
+        self._overridden: Memo[tuple[ModelSpec, Overridden | str]] = Memo(memo_size)  # str: why not planned
         self._profiles: Memo[Any] = Memo(memo_size)
         self._effective: Memo[dict[str, Any]] = Memo(memo_size)
         self._dumps: Memo[tuple[Any, str]] = Memo(memo_size)
@@ -169,17 +180,41 @@ class CoreBackend:
         key = f"{name}|{offline}|{allow_local}|{allow_repos}"
         hit = self._models.get(key)
         if hit is not None:
-            return hit
-        spec = resolve_model(
+            if self._configs.get(id(hit[0])) is None:
+                self._configs.put(id(hit[0]), hit, ttl=_MODEL_TTL)
+            return hit[0]
+        resolved = resolve_model(
             name,
             timeout=timeout,
             offline=offline or None,
             local=allow_local,
             hub_allowed=allowed,
             limits=self._hub_limits,
-        ).spec
-        self._models.put(key, spec, ttl=_MODEL_TTL)
+        )
+        spec = resolved.spec
+        self._models.put(key, (spec, resolved.config), ttl=_MODEL_TTL)
+        # (keeps the spec alive with its config, so its id stays unique while the entry lives)
+        self._configs.put(id(spec), (spec, resolved.config), ttl=_MODEL_TTL)
         return spec
+
+    def apply_overrides(
+        self, model: ModelSpec, overrides: Mapping[str, Any], *, vllm_version: str | None
+    ) -> Overridden:
+        key = f"{id(model)}|{json.dumps(overrides, sort_keys=True, default=str)}|{vllm_version}"
+        hit = self._overridden.get(key)
+        if hit is None or hit[0] is not model:
+            known = self._configs.get(id(model))
+            config = known[1] if known is not None and known[0] is model else None
+            result: Overridden | str
+            try:
+                result = apply_hf_overrides(model, config, overrides, version=vllm_version)
+            except HfOverridesError as error:
+                result = error.message  # (kept as text: an exception would keep its traceback's frames alive)
+            hit = (model, result)
+            self._overridden.put(key, hit, ttl=None)
+        if isinstance(hit[1], str):
+            raise HfOverridesError(hit[1])
+        return hit[1]
 
     def parse_workload(self, data: Any) -> Any:
         key = json.dumps(data, sort_keys=True, default=str)

@@ -605,7 +605,7 @@ def _dotted_option(tokens: list[_Token], i: int, table: FlagTable, scan: _Scan) 
             dest=table.options[option][0],
             option=option,
             written=token.original.split("=", 1)[0],
-            value=_dotted_value(path, value_text),
+            value=_dotted_value(path, value_text, human=table.dotted_human_ints),
             source=token.source,
             index=token.index,
             value_index=value_index,
@@ -705,8 +705,9 @@ def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
             into[key] = value
 
 
-def _dotted_value(path: str, text: str) -> dict[str, Any]:
-    """``--compilation-config.level 3`` -> {"level": 3} (JSON, else the string), as vLLM merges it."""
+def _dotted_value(path: str, text: str, *, human: bool = True) -> dict[str, Any]:
+    """``--compilation-config.level 3`` -> {"level": 3} (JSON, else with ``human`` a ``32k``-style integer, else
+    the string), as vLLM merges it."""
     keys = path.split(".")
     if keys[-1].endswith("+"):
         keys[-1] = keys[-1][:-1]
@@ -715,12 +716,12 @@ def _dotted_value(path: str, text: str) -> dict[str, Any]:
         try:
             value = json.loads(text)
         except json.JSONDecodeError:
-            try:
-                value = parse_human_int(text)
-            except InvalidArgumentError:
-                value = text
-            except ValueError:
-                value = text
+            value = text
+            if human:
+                try:
+                    value = parse_human_int(text)
+                except (InvalidArgumentError, ValueError):
+                    value = text
     for key in reversed(keys):
         value = {key: value}
     return dict(value)

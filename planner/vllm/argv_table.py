@@ -57,6 +57,12 @@ class FlagTable(BaseModel):
         return self.version_key >= (0, 10)
 
     @property
+    def dotted_human_ints(self) -> bool:
+        """``--json-arg.key 32k`` reads as 32000 (vllm/utils/argparse_utils.py ``human_readable_int`` when the
+        value is not JSON: in 0.20.2 and 0.33, not in 0.19.0); before, the text stays a string."""
+        return _version_key(self.in_force) >= (0, 20)
+
+    @property
     def optimization_level(self) -> bool:  # `-O3` -> `--optimization-level 3` since 0.12
         return "--optimization-level" in self.options
 

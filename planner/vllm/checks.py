@@ -68,8 +68,13 @@ def derived_length(model: ModelSpec, version: Version) -> int:
     context = model.context
     if context is None:
         return model.derived_max_model_len
-    rules = "newest" if version >= _YARN_NEWEST else "yarn-original"
+    rules = length_rules(version)
     return _DERIVED.get(model, rules, lambda: derived_max_model_len(context, model.model_type, rules=rules)[0])
+
+
+def length_rules(version: Version) -> str:
+    """The rule set of :func:`planner.models.config.derived_max_model_len` for this release."""
+    return "newest" if version >= _YARN_NEWEST else "yarn-original"
 
 
 _YARN_NEWEST = Version.parse("0.20.0")

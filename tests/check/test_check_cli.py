@@ -283,3 +283,28 @@ def test_an_engine_across_the_pods_of_its_group_keeps_the_multi_node_margin(tmp_
     assert extra > 0
     assert _band_down(across) >= extra + default_margin().rank_spread_bytes
     assert _band_down(inside) - DEFAULT_COEFFICIENTS.nccl_bytes_p2p_at_init < extra
+
+
+def test_hf_overrides_are_planned_and_decide_the_exit_code(tmp_path: Path) -> None:
+    """`--hf-overrides` is applied as vLLM 0.19 applies it: a raised context that cannot start on an L4 is a
+    denial (exit 1; it was "not checked", exit 0), a lowered one is planned and filled within its limit, and
+    an override kv-planner cannot apply is a warning, never a denial."""
+    raised = tmp_path / "raised.yaml"
+    raised.write_text(
+        _deployment([QWEN, "--hf-overrides", '{"max_position_embeddings": 131072}', "--max-model-len", "131072"])
+    )
+    code, data, _ = _run("-f", str(raised), "--output", "json")
+    assert code == 1 and data["workloads"][0]["decision"] == "deny"
+    assert data["workloads"][0]["codes"] == ["KVP047", "KVP002"]
+    lowered = tmp_path / "lowered.yaml"
+    lowered.write_text(_deployment([LLAMA, "--hf-overrides.max_position_embeddings", "4096"]))
+    code, data, _ = _run("-f", str(lowered), "--output", "json")
+    entry = data["workloads"][0]
+    assert code == 0 and entry["decision"] == "mutate" and entry["effective_args"]["max_model_len"] == 4096
+    note = next(f for f in entry["findings"] if f["code"] == "KVP047")
+    assert note["severity"] == "info" and "max_position_embeddings=4096" in note["message"]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(_deployment([LLAMA, "--hf-overrides", "[4096]", "--max-model-len", "131072"]))
+    code, data, _ = _run("-f", str(bad), "--output", "json")
+    assert code == 0 and data["workloads"][0]["decision"] == "warn" and data["workloads"][0]["codes"] == ["KVP047"]
+    assert "not an object" in data["workloads"][0]["messages"][0]

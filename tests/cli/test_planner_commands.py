@@ -443,3 +443,27 @@ def test_recommend_without_a_release_plans_the_newest_and_says_so() -> None:
     assert spread["low_bytes"] > 2**30
     assert unknown["margin"]["low_bytes"] < default["margin"]["low_bytes"]
     assert unknown["recommendation"]["max_model_len"] < default["recommendation"]["max_model_len"]
+
+
+def test_recommend_plans_the_model_with_its_hf_overrides() -> None:
+    code, out, _ = run(
+        "recommend",
+        "--gpu",
+        "L4",
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--hf-overrides",
+        '{"max_position_embeddings": 4096}',
+        "--vllm-version",
+        "0.19.0",
+        "-o",
+        "json",
+    )
+    assert code == 0, out
+    plan = json.loads(out)
+    assert plan["kv_cache"]["max_model_len"] == 4096 and plan["recommendation"]["max_model_len"] == 4096
+    assert any(w.startswith("KVP047") and "max_position_embeddings=4096" in w for w in plan["warnings"])
+    code, _, err = run(
+        "recommend", "--gpu", "L4", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--hf-overrides", '{"dtype": 1}'
+    )
+    assert code == 2 and "--hf-overrides dtype" in err

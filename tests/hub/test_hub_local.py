@@ -54,6 +54,7 @@ def test_local_directory_gives_the_exact_bytes_of_its_files(
     headers = sum(8 + (f.header_bytes or 0) for f in resolved.checkpoint.files)
     assert on_disk - headers == exact
     assert resolved.spec.num_layers == 2 and resolved.warnings == []
+    assert resolved.config == json.loads((directory / "config.json").read_text())  # for --hf-overrides
 
 
 def test_a_file_inside_the_directory_resolves_the_directory(

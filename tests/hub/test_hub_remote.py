@@ -52,6 +52,8 @@ def test_public_model_exact_bytes_without_downloading_weights(hub: FakeHub, hf_h
     assert resolved.checkpoint is not None and resolved.checkpoint.exact
     assert resolved.spec.checkpoint_bytes == resolved.checkpoint.total_bytes == exact
     assert resolved.spec.id == "acme/tiny-llama" and resolved.spec.num_layers == 2
+    # The config.json read, which --hf-overrides is applied to (planner/vllm/hf_overrides.py)
+    assert resolved.config is not None and resolved.config["num_hidden_layers"] == 2
     # The standard cache layout, as vLLM and huggingface-cli leave it: refs/main -> sha, snapshot files.
     repo_cache = hf_home / "hub" / "models--acme--tiny-llama"
     assert (repo_cache / "refs" / "main").read_text() == sha

@@ -28,6 +28,7 @@ from planner.plan.models import (
 from planner.policy.planning import CoreGpuCatalog
 from planner.units import GiB, cdiv
 from planner.vllm.args import ServingArgs
+from planner.vllm.hf_overrides import apply_hf_overrides
 from planner.workload import parse_workload
 
 DEFAULT_MAX_NUM_SEQS = 256
@@ -54,6 +55,9 @@ class FakeBackend:
 
     def parse_workload(self, data: Any) -> Any:
         return parse_workload(data)
+
+    def apply_overrides(self, model: ModelSpec, overrides: Any, *, vllm_version: str | None) -> Any:
+        return apply_hf_overrides(model, None, overrides, version=vllm_version)  # catalog specs: no config.json
 
     def plan(
         self,

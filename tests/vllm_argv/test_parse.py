@@ -129,6 +129,17 @@ def test_dotted_json_arguments_are_merged() -> None:
     assert command.values["compilation_config"] == {"level": 3, "cudagraph_capture_sizes": ["1", "2"]}
 
 
+def test_dotted_values_read_human_integers_from_0_20() -> None:
+    """vllm/utils/argparse_utils.py: a dotted value that is not JSON is tried as ``human_readable_int`` in 0.20.2
+    and 0.33.0; 0.19.0 keeps the text (``--hf-overrides.max_position_embeddings 32k`` sets the string "32k")."""
+    argv = [MODEL, "--hf-overrides.max_position_embeddings", "32k", "--hf-overrides.rope_scaling.rope_type", "yarn"]
+    old = parse_args(argv, version="0.19.0").values["hf_overrides"]
+    assert old == {"max_position_embeddings": "32k", "rope_scaling": {"rope_type": "yarn"}}
+    for version in ("0.20.2", "0.33.0"):
+        new = parse_args(argv, version=version).values["hf_overrides"]
+        assert new == {"max_position_embeddings": 32000, "rope_scaling": {"rope_type": "yarn"}}
+
+
 def test_serve_model_option_moved_from_0_12_and_refused_before() -> None:
     argv = ["vllm", "serve", "--model", MODEL, "-tp", "2"]
     new = parse_command(argv, version="0.19.0")
