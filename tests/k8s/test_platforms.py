@@ -488,3 +488,59 @@ spec:
     )
     assert found.decision == "skip" and "KVP067" in found.codes
     assert any("my-vllm-runtime is not in the input" in m for m in found.messages)
+
+
+KUBEAI_HAMI = """
+# KubeAI's system config (kubeai-project/kubeai@f442a2cd charts/kubeai/templates/configmap.yaml) with a
+# resource profile asking for a HAMi slice (nvidia.com/gpumem MiB, HAMi README) of an L4, and
+# manifests/models/qwen2.5-7b-instruct-l4.yaml (same commit, trimmed) pointed at it.
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: kubeai-config, namespace: kubeai}
+data:
+  system.yaml: |
+    resourceProfiles:
+      nvidia-l4-hami-10g:
+        imageName: nvidia-gpu
+        limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "10000"}
+        nodeSelector: {cloud.google.com/gke-accelerator: nvidia-l4}
+    modelServers:
+      VLLM:
+        images: {default: vllm/vllm-openai:v0.11.2, nvidia-gpu: vllm/vllm-openai:v0.11.2}
+---
+apiVersion: kubeai.org/v1
+kind: Model
+metadata: {name: qwen2.5-7b-instruct-l4, namespace: kubeai}
+spec:
+  features: [TextGeneration]
+  url: hf://Qwen/Qwen2.5-7B-Instruct
+  engine: VLLM
+  args: [--max-model-len=8192, --max-num-seqs=256]
+  resourceProfile: nvidia-l4-hami-10g:1
+"""
+
+
+def _kubeai_hami(profile: str) -> WorkloadEntry:
+    text = KUBEAI_HAMI.replace("nvidia-l4-hami-10g:1", profile)
+    workloads = run_check(read_documents(text, "kubeai-hami"), policy=POLICY, backend=BACKEND).workloads
+    (found,) = [e for e in workloads if e.kind == "Model"]
+    return found
+
+
+def test_kubeai_profile_with_a_hami_slice_is_planned_on_the_slice() -> None:
+    """The profile's nvidia.com/gpumem reaches the pod (KubeAI copies every request and limit): 9.8 GiB,
+    not the whole L4, so the 7B (14.25 GiB of weights) cannot load. Before: planned on 22 GiB, 0.9 filled."""
+    found = _kubeai_hami("nvidia-l4-hami-10g:1")
+    assert (found.gpu.name, found.gpu.count) == ("L4", 1)
+    assert found.plan is not None and found.plan.sharing is not None
+    assert found.plan.sharing.mechanism == "hami" and found.plan.sharing.budget_bytes == 10000 << 20
+    assert found.decision == "deny" and "KVP006" in found.codes
+
+
+def test_kubeai_scales_the_share_with_the_profile_count() -> None:
+    """`<profile>:2` multiplies every quantity (model_config.go getModelConfig, q.Mul): 2 GPUs and
+    nvidia.com/gpumem 20000, which HAMi reads per GPU (capped at the card)."""
+    found = _kubeai_hami("nvidia-l4-hami-10g:2")
+    assert found.gpu.count == 2
+    assert found.plan is not None and found.plan.sharing is not None
+    assert found.plan.sharing.budget_bytes == min(20000 << 20, found.plan.sharing.card_bytes)
