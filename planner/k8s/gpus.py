@@ -1,7 +1,12 @@
 """Which GPU, and how many, a vLLM container gets.
 
-Count: the container's ``nvidia.com/gpu`` / ``amd.com/gpu`` / MIG (``nvidia.com/mig-3g.40gb``) limit (or
-request). Type, first match wins:
+Count: the container's ``nvidia.com/gpu`` / ``amd.com/gpu`` / MIG (``nvidia.com/mig-3g.40gb``) / Volcano
+vGPU (``volcano.sh/vgpu-number``) limit (or request). A container that asks only for a share of a GPU
+counts one: HAMi's and Volcano vGPU's webhooks add their GPU count (``defaultGPUNum``, 1) when only
+memory or cores are given (Project-HAMi/volcano-vgpu-device-plugin ``doc/config.md``), Alibaba ACK
+shares one card per pod unless the pod label ``aliyun.com/gpu-count`` spreads the request over several
+(ACK "multi-GPU sharing"), and Volcano's older gpu-share (``volcano.sh/gpu-memory``) places a pod on one
+card. Type, first match wins:
 
 1. annotation ``kv-planner.io/gpu`` (workload metadata, then the pod template's);
 2. GPU feature discovery labels required by ``nodeSelector`` or required node affinity
@@ -14,6 +19,12 @@ request). Type, first match wins:
 
 When a selector or affinity allows several GPUs (``In: [L4, A100]``), kv-planner plans for the one with
 the least memory: a limit that fits the smallest card fits every card the pod may get.
+
+GKE's multi-instance GPUs: a pod selects the partition with ``cloud.google.com/gke-gpu-partition-size:
+2g.10gb`` and asks for ``nvidia.com/gpu: 1``; it gets one slice (GoogleCloudPlatform/container-engine-
+accelerators ``pkg/gpu/nvidia/mig``: each MIG partition is one device). Like the ``nvidia.com/mig-*``
+resources, the slice of the card found above is planned (without a card: the smallest one offering it);
+a node of the inventory with that label holds slices too.
 """
 
 from __future__ import annotations
@@ -47,7 +58,28 @@ GKE_LABEL = "cloud.google.com/gke-accelerator"
 KARPENTER_NAME_LABEL = "karpenter.k8s.aws/instance-gpu-name"
 KARPENTER_MEMORY_LABEL = "karpenter.k8s.aws/instance-gpu-memory"
 INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
+GKE_PARTITION_LABEL = "cloud.google.com/gke-gpu-partition-size"
+# Shared-GPU resources (planner.k8s.sharing reads their budgets; here they only give the GPU count).
+HAMI_MEMORY = "nvidia.com/gpumem"
+HAMI_PERCENT = "nvidia.com/gpumem-percentage"
+HAMI_CORES = "nvidia.com/gpucores"
+VOLCANO_VGPU_NUMBER = "volcano.sh/vgpu-number"
+VOLCANO_VGPU_MEMORY = "volcano.sh/vgpu-memory"
+VOLCANO_VGPU_PERCENT = "volcano.sh/vgpu-memory-percentage"
+VOLCANO_VGPU_CORES = "volcano.sh/vgpu-cores"
+VOLCANO_GPU_MEMORY = "volcano.sh/gpu-memory"
+ACK_MEMORY = "aliyun.com/gpu-mem"
+ACK_CORES = "aliyun.com/gpu-core.percentage"
+ACK_COUNT_LABEL = "aliyun.com/gpu-count"
+# resource a share implies -> the GPU resource and count it stands for (one card, see the module doc)
+_SHARE_IMPLIES: tuple[tuple[tuple[str, ...], str], ...] = (
+    ((HAMI_MEMORY, HAMI_PERCENT, HAMI_CORES), "nvidia.com/gpu"),
+    ((VOLCANO_VGPU_MEMORY, VOLCANO_VGPU_PERCENT, VOLCANO_VGPU_CORES), VOLCANO_VGPU_NUMBER),
+    ((ACK_MEMORY, ACK_CORES), ACK_MEMORY),
+    ((VOLCANO_GPU_MEMORY,), VOLCANO_GPU_MEMORY),
+)
 _MIG_RESOURCE = re2.compile(r"^nvidia\.com/mig-(\d+g\.\d+gb)$")
+_MIG_PROFILE = re2.compile(r"^\d+g\.\d+gb$")
 _MIB = 1 << 20
 
 
@@ -85,22 +117,28 @@ class GpuResolution(BaseModel):
 
 
 def gpu_request(container: Mapping[str, Any]) -> tuple[str | None, int | None]:
-    """(resource, count) of the GPU resource a container asks for (limits first, then requests)."""
+    """(resource, count) of the GPU resource a container asks for (limits first, then requests); a
+    container asking only for a share of a GPU gets one (see the module doc)."""
     resources = container.get("resources")
     if not isinstance(resources, Mapping):
         return None, None
+    asked: set[str] = set()
     for section in ("limits", "requests"):
         values = resources.get(section)
         if not isinstance(values, Mapping):
             continue
+        asked.update(str(k) for k in values)
         for key in sorted(values):
             name = str(key)
-            if name in ("nvidia.com/gpu", "amd.com/gpu") or _MIG_RESOURCE.match(name):
+            if name in ("nvidia.com/gpu", "amd.com/gpu", VOLCANO_VGPU_NUMBER) or _MIG_RESOURCE.match(name):
                 try:
                     count = int(str(values[key]))
                 except ValueError:
                     continue
                 return name, count
+    for keys, resource in _SHARE_IMPLIES:
+        if asked.intersection(keys):
+            return resource, 1
     return None, None
 
 
@@ -156,15 +194,23 @@ _LABEL_ORDER: tuple[tuple[str, GpuSource | None], ...] = (
 
 
 def node_gpu(node: NodeInfo, catalog: GpuCatalog) -> tuple[GpuSpec, str] | None:
-    """The GPU of a node, read from its labels in the same order as a pod's selectors."""
+    """The GPU of a node, read from its labels in the same order as a pod's selectors (a GKE node
+    partitioned into MIG slices: the slice)."""
     labels = node.labels
     hint = _label_memory(labels.get(MEMORY_LABEL)) or _label_memory(labels.get(KARPENTER_MEMORY_LABEL))
+    partition = labels.get(GKE_PARTITION_LABEL)
     for key, _ in _LABEL_ORDER:
         value = node.labels.get(key)
         if value:
             spec = lookup_label(value, key, catalog, hint)
             if spec is not None:
+                if partition and "-MIG-" not in spec.name:
+                    spec = catalog.mig(partition, spec.name) or spec
                 return spec, value
+    if partition and _MIG_PROFILE.match(partition):
+        spec = catalog.mig(partition, None)
+        if spec is not None:
+            return spec, partition
     return None
 
 
@@ -178,9 +224,17 @@ def resolve_gpu(
     peer_spec: Mapping[str, Any] | None = None,
     inventory: Sequence[NodeInfo] | None = None,
     default_gpu: str | None = None,
+    labels: Mapping[str, Any] | None = None,
 ) -> GpuResolution:
-    """Resolve the GPU type and count of one container (see the module docstring for the order)."""
+    """Resolve the GPU type and count of one container (see the module docstring for the order);
+    ``labels``: the pod's labels (ACK's ``aliyun.com/gpu-count``)."""
     resource, count = gpu_request(container)
+    if resource == ACK_MEMORY and isinstance(labels, Mapping):
+        spread = _positive(labels.get(ACK_COUNT_LABEL))
+        count = spread or count
+    mig = _MIG_RESOURCE.match(resource or "")
+    profiles = [mig.group(1)] if mig else [v for v, _ in _label_values(pod_spec, GKE_PARTITION_LABEL)]
+    profiles = [p for p in profiles if _MIG_PROFILE.match(p)]
     group_gpus = _group_gpus(count, group_size, peer_spec, resource)
     base: dict[str, Any] = {
         "count": count,
@@ -202,7 +256,7 @@ def resolve_gpu(
                     unknown_label=spec is None,
                     **base,
                 ),
-                resource,
+                profiles,
                 catalog,
             )
 
@@ -222,18 +276,18 @@ def resolve_gpu(
         spec, value, _ = min(known, key=lambda item: (item[0].memory_bytes, item[0].name))
         assert spec is not None
         return _with_mig(
-            GpuResolution(name=spec.name, label=value, source=source, spec=spec, **base), resource, catalog
+            GpuResolution(name=spec.name, label=value, source=source, spec=spec, **base), profiles, catalog
         )
 
-    mig = _MIG_RESOURCE.match(resource or "")
-    if mig:
-        spec = catalog.mig(mig.group(1), None)
+    if profiles:  # a MIG resource or a GKE partition without a card: the smallest card offering it
+        slices = [(s, p) for p in profiles if (s := catalog.mig(p, None)) is not None]
+        found_slice = min(slices, key=lambda item: (item[0].memory_bytes, item[0].name)) if slices else None
         return GpuResolution(
-            name=spec.name if spec else None,
-            label=mig.group(1),
+            name=found_slice[0].name if found_slice else None,
+            label=found_slice[1] if found_slice else profiles[0],
             source="mig",
-            spec=spec,
-            unknown_label=spec is None,
+            spec=found_slice[0] if found_slice else None,
+            unknown_label=found_slice is None,
             **base,
         )
 
@@ -247,7 +301,7 @@ def resolve_gpu(
         if candidates:
             spec, value = min(candidates, key=lambda item: (item[0].memory_bytes, item[0].name))
             found_gpu = GpuResolution(name=spec.name, label=value, source="inventory", spec=spec, **base)
-            return _with_mig(found_gpu, resource, catalog)
+            return _with_mig(found_gpu, profiles, catalog)
 
     if unknown is not None:
         return GpuResolution(label=unknown[0], source=unknown[1], unknown_label=True, **base)
@@ -262,21 +316,31 @@ def resolve_gpu(
                 unknown_label=spec is None,
                 **base,
             ),
-            resource,
+            profiles,
             catalog,
         )
     return GpuResolution(**base)
 
 
-def _with_mig(resolution: GpuResolution, resource: str | None, catalog: GpuCatalog) -> GpuResolution:
-    """A full-GPU type combined with a MIG resource: plan for the slice of that GPU."""
-    mig = _MIG_RESOURCE.match(resource or "")
-    if not mig or resolution.spec is None or "-MIG-" in resolution.spec.name:
+def _with_mig(resolution: GpuResolution, profiles: Sequence[str], catalog: GpuCatalog) -> GpuResolution:
+    """A full-GPU type combined with a MIG resource or GKE partition: plan for the slice of that GPU
+    (several partitions allowed: the smallest)."""
+    if not profiles or resolution.spec is None or "-MIG-" in resolution.spec.name:
         return resolution
-    spec = catalog.mig(mig.group(1), resolution.spec.name)
-    if spec is None:
+    parent = resolution.spec.name
+    slices = [s for p in profiles if (s := catalog.mig(p, parent)) is not None]
+    if not slices:
         return resolution
+    spec = min(slices, key=lambda s: (s.memory_bytes, s.name))
     return resolution.model_copy(update={"spec": spec, "name": spec.name})
+
+
+def _positive(value: Any) -> int | None:
+    try:
+        number = int(str(value))
+    except ValueError:
+        return None
+    return number if number > 0 else None
 
 
 def _group_gpus(

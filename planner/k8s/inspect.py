@@ -175,21 +175,23 @@ def inspect_workload(
                     )
                 )
                 continue
+            pod_meta = view.pod_metadata if view.pod_metadata is not None else template_meta
             gpu = resolve_gpu(
                 container=raw,
                 pod_spec=pod_spec,
-                annotations=[_annotations(meta), _annotations(template_meta)],
+                annotations=[_annotations(meta), _annotations(template_meta), _annotations(view.pod_metadata)],
                 catalog=catalog,
                 group_size=ref.group_size,
                 peer_spec=peer if isinstance(peer, Mapping) else None,
                 inventory=inventory,
                 default_gpu=default_gpu,
+                labels=get_path(pod_meta, ("labels",)) if isinstance(pod_meta, Mapping) else None,
             )
             gpu = _platform_gpu(gpu, view, catalog)
             uses = container_claims(pod_spec, raw, ns, claims)
             if uses:
                 gpu = gpu_from_claims(uses, catalog, gpu) or gpu
-            annotations = [meta.get("annotations"), _annotations(template_meta)]
+            annotations = [meta.get("annotations"), _annotations(template_meta), _annotations(view.pod_metadata)]
             share = resolve_share(
                 container=raw,
                 pod_spec=pod_spec,

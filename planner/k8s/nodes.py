@@ -16,7 +16,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from planner.errors import ManifestError
 from planner.k8s.workloads import as_list, get_path
 
-GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "amd.com/gpu", "nvidia.com/mig-")
+# GPU resources a node offers (with the shared-GPU ones a pod may ask for instead: Volcano vGPU and
+# gpu-share, Alibaba ACK; planner.k8s.gpus.gpu_request)
+GPU_RESOURCE_PREFIXES = (
+    "nvidia.com/gpu",
+    "amd.com/gpu",
+    "nvidia.com/mig-",
+    "volcano.sh/vgpu-number",
+    "volcano.sh/gpu-memory",
+    "aliyun.com/gpu-mem",
+)
 
 
 class Taint(BaseModel):

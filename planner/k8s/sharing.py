@@ -24,6 +24,20 @@ DRA                     ResourceClaim(Template) of class       the whole card   
                         ``gpu.nvidia.com`` with the driver's                       card / N   time-slicing: no
                         ``GpuConfig.sharing``; one claim
                         shared by N pods
+GKE time-sharing        selectors (or node labels) ``cloud.    the whole card      card / N   no
+                        google.com/gke-gpu-sharing-strategy:
+                        time-sharing``, ``cloud.google.com/
+                        gke-max-shared-clients-per-gpu: N``
+GKE MPS                 the same, strategy ``mps``             the whole card      card / N   yes: pinned limit
+Volcano vGPU            ``volcano.sh/vgpu-memory`` (MiB),      the limit (HAMi-    the limit  yes, as HAMi
+                        ``volcano.sh/vgpu-memory-percentage``, core reports it)
+                        ``volcano.sh/vgpu-cores``,
+                        ``volcano.sh/vgpu-number`` (count)
+Volcano gpu-share       ``volcano.sh/gpu-memory`` (MiB)        the whole card      the value  no
+ACK (Alibaba)           ``aliyun.com/gpu-mem`` (GiB, over pod  ``cgpu``/``core_    the value  ``cgpu``/``core_mem``:
+                        label ``aliyun.com/gpu-count`` cards), mem``: the value;   (unknown   yes; ``share``: no;
+                        node label ``ack.node.gpu.schedule``   else the card       without    ``mps``: taken as no
+                                                                                   the label)
 ======================  =====================================  ==================  =========  =====================
 
 Sources: NVIDIA k8s-device-plugin README ("Shared Access to GPUs": time-slicing does nothing to isolate
@@ -32,8 +46,24 @@ total device memory"); HAMi-core ``src/cuda/memory.c: cuMemGetInfo_v2`` (total =
 with ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT`` ``cudaMemGetInfo`` keeps the physical total and reports the
 limit as free; Run:ai docs "Allocation of GPU Fractions" (over the allotted memory: out-of-memory);
 kubernetes-sigs/dra-driver-nvidia-gpu ``api/nvidia.com/resource/v1beta1/sharing.go`` (``MpsConfig.
-defaultPinnedDeviceMemoryLimit``). MIG slices are GPUs of their own (:mod:`planner.k8s.gpus`); sharing
-on top of a slice divides the slice.
+defaultPinnedDeviceMemoryLimit``). GKE: the docs "Share GPUs with multiple workloads using NVIDIA MPS"
+(the max shared clients per GPU decides each container's pinned device memory limit and active thread
+percentage) and "... using GPU time-sharing"; GKE's device plugin
+(GoogleCloudPlatform/container-engine-accelerators@992db812 ``pkg/gpu/nvidia/manager.go: Envs`` and its
+test) sets ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<requested x total / max-shared-clients>M`` under MPS and
+nothing under time-sharing. Volcano vGPU: Project-HAMi/volcano-vgpu-device-plugin@4fb76ba1
+``pkg/plugin/server.go`` (``CUDA_DEVICE_MEMORY_LIMIT_<i>`` = vgpu-memory x gpuMemoryFactor MiB, HAMi-core's
+``libvgpu.so``; factor 1 by default, ``doc/config.md``: ``defaultMemory`` 0 is the whole card);
+volcano-sh/devices@95b591b6 README ("GPU Sharing Jobs (Without memory isolation)", ``volcano.sh/gpu-memory``
+in MiB blocks). ACK: AliyunContainerService/gpushare-scheduler-extender@c0b61411 ``docs/userguide.md``
+(``aliyun.com/gpu-mem`` in GiB, the scheduler "cannot in any measure enforce" it) and
+gpushare-device-plugin (``--memory-unit`` GiB, or MiB); Alibaba Cloud ACK docs "Enable scheduling
+features" (``ack.node.gpu.schedule``: ``cgpu`` isolated memory, ``core_mem`` isolated compute and memory,
+``share`` no isolation, ``mps`` MPS with cGPU), "Configure GPU sharing without GPU memory isolation" (the
+pod sees the whole card), cGPU's ``ALIYUN_COM_GPU_MEM_CONTAINER`` ("the GPU memory visible in the
+container") and "multi-GPU sharing" (N GiB over M cards: N/M on each). MIG slices are GPUs of their own
+(:mod:`planner.k8s.gpus`, including GKE's ``cloud.google.com/gke-gpu-partition-size``); sharing on top of
+a slice divides the slice.
 """
 
 from __future__ import annotations
@@ -45,7 +75,20 @@ import re2
 
 from planner.gpus.share import GpuShare, Mechanism
 from planner.k8s.dra import MIG_CLASS, ClaimUse
-from planner.k8s.gpus import PRODUCT_LABEL, GpuResolution, _label_values
+from planner.k8s.gpus import (
+    ACK_CORES,
+    ACK_MEMORY,
+    HAMI_CORES,
+    HAMI_MEMORY,
+    HAMI_PERCENT,
+    PRODUCT_LABEL,
+    VOLCANO_GPU_MEMORY,
+    VOLCANO_VGPU_CORES,
+    VOLCANO_VGPU_MEMORY,
+    VOLCANO_VGPU_PERCENT,
+    GpuResolution,
+    _label_values,
+)
 from planner.k8s.nodes import NodeInfo, could_schedule
 from planner.k8s.quantity import parse_quantity, quantity_bytes
 from planner.k8s.workloads import as_list, is_mapping
@@ -54,15 +97,45 @@ REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 STRATEGY_LABEL = "nvidia.com/gpu.sharing-strategy"
 COUNT_LABEL = "nvidia.com/gpu.count"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+GKE_STRATEGY_LABEL = "cloud.google.com/gke-gpu-sharing-strategy"
+GKE_CLIENTS_LABEL = "cloud.google.com/gke-max-shared-clients-per-gpu"
+ACK_SCHEDULE_LABEL = "ack.node.gpu.schedule"
 MPS_LIMIT_ENV = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
-HAMI_MEMORY = "nvidia.com/gpumem"
-HAMI_PERCENT = "nvidia.com/gpumem-percentage"
-HAMI_CORES = "nvidia.com/gpucores"
 RUNAI_FRACTION = "gpu-fraction"
 RUNAI_MEMORY = "gpu-memory"
 BUDGET_ANNOTATION = "kv-planner.io/gpu-memory"
 _MIB = 1 << 20
+_GIB = 1 << 30
 _SHARED_SUFFIX = "-shared"
+# The container fields that carry a pod's share of its GPUs (per GPU), for platform readers that
+# rebuild a container from another one (Ray Serve LLM engines on a worker group's pods).
+SHARE_RESOURCES = (
+    HAMI_MEMORY,
+    HAMI_PERCENT,
+    HAMI_CORES,
+    VOLCANO_VGPU_MEMORY,
+    VOLCANO_VGPU_PERCENT,
+    VOLCANO_VGPU_CORES,
+    VOLCANO_GPU_MEMORY,
+    ACK_MEMORY,
+    ACK_CORES,
+)
+SHARE_ENV = (MPS_LIMIT_ENV,)
+# Sharing strategies as GPU feature discovery (nvidia.com/gpu.sharing-strategy) and GKE
+# (cloud.google.com/gke-gpu-sharing-strategy) spell them; "none" and unknown values are kept as given.
+_STRATEGY_NAMES = {"time-sharing": "time-slicing"}
+# ACK's ack.node.gpu.schedule values that share a card: how vLLM sees it, whether the share is enforced
+# (mechanism, visible is the share, isolated).
+_ACK_MODES: dict[str, tuple[Mechanism, bool, bool]] = {
+    "cgpu": ("fraction", True, True),
+    "core_mem": ("fraction", True, True),
+    "share": ("time-slicing", False, False),
+    # ACK: "shared computing power with isolated GPU memory, based on NVIDIA MPS ... combined with cGPU":
+    # whether vLLM then sees its share or the card is not documented. Planned on the card and not taken
+    # as enforced: the fill (utilization of the card, a fixed KV size) stays within the share either way,
+    # and no deny rests on a guess.
+    "mps": ("mps", False, False),
+}
 _MPS_UNITS = {"": 1, "K": 1 << 10, "KB": 1 << 10, "M": _MIB, "MB": _MIB, "G": 1 << 30, "GB": 1 << 30}
 _MPS_ITEM = re2.compile(r"(?i)^\s*(?:(\w[\w-]*)\s*=\s*)?(\d+(?:\.\d+)?)\s*([KMG]B?)?\s*$")
 
@@ -115,6 +188,104 @@ def _hami(container: Mapping[str, Any], card: int) -> GpuShare | None:
         )
     return GpuShare(
         mechanism="hami", source=source, card_bytes=card, visible_bytes=budget, budget_bytes=budget, isolated=True
+    )
+
+
+def _volcano(container: Mapping[str, Any], card: int) -> GpuShare | None:
+    """Volcano vGPU (Project-HAMi/volcano-vgpu-device-plugin): HAMi-core enforces the memory, so vLLM
+    sees the limit as the total (``CUDA_DEVICE_MEMORY_LIMIT_<i>`` = vgpu-memory x gpuMemoryFactor MiB,
+    ``pkg/plugin/server.go``; gpuMemoryFactor 1 unless the cluster raised it). Volcano's older
+    gpu-share (volcano-sh/devices, ``volcano.sh/gpu-memory``) only schedules: "without memory isolation"."""
+    limits = _limits(container)
+    if VOLCANO_VGPU_MEMORY in limits and (mib := parse_quantity(limits[VOLCANO_VGPU_MEMORY])):
+        budget = min(card, int(mib) * _MIB)
+        source = f"{VOLCANO_VGPU_MEMORY}={limits[VOLCANO_VGPU_MEMORY]} MiB"
+    elif VOLCANO_VGPU_PERCENT in limits and (pct := parse_quantity(limits[VOLCANO_VGPU_PERCENT])):
+        budget = min(card, int(card * min(100, float(pct)) / 100))
+        source = f"{VOLCANO_VGPU_PERCENT}={limits[VOLCANO_VGPU_PERCENT]}"
+    elif VOLCANO_VGPU_CORES in limits:
+        # defaultMemory 0: the whole card's memory, as HAMi (co-tenants not kept apart by memory).
+        return GpuShare(
+            mechanism="hami",
+            source=f"{VOLCANO_VGPU_CORES} only (Volcano vGPU's default memory: the whole card)",
+            card_bytes=card,
+            visible_bytes=card,
+            budget_bytes=None,
+            isolated=False,
+        )
+    elif VOLCANO_GPU_MEMORY in limits and (mib := parse_quantity(limits[VOLCANO_GPU_MEMORY])):
+        budget = min(card, int(mib) * _MIB)
+        return GpuShare(
+            mechanism="time-slicing",
+            source=f"{VOLCANO_GPU_MEMORY}={limits[VOLCANO_GPU_MEMORY]} MiB (Volcano gpu-share, not enforced)",
+            card_bytes=card,
+            visible_bytes=card,
+            budget_bytes=budget,
+            isolated=False,
+        )
+    else:
+        return None
+    return GpuShare(
+        mechanism="hami", source=source, card_bytes=card, visible_bytes=budget, budget_bytes=budget, isolated=True
+    )
+
+
+def _ack(
+    container: Mapping[str, Any],
+    pod_spec: Mapping[str, Any],
+    gpu: GpuResolution,
+    inventory: Sequence[NodeInfo] | None,
+    card: int,
+) -> GpuShare | None:
+    """Alibaba ACK GPU sharing: ``aliyun.com/gpu-mem`` (GiB; spread evenly over ``aliyun.com/gpu-count``
+    cards). Whether it is enforced is the node pool's ``ack.node.gpu.schedule``: ``cgpu`` / ``core_mem``
+    isolate memory with cGPU, which shows the container its share as the card's memory; ``share`` does
+    not ("does not enforce it as a hard memory cap", the pod sees the whole card); ``mps`` caps it with
+    MPS. Without that label (pod selectors, else the nodes the pod may land on) the share is known but not
+    how vLLM sees it: the budget is left unknown (KVP014), never guessed."""
+    limits = _limits(container)
+    if ACK_MEMORY not in limits and ACK_CORES not in limits:
+        return None
+    modes = {v for v, _ in _label_values(pod_spec, ACK_SCHEDULE_LABEL)} or {
+        n.labels[ACK_SCHEDULE_LABEL] for n in _nodes(pod_spec, gpu, inventory) if ACK_SCHEDULE_LABEL in n.labels
+    }
+    size = parse_quantity(limits.get(ACK_MEMORY)) if ACK_MEMORY in limits else None
+    if not size:
+        return GpuShare(
+            mechanism="fraction",
+            source=f"{ACK_CORES} only (no {ACK_MEMORY}: memory share unknown)",
+            card_bytes=card,
+            visible_bytes=card,
+            budget_bytes=None,
+            isolated=False,
+        )
+    cards = gpu.count if gpu.resource == ACK_MEMORY and gpu.count and gpu.count > 1 else 1
+    total, unit = int(size * _GIB), "GiB"
+    if total > card * cards:  # more than the cards hold in GiB: the device plugin counts MiB (--memory-unit)
+        total, unit = int(size * _MIB), "MiB"
+    budget = min(card, total // cards)
+    spread = f" over {cards} GPUs" if cards > 1 else ""
+    source = f"{ACK_MEMORY}={limits[ACK_MEMORY]} {unit}{spread}"
+    mode = next(iter(modes)) if len(modes) == 1 else None
+    if mode not in _ACK_MODES:
+        why = "several" if len(modes) > 1 else (f"unknown ({mode})" if mode else "not given")
+        return GpuShare(
+            mechanism="fraction",
+            source=f"{source}; {ACK_SCHEDULE_LABEL} {why}: whether ACK enforces it is unknown",
+            card_bytes=card,
+            visible_bytes=card,
+            budget_bytes=None,
+            isolated=False,
+        )
+    assert mode is not None
+    mechanism, sees_share, isolated = _ACK_MODES[mode]
+    return GpuShare(
+        mechanism=mechanism,
+        source=f"{source}; {ACK_SCHEDULE_LABEL}={mode}",
+        card_bytes=card,
+        visible_bytes=budget if sees_share else card,
+        budget_bytes=budget,
+        isolated=isolated,
     )
 
 
@@ -214,19 +385,8 @@ def _pinned_node(pod_spec: Mapping[str, Any]) -> str | None:
     return values[0][0] if len(values) == 1 else None
 
 
-def _gfd(
-    pod_spec: Mapping[str, Any],
-    gpu: GpuResolution,
-    inventory: Sequence[NodeInfo] | None,
-    card: int,
-) -> GpuShare | None:
-    """Time-slicing / MPS as GPU feature discovery labels show it (the pod's selectors, else the nodes)."""
-    label_replicas = [v for v, _ in _label_values(pod_spec, REPLICAS_LABEL)]
-    strategies = [v for v, _ in _label_values(pod_spec, STRATEGY_LABEL)]
-    products = [v for v, _ in _label_values(pod_spec, PRODUCT_LABEL)]
-    shared_product = any(p.lower().endswith(_SHARED_SUFFIX) for p in products) or (
-        (gpu.label or "").lower().endswith(_SHARED_SUFFIX)
-    )
+def _nodes(pod_spec: Mapping[str, Any], gpu: GpuResolution, inventory: Sequence[NodeInfo] | None) -> list[NodeInfo]:
+    """The inventory's nodes this pod may land on (the node it is pinned to, when it is)."""
     pinned = _pinned_node(pod_spec)
     nodes: list[NodeInfo] = []
     for node in inventory or []:
@@ -234,22 +394,61 @@ def _gfd(
             continue
         if pinned is not None or could_schedule(node, pod_spec, gpu.resource, gpu.count or 0):
             nodes.append(node)
+    return nodes
+
+
+def _strategy(value: str | None) -> str | None:
+    return _STRATEGY_NAMES.get(value, value) if value is not None else None
+
+
+def _node_replicas(node: NodeInfo) -> tuple[int, str] | None:
+    for key in (REPLICAS_LABEL, GKE_CLIENTS_LABEL):
+        if _int(node.labels.get(key)) > 0:
+            return _int(node.labels.get(key)), key
+    return None
+
+
+def _node_strategy(node: NodeInfo) -> str:
+    return _strategy(node.labels.get(STRATEGY_LABEL) or node.labels.get(GKE_STRATEGY_LABEL)) or "none"
+
+
+def _gfd(
+    pod_spec: Mapping[str, Any],
+    gpu: GpuResolution,
+    inventory: Sequence[NodeInfo] | None,
+    card: int,
+) -> GpuShare | None:
+    """Time-slicing / MPS as node labels show it (the pod's selectors, else the nodes): GPU feature
+    discovery's (``nvidia.com/gpu.replicas``, ``nvidia.com/gpu.sharing-strategy``, ``...-SHARED``) and
+    GKE's (``cloud.google.com/gke-max-shared-clients-per-gpu``, ``cloud.google.com/gke-gpu-sharing-strategy:
+    time-sharing | mps``), read alike."""
+    label_replicas = [(v, key) for key in (REPLICAS_LABEL, GKE_CLIENTS_LABEL) for v, _ in _label_values(pod_spec, key)]
+    strategies = [
+        _strategy(v) or "none" for key in (STRATEGY_LABEL, GKE_STRATEGY_LABEL) for v, _ in _label_values(pod_spec, key)
+    ]
+    products = [v for v, _ in _label_values(pod_spec, PRODUCT_LABEL)]
+    shared_product = any(p.lower().endswith(_SHARED_SUFFIX) for p in products) or (
+        (gpu.label or "").lower().endswith(_SHARED_SUFFIX)
+    )
+    pinned = _pinned_node(pod_spec)
+    nodes = _nodes(pod_spec, gpu, inventory)
     shared_nodes = [
         n
         for n in nodes
-        if n.labels.get(STRATEGY_LABEL, "none") in ("time-slicing", "mps")
-        or _int(n.labels.get(REPLICAS_LABEL)) > 1
+        if _node_strategy(n) in ("time-slicing", "mps")
+        or (_node_replicas(n) or (0, ""))[0] > 1
         or n.labels.get(PRODUCT_LABEL, "").lower().endswith(_SHARED_SUFFIX)
     ]
     if not (label_replicas or shared_product or shared_nodes or any(s != "none" for s in strategies)):
         return None
     where = "node-selector" if label_replicas or strategies or products else "inventory"
-    replicas_known = [_int(v) for v in label_replicas if _int(v) > 0] or [
-        _int(n.labels.get(REPLICAS_LABEL)) for n in shared_nodes if _int(n.labels.get(REPLICAS_LABEL)) > 0
+    replicas_known = [(_int(v), key) for v, key in label_replicas if _int(v) > 0] or [
+        found for n in shared_nodes if (found := _node_replicas(n)) is not None
     ]
-    replicas = max(replicas_known) if replicas_known else None  # the most pods per card: the smallest share
+    # the most pods per card: the smallest share
+    replicas, replicas_key = max(replicas_known) if replicas_known else (None, REPLICAS_LABEL)
     strategy = next((s for s in strategies if s != "none"), None) or next(
-        (n.labels.get(STRATEGY_LABEL) for n in shared_nodes if n.labels.get(STRATEGY_LABEL) in ("mps",)), None
+        (_node_strategy(n) for n in shared_nodes if _node_strategy(n) == "mps"), None
     )
     if replicas is not None and replicas <= 1 and strategy is None and not shared_product:
         return None
@@ -257,14 +456,15 @@ def _gfd(
     placement = None
     if pinned is not None and nodes and all(_int(n.labels.get(COUNT_LABEL)) == 1 for n in nodes):
         placement = f"node:{pinned}"  # one physical GPU on the node: every pod there shares it
-    source = f"{REPLICAS_LABEL}={replicas} ({where})" if replicas else f"shared GPU ({where}), replicas unknown"
+    source = f"{replicas_key}={replicas} ({where})" if replicas else f"shared GPU ({where}), replicas unknown"
     return GpuShare(
         mechanism=mechanism,
         source=source,
         card_bytes=card,
         visible_bytes=card,
         budget_bytes=card // replicas if replicas else None,
-        # The device plugin's MPS daemon caps each client at card / replicas; time-slicing caps nothing.
+        # MPS caps each client at card / replicas (NVIDIA's device plugin; GKE's sets
+        # CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<total / max-shared-clients>M); time-slicing caps nothing.
         isolated=mechanism == "mps" and replicas is not None,
         replicas=replicas,
         placement=placement,
@@ -299,15 +499,18 @@ def resolve_share(
 ) -> GpuShare | None:
     """The share of a GPU this container's pod gets, or None for a whole (or MIG) GPU of its own.
 
-    Order: HAMi resources, Run:ai annotations, an MPS limit in the container's env, a DRA claim's sharing
-    settings, then GFD labels (selectors, else the inventory). ``replicas`` (pods of the workload) is
-    the tenant count of a ResourceClaim all replicas share. The ``kv-planner.io/gpu-memory`` annotation
-    states the budget where the cluster does not say it (e.g. time-slicing with unknown replicas)."""
+    Order: HAMi, Volcano vGPU and ACK resources, Run:ai annotations, an MPS limit in the container's
+    env, a DRA claim's sharing settings, then GFD's or GKE's labels (selectors, else the inventory).
+    ``replicas`` (pods of the workload) is the tenant count of a ResourceClaim all replicas share. The
+    ``kv-planner.io/gpu-memory`` annotation states the budget where the cluster does not say it (e.g.
+    time-slicing with unknown replicas)."""
     if gpu.spec is None:
         return None
     card = gpu.spec.memory_bytes
     share = (
         _hami(container, card)
+        or _volcano(container, card)
+        or _ack(container, pod_spec, gpu, inventory, card)
         or _runai(annotations, card)
         or _mps_env(container, card)
         or _dra(claims, card, replicas, namespace)

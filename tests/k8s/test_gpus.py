@@ -159,3 +159,52 @@ def test_group_gpus_for_leader_worker_sets(catalog: GpuCatalog) -> None:
     leader = {"name": "l", "resources": {"limits": {"nvidia.com/gpu": "8"}}}
     gpu = _resolve(catalog, {}, container=leader, group_size=2, peer_spec=worker)
     assert (gpu.count, gpu.group_size, gpu.group_gpus) == (8, 2, 16)
+
+
+def test_shared_gpu_requests_count_one_gpu() -> None:
+    """Volcano vGPU counts vGPUs; a request of memory or cores alone is one GPU (HAMi's and Volcano's
+    webhooks add defaultGPUNum 1; ACK and Volcano gpu-share place a pod on one card)."""
+    assert gpu_request({"resources": {"limits": {"volcano.sh/vgpu-number": 2, "volcano.sh/vgpu-memory": 3000}}}) == (
+        "volcano.sh/vgpu-number",
+        2,
+    )
+    assert gpu_request({"resources": {"limits": {"volcano.sh/vgpu-memory": 3000}}}) == ("volcano.sh/vgpu-number", 1)
+    assert gpu_request({"resources": {"limits": {"nvidia.com/gpumem": 3000}}}) == ("nvidia.com/gpu", 1)
+    assert gpu_request({"resources": {"limits": {"aliyun.com/gpu-mem": 8}}}) == ("aliyun.com/gpu-mem", 1)
+    assert gpu_request({"resources": {"limits": {"volcano.sh/gpu-memory": 1024}}}) == ("volcano.sh/gpu-memory", 1)
+
+
+def test_ack_gpu_count_label_spreads_the_request(catalog: GpuCatalog) -> None:
+    ack = {"name": "vllm", "resources": {"limits": {"aliyun.com/gpu-mem": 16}}}
+    assert _resolve(catalog, {}, container=ack).count == 1
+    assert _resolve(catalog, {}, container=ack, labels={"aliyun.com/gpu-count": "2"}).count == 2
+
+
+def test_gke_partition_size_plans_the_slice(catalog: GpuCatalog) -> None:
+    """GKE MIG: nodeSelector gke-gpu-partition-size with nvidia.com/gpu: 1 is one slice of the card."""
+    one = {"name": "vllm", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    selector = {
+        "cloud.google.com/gke-accelerator": "nvidia-tesla-a100",
+        "cloud.google.com/gke-gpu-partition-size": "2g.10gb",
+    }
+    gpu = _resolve(catalog, {"nodeSelector": selector}, container=one)
+    assert (gpu.name, gpu.label, gpu.source, gpu.count) == (
+        "A100-40GB-MIG-2g.10gb",
+        "nvidia-tesla-a100",
+        "cloud-label",
+        1,
+    )
+    assert gpu.spec is not None and gpu.spec.memory_bytes < 10 * 2**30
+    alone = _resolve(catalog, {"nodeSelector": {"cloud.google.com/gke-gpu-partition-size": "1g.10gb"}}, container=one)
+    assert alone.source == "mig" and alone.spec is not None and "-MIG-1g.10gb" in alone.spec.name
+    node = _node(
+        "gke-mig",
+        None,
+        7,
+        labels={
+            "cloud.google.com/gke-accelerator": "nvidia-a100-80gb",
+            "cloud.google.com/gke-gpu-partition-size": "3g.40gb",
+        },
+    )
+    found = _resolve(catalog, {}, container=one, inventory=[node])
+    assert (found.name, found.source) == ("A100-80GB-MIG-3g.40gb", "inventory")

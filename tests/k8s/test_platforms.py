@@ -488,3 +488,205 @@ spec:
     )
     assert found.decision == "skip" and "KVP067" in found.codes
     assert any("my-vllm-runtime is not in the input" in m for m in found.messages)
+
+
+KUBEAI_HAMI = """
+# KubeAI's system config (kubeai-project/kubeai@f442a2cd charts/kubeai/templates/configmap.yaml) with a
+# resource profile asking for a HAMi slice (nvidia.com/gpumem MiB, HAMi README) of an L4, and
+# manifests/models/qwen2.5-7b-instruct-l4.yaml (same commit, trimmed) pointed at it.
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: kubeai-config, namespace: kubeai}
+data:
+  system.yaml: |
+    resourceProfiles:
+      nvidia-l4-hami-10g:
+        imageName: nvidia-gpu
+        limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "10000"}
+        nodeSelector: {cloud.google.com/gke-accelerator: nvidia-l4}
+    modelServers:
+      VLLM:
+        images: {default: vllm/vllm-openai:v0.11.2, nvidia-gpu: vllm/vllm-openai:v0.11.2}
+---
+apiVersion: kubeai.org/v1
+kind: Model
+metadata: {name: qwen2.5-7b-instruct-l4, namespace: kubeai}
+spec:
+  features: [TextGeneration]
+  url: hf://Qwen/Qwen2.5-7B-Instruct
+  engine: VLLM
+  args: [--max-model-len=8192, --max-num-seqs=256]
+  resourceProfile: nvidia-l4-hami-10g:1
+"""
+
+
+def _kubeai_hami(profile: str) -> WorkloadEntry:
+    text = KUBEAI_HAMI.replace("nvidia-l4-hami-10g:1", profile)
+    workloads = run_check(read_documents(text, "kubeai-hami"), policy=POLICY, backend=BACKEND).workloads
+    (found,) = [e for e in workloads if e.kind == "Model"]
+    return found
+
+
+def test_kubeai_profile_with_a_hami_slice_is_planned_on_the_slice() -> None:
+    """The profile's nvidia.com/gpumem reaches the pod (KubeAI copies every request and limit): 9.8 GiB,
+    not the whole L4, so the 7B (14.25 GiB of weights) cannot load. Before: planned on 22 GiB, 0.9 filled."""
+    found = _kubeai_hami("nvidia-l4-hami-10g:1")
+    assert (found.gpu.name, found.gpu.count) == ("L4", 1)
+    assert found.plan is not None and found.plan.sharing is not None
+    assert found.plan.sharing.mechanism == "hami" and found.plan.sharing.budget_bytes == 10000 << 20
+    assert found.decision == "deny" and "KVP006" in found.codes
+
+
+def test_kubeai_scales_the_share_with_the_profile_count() -> None:
+    """`<profile>:2` multiplies every quantity (model_config.go getModelConfig, q.Mul): 2 GPUs and
+    nvidia.com/gpumem 20000, which HAMi reads per GPU (capped at the card)."""
+    found = _kubeai_hami("nvidia-l4-hami-10g:2")
+    assert found.gpu.count == 2
+    assert found.plan is not None and found.plan.sharing is not None
+    assert found.plan.sharing.budget_bytes == min(20000 << 20, found.plan.sharing.card_bytes)
+
+
+def _ray_service(app: str, worker: str = "", workers: int = 2, gpus: int = 4) -> str:
+    """A RayService in the shape of ray-project/kuberay@feeaf72f ray-operator/config/samples/
+    ray-service.llm-serve.yaml (trimmed): one Serve application, a CPU head, one GPU worker group."""
+    indented = "\n".join("    " + line for line in app.strip().splitlines())
+    return f"""
+apiVersion: ray.io/v1
+kind: RayService
+metadata: {{name: llm, namespace: ray}}
+spec:
+  serveConfigV2: |
+    applications:
+{indented}
+  rayClusterConfig:
+    headGroupSpec:
+      rayStartParams: {{}}
+      template:
+        spec:
+          containers:
+          - {{name: ray-head, image: rayproject/ray-llm:2.46.0-py311-cu124, resources: {{limits: {{cpu: "4"}}}}}}
+    workerGroupSpecs:
+    - groupName: gpu-group
+      replicas: {workers}
+      rayStartParams: {{}}
+      template:
+{
+        worker
+        or '''        spec:
+          nodeSelector: {cloud.google.com/gke-accelerator: nvidia-l4}
+          containers:
+          - name: llm
+            image: rayproject/ray-llm:2.46.0-py311-cu124
+            resources: {limits: {nvidia.com/gpu: "GPUS"}}'''.replace("GPUS", str(gpus))
+    }
+"""
+
+
+def _ray(text: str) -> list[WorkloadEntry]:
+    return [e for e in run_check(read_documents(text, "ray"), policy=POLICY, backend=BACKEND).workloads if e.vllm]
+
+
+DP_APP = """
+- name: llm
+  import_path: ray.serve.llm:build_dp_openai_app
+  args:
+    llm_config:
+      model_loading_config: {model_id: qwen, model_source: Qwen/Qwen2.5-7B-Instruct}
+      accelerator_type: L4
+      engine_kwargs: {tensor_parallel_size: 1, data_parallel_size: DP, max_model_len: 8192}
+"""
+
+
+def test_ray_serve_data_parallel_ranks_run_on_the_clusters_gpus() -> None:
+    """build_dp_openai_app: data_parallel_size Serve replicas, one engine (DP rank) of TP x PP GPUs each
+    (ray python/ray/llm/_internal/serve data_parallel/dp_server.py build_dp_deployment: num_replicas =
+    dp_size). TP 1 x DP 2 on 2 workers x 4 L4: no KVP003 (before: "the pod gets 1"), no idle-GPU warning."""
+    (found,) = _ray(_ray_service(DP_APP.replace("DP", "2")))
+    assert found.args["data_parallel_size"] == 2 and found.gpu.count == 1
+    assert "KVP003" not in found.codes and "KVP004" not in found.codes and found.decision != "deny"
+    assert "KVP206" in found.codes
+    (too_many,) = _ray(_ray_service(DP_APP.replace("DP", "16")))
+    assert "KVP003" in too_many.codes and any("gets 8" in m for m in too_many.messages)
+
+
+def test_ray_serve_first_dp_builder_takes_dp_size_beside_llm_config() -> None:
+    """The first build_dp_openai_app (DPServingArgs: llm_config, dp_size): the engine runs with that DP."""
+    app = DP_APP.replace(", data_parallel_size: DP", "").replace("    llm_config:", "    dp_size: 2\n    llm_config:")
+    (found,) = _ray(_ray_service(app))
+    assert found.args["data_parallel_size"] == 2 and "KVP003" not in found.codes
+
+
+def test_ray_serve_prefill_decode_plans_both_engines() -> None:
+    """build_pd_openai_app: prefill_config and decode_config are two LLMConfigs, each its own deployment.
+    A 70B on one L4 in each: both denied (before: KVP065, "names no model")."""
+    engine = """
+      model_loading_config: {model_id: llama, model_source: meta-llama/Llama-3.1-70B-Instruct}
+      accelerator_type: L4
+      engine_kwargs:
+        tensor_parallel_size: 1
+        kv_transfer_config: {kv_connector: NixlConnector, kv_role: kv_both}"""
+    app = f"""
+- name: pd
+  import_path: ray.serve.llm:build_pd_openai_app
+  args:
+    prefill_config:{engine}
+    decode_config:{engine}
+"""
+    found = _ray(_ray_service(app))
+    assert [e.template for e in found] == ["pd/prefill_config", "pd/decode_config"]
+    for item in found:
+        assert item.model == "meta-llama/Llama-3.1-70B-Instruct" and item.decision == "deny"
+        assert "KVP001" in item.codes and "KVP202" in item.codes
+
+
+SERVE_APP = """
+- name: llms
+  import_path: ray.serve.llm:build_openai_app
+  args:
+    llm_configs:
+    - model_loading_config: {model_id: qwen, model_source: Qwen/Qwen2.5-7B-Instruct}
+      accelerator_type: L4
+      engine_kwargs: {tensor_parallel_size: 1, max_model_len: 8192}
+"""
+
+
+def test_ray_serve_engine_on_a_hami_worker_gets_the_slice() -> None:
+    """The worker pods ask for a 10000 MiB HAMi slice of an L4 (HAMi README): the Serve engine runs there,
+    so it is planned on the slice (KVP006), not on the whole card (before: 3953 blocks, allowed)."""
+    worker = """        spec:
+          schedulerName: hami-scheduler
+          nodeSelector: {cloud.google.com/gke-accelerator: nvidia-l4}
+          containers:
+          - name: llm
+            image: rayproject/ray-llm:2.46.0-py311-cu124
+            resources: {limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "10000"}}"""
+    (found,) = _ray(_ray_service(SERVE_APP, worker=worker))
+    assert found.plan is not None and found.plan.sharing is not None
+    assert found.plan.sharing.mechanism == "hami" and found.plan.sharing.budget_bytes == 10000 << 20
+    assert found.decision == "deny" and "KVP006" in found.codes
+
+
+def test_ray_serve_engine_on_shared_workers_reads_their_env_and_annotations() -> None:
+    """An MPS limit in the worker's env and a Run:ai fraction on the worker pods reach the Serve engine."""
+    mps = """        spec:
+          nodeSelector: {cloud.google.com/gke-accelerator: nvidia-l4}
+          containers:
+          - name: llm
+            image: rayproject/ray-llm:2.46.0-py311-cu124
+            env: [{name: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, value: 0=8G}]
+            resources: {limits: {nvidia.com/gpu: "1"}}"""
+    (found,) = _ray(_ray_service(SERVE_APP, worker=mps))
+    assert found.plan is not None and found.plan.sharing is not None
+    assert found.plan.sharing.mechanism == "mps" and found.plan.sharing.budget_bytes == 8 << 30
+    fraction = """        metadata:
+          annotations: {gpu-fraction: "0.5"}
+        spec:
+          nodeSelector: {cloud.google.com/gke-accelerator: nvidia-l4}
+          containers:
+          - name: llm
+            image: rayproject/ray-llm:2.46.0-py311-cu124
+            resources: {limits: {nvidia.com/gpu: "1"}}"""
+    (runai,) = _ray(_ray_service(SERVE_APP, worker=fraction))
+    assert runai.plan is not None and runai.plan.sharing is not None
+    assert runai.plan.sharing.mechanism == "fraction"
+    assert runai.plan.sharing.budget_bytes == runai.plan.sharing.card_bytes // 2

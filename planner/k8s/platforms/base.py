@@ -89,6 +89,11 @@ class PlatformView(BaseModel):
         default=None, description="why containers without a target cannot be changed (None: ordinary container)"
     )
     gpu_hint: GpuHint | None = None
+    pod_metadata: dict[str, Any] | None = Field(
+        default=None,
+        description="labels and annotations of the pods the platform runs, when they are not at "
+        "template.metadata_path (a Ray Serve engine runs on a worker group's pods)",
+    )
     group_gpus: int | None = Field(default=None, description="GPUs across the serving group, when the platform says")
     stated_version: VersionEvidence | None = None
     image_entrypoint: bool = Field(

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from planner.k8s.gpus import VOLCANO_VGPU_NUMBER
 from planner.k8s.platforms.base import (
     ArgsTarget,
     GpuHint,
@@ -33,6 +34,8 @@ from planner.k8s.platforms.base import (
     model_from_uri,
     strings,
 )
+from planner.k8s.quantity import parse_quantity
+from planner.k8s.sharing import SHARE_RESOURCES
 from planner.k8s.workloads import PodTemplateRef
 
 PLATFORM = "kubeai"
@@ -53,6 +56,8 @@ DEFAULT_PROFILES: dict[str, tuple[str | None, str | None]] = {
     "amd-gpu-mi300x": ("MI300X", "amd.com/gpu"),
     "cpu": (None, None),
 }
+# Shared-GPU resources a profile may hold, scaled with the count (HAMi, Volcano vGPU, ACK).
+_SHARED = (*SHARE_RESOURCES, VOLCANO_VGPU_NUMBER)
 _NON_GPU_PROFILE_PREFIXES = ("cpu", "google-tpu", "tpu", "aws-neuron", "intel-gaudi")
 
 
@@ -185,16 +190,19 @@ def read(obj: Mapping[str, Any], config: KubeAIConfig | None = None) -> Platform
 
 
 def _scaled(profile: Mapping[str, Any], count: int) -> dict[str, Any]:
-    """The profile's GPU requests and limits times ``count`` (model_config.go: quantity.Mul(count))."""
+    """The profile's GPU requests and limits times ``count``, as KubeAI multiplies every quantity of the
+    profile (kubeai-project/kubeai@f442a2cd internal/modelcontroller/model_controller.go getModelConfig:
+    ``q.Mul(int64(multiple))`` for each request and limit): the GPU count and the shared-GPU resources
+    with it (``nvidia.com/gpumem: 10000`` at ``:2`` is 20000, per GPU as HAMi reads it)."""
     out: dict[str, Any] = {}
     for section in ("requests", "limits"):
         scaled = {}
         for key, value in mapping(profile.get(section)).items():
-            if isinstance(key, str) and (key.endswith("/gpu") or "/mig-" in key):
-                try:
-                    scaled[key] = str(int(str(value)) * count)
-                except ValueError:
+            if isinstance(key, str) and (key.endswith("/gpu") or "/mig-" in key or key in _SHARED):
+                number = parse_quantity(value)
+                if number is None or number != number.to_integral_value():
                     continue
+                scaled[key] = str(int(number) * count)
         if scaled:
             out[section] = scaled
     return out

@@ -11,7 +11,19 @@ Two ways vLLM runs on Ray, both read here:
   ``LLMConfig.engine_kwargs``) and ``accelerator_type`` (Ray's accelerator names, ``A10G``, ``L4``,
   ``A100-80G``, ``H100``). Each replica's engine gets TP x PP GPUs. KubeRay's own vLLM sample
   (ray-operator/config/samples/vllm) instead passes ``MODEL_ID`` / ``TENSOR_PARALLELISM`` /
-  ``PIPELINE_PARALLELISM`` in ``runtime_env.env_vars``; that form is read too.
+  ``PIPELINE_PARALLELISM`` in ``runtime_env.env_vars``; that form is read too. ``build_dp_openai_app``
+  takes one ``llm_config`` whose ``engine_kwargs.data_parallel_size`` (an early release: ``args.dp_size``)
+  is the number of Serve replicas, one engine (DP rank) each on TP x PP GPUs of the cluster
+  (ray python/ray/llm/_internal/serve ``data_parallel/dp_server.py: build_dp_deployment``: num_replicas =
+  data_parallel_size): the engines' GPUs are checked against the Ray cluster's, not one pod's.
+  ``build_pd_openai_app`` takes ``prefill_config`` and ``decode_config``, two LLMConfigs each built into
+  its own deployment (``build_pd_openai_app``: ``build_llm_deployment`` / ``build_dp_deployment`` per side):
+  both engines are planned.
+
+A Serve engine runs on the Ray worker pods: it gets the first GPU group's image, scheduling fields,
+per-GPU share (HAMi / Volcano / ACK resources, an MPS limit in the env) and pod labels and annotations
+(Run:ai fractions, ``kv-planner.io/gpu-memory``), so a shared or fractional worker GPU is planned as
+the share it is.
 
 serveConfigV2 is one YAML string: there is no field a JSON patch could change safely, so Ray Serve
 LLM views are checked and their changes reported as warnings (``no_write``).
@@ -21,11 +33,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
 
-from planner.k8s.gpus import gpu_request
+from planner.k8s.gpus import ACK_COUNT_LABEL, ACK_MEMORY, VOLCANO_GPU_MEMORY, gpu_request
 from planner.k8s.images import image_release
 from planner.k8s.platforms.base import (
     GpuHint,
@@ -35,7 +48,8 @@ from planner.k8s.platforms.base import (
     listed,
     mapping,
 )
-from planner.k8s.workloads import PodTemplateRef, Pointer, get_path, is_pod_spec
+from planner.k8s.sharing import SHARE_ENV, SHARE_RESOURCES
+from planner.k8s.workloads import PodTemplateRef, Pointer, as_list, get_path, is_mapping, is_pod_spec
 
 PLATFORM = "ray"
 SERVE_NO_WRITE = "serveConfigV2 is a YAML string: set these in engine_kwargs"
@@ -54,6 +68,7 @@ _RAY_ACCELERATORS = {
     "MI300X": "MI300X",
 }
 _NON_GPU_ACCELERATORS = ("TPU", "AWS-NEURON", "INTEL-GAUDI")
+_PD_KEYS = ("prefill_config", "decode_config")  # ray.serve.llm:build_pd_openai_app (PDServingArgs)
 
 
 def cluster_base(obj: Mapping[str, Any]) -> Pointer | None:
@@ -140,27 +155,32 @@ def _serve_views(obj: Mapping[str, Any], base: Pointer) -> tuple[list[PlatformVi
         return [], [PlatformNote(reason="unreadable-config", text="serveConfigV2 is not valid YAML")]
     views: list[PlatformView] = []
     notes: list[PlatformNote] = []
-    image, pod_fields = _worker_image(obj, base)
+    worker = _worker(obj, base)
     for app_index, raw_app in enumerate(listed(mapping(config).get("applications"))):
         app = mapping(raw_app)
         app_name = str(app.get("name") or f"app-{app_index}")
         app_args = mapping(app.get("args"))
         llm_configs = app_args.get("llm_configs")
-        if llm_configs is None and isinstance(app_args.get("llm_config"), Mapping):
-            llm_configs = [app_args["llm_config"]]  # ray.serve.llm:build_llm_deployment takes one
+        keys: list[str] = []
+        if llm_configs is None and app_args.get("llm_config") is not None:
+            llm_configs = [app_args["llm_config"]]  # build_llm_deployment / build_dp_openai_app take one
+        elif llm_configs is None and any(k in app_args for k in _PD_KEYS):
+            keys = [k for k in _PD_KEYS if k in app_args]  # build_pd_openai_app: prefill and decode
+            llm_configs = [app_args[k] for k in keys]
         if isinstance(llm_configs, list):
+            dp = _int(app_args.get("dp_size"), 1)  # the first build_dp_openai_app: DP size beside llm_config
             for index, llm in enumerate(llm_configs):
-                where = f"{app_name}/llm_configs/{index}"
+                where = f"{app_name}/{keys[index]}" if keys else f"{app_name}/llm_configs/{index}"
                 if not isinstance(llm, Mapping):
                     notes.append(
                         PlatformNote(
                             reason="unreadable-config",
                             where=where,
-                            text=f"llm_configs entry {str(llm)[:40]!r} is a file in the image: not read",
+                            text=f"LLM config {str(llm)[:40]!r} is a file in the image: not read",
                         )
                     )
                     continue
-                view, note = _llm_config_view(llm, where, image, pod_fields)
+                view, note = _llm_config_view(llm, where, worker, dp_size=dp)
                 views += [view] if view else []
                 notes += [note] if note else []
             continue
@@ -171,7 +191,7 @@ def _serve_views(obj: Mapping[str, Any], base: Pointer) -> tuple[list[PlatformVi
                 "pipeline_parallel_size": env.get("PIPELINE_PARALLELISM", 1),
             }
             llm = {"model_loading_config": {"model_source": env["MODEL_ID"]}, "engine_kwargs": kwargs}
-            view, note = _llm_config_view(llm, app_name, image, pod_fields)
+            view, note = _llm_config_view(llm, app_name, worker)
             views += [view] if view else []
             notes += [note] if note else []
         elif "llm" in str(app.get("import_path", "")).lower() or "vllm" in str(app.get("import_path", "")).lower():
@@ -181,25 +201,75 @@ def _serve_views(obj: Mapping[str, Any], base: Pointer) -> tuple[list[PlatformVi
     return views, notes
 
 
-def _worker_image(obj: Mapping[str, Any], base: Pointer) -> tuple[str | None, dict[str, Any]]:
-    """The image and scheduling fields of the first GPU group (where Serve replicas land)."""
-    fallback: tuple[str | None, dict[str, Any]] = (None, {})
+@dataclass(frozen=True)
+class _Worker:
+    """What a Serve engine takes from the Ray worker pods it runs on (the first GPU group's)."""
+
+    image: str | None = None
+    pod_fields: Mapping[str, Any] = field(default_factory=dict)
+    resource: str = "nvidia.com/gpu"  # the GPU resource an engine's TP x PP GPUs are counted in
+    shares: Mapping[str, str] = field(default_factory=dict)  # per-GPU share resources
+    env: tuple[Mapping[str, Any], ...] = ()  # share env (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT)
+    metadata: Mapping[str, Any] | None = None  # the worker pods' labels and annotations
+    cluster_gpus: int | None = None
+
+
+def _worker(obj: Mapping[str, Any], base: Pointer) -> _Worker:
+    """The image, scheduling fields, GPU resource, per-GPU share and pod metadata of the first GPU
+    group (where Serve replicas land), else of the first group."""
+    fallback: _Worker | None = None
+    total = cluster_gpus(obj, base)
     for _, template, _ in group_templates(obj, base):
         spec = mapping(get_path(obj, (*template, "spec")))
         pod_fields = {k: spec[k] for k in ("nodeSelector", "affinity", "tolerations") if k in spec}
+        meta = mapping(get_path(obj, (*template, "metadata")))
+        metadata = {k: dict(meta[k]) for k in ("labels", "annotations") if isinstance(meta.get(k), Mapping)}
         for container in listed(spec.get("containers")):
             if not isinstance(container, Mapping):
                 continue
             image = container.get("image") if isinstance(container.get("image"), str) else None
-            if gpu_request(container)[1]:
-                return image, pod_fields
-            if fallback[0] is None:
-                fallback = (image, pod_fields)
-    return fallback
+            resource, count = gpu_request(container)
+            if count:
+                return _Worker(
+                    image=image,
+                    pod_fields=pod_fields,
+                    # (a share that is not a count, ACK's gpu-mem or Volcano's gpu-memory: GPUs are counted)
+                    resource=resource if resource not in (None, ACK_MEMORY, VOLCANO_GPU_MEMORY) else "nvidia.com/gpu",
+                    shares=_per_gpu_shares(container, mapping(metadata.get("labels"))),
+                    env=tuple(
+                        dict(item)
+                        for item in as_list(container.get("env"))
+                        if is_mapping(item) and item.get("name") in SHARE_ENV
+                    ),
+                    metadata=metadata or None,
+                    cluster_gpus=total,
+                )
+            if fallback is None or fallback.image is None:
+                fallback = _Worker(image=image, pod_fields=pod_fields, cluster_gpus=total)
+    return fallback or _Worker(cluster_gpus=total)
+
+
+def _per_gpu_shares(container: Mapping[str, Any], labels: Mapping[str, Any]) -> dict[str, str]:
+    """The worker container's share of each of its GPUs (limits over requests). ACK's ``gpu-mem`` is the
+    pod's total over ``aliyun.com/gpu-count`` cards: divided, so an engine on several GPUs gets the
+    same memory on each."""
+    out: dict[str, str] = {}
+    resources = mapping(container.get("resources"))
+    for section in ("requests", "limits"):  # limits win
+        for key, value in mapping(resources.get(section)).items():
+            if key in SHARE_RESOURCES:
+                out[key] = str(value)
+    cards = _int(labels.get(ACK_COUNT_LABEL), 1)
+    if ACK_MEMORY in out and cards > 1:
+        try:
+            out[ACK_MEMORY] = str(int(out[ACK_MEMORY]) // cards)
+        except ValueError:
+            del out[ACK_MEMORY]
+    return out
 
 
 def _llm_config_view(
-    llm: Mapping[str, Any], where: str, image: str | None, pod_fields: Mapping[str, Any]
+    llm: Mapping[str, Any], where: str, worker: _Worker, *, dp_size: int = 1
 ) -> tuple[PlatformView | None, PlatformNote | None]:
     loading = mapping(llm.get("model_loading_config"))
     model = loading.get("model_source") or loading.get("model_id")
@@ -208,26 +278,40 @@ def _llm_config_view(
         return None, PlatformNote(reason="non-gpu-accelerator", where=where, text=f"accelerator_type {accelerator}")
     if not isinstance(model, str) or not model.strip():
         return None, PlatformNote(reason="no-model", where=where, text="model_loading_config names no model")
-    kwargs = mapping(llm.get("engine_kwargs"))
+    kwargs = dict(mapping(llm.get("engine_kwargs")))
+    if dp_size > 1 and "data_parallel_size" not in kwargs:
+        kwargs["data_parallel_size"] = dp_size
     words = ["vllm", "serve", model.strip(), *_kwargs_words(kwargs)]
     tp = _int(kwargs.get("tensor_parallel_size"), 1)
     pp = _int(kwargs.get("pipeline_parallel_size"), 1)
+    dp = _int(kwargs.get("data_parallel_size"), 1)
     container: dict[str, Any] = {
         "name": where,
         "command": words[:2],
         "args": words[2:],
-        "resources": {"limits": {"nvidia.com/gpu": str(tp * pp)}},
+        "resources": {"limits": {worker.resource: str(tp * pp), **worker.shares}},
     }
-    if image:
-        container["image"] = image
+    if worker.env:
+        container["env"] = [dict(item) for item in worker.env]
+    if worker.image:
+        container["image"] = worker.image
     hint = _RAY_ACCELERATORS.get(accelerator.upper()) if accelerator else None
+    # Data parallelism: DP Serve replicas, one engine of TP x PP GPUs each, placed on the cluster's GPUs
+    # (not one pod's); the engines' total is checked against the cluster (fewer: KVP003), and a cluster
+    # with more GPUs than they use is not "idle" (other apps and replicas share it).
+    group_gpus = None
+    if dp > 1:
+        needed = tp * pp * dp
+        group_gpus = needed if worker.cluster_gpus is None else min(needed, worker.cluster_gpus)
     view = PlatformView(
         platform=PLATFORM,
         template=PodTemplateRef(name=where, metadata_path=("metadata",), spec_path=("spec", "serveConfigV2")),
-        pod_spec={**pod_fields, "containers": [container]},
+        pod_spec={**worker.pod_fields, "containers": [container]},
         no_write=SERVE_NO_WRITE,
         gpu_hint=GpuHint(name=hint, label=accelerator) if hint else None,
-        stated_version=image_release(image),
+        stated_version=image_release(worker.image),
+        pod_metadata=dict(worker.metadata) if worker.metadata is not None else None,
+        group_gpus=group_gpus,
     )
     return view, None
 
