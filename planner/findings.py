@@ -139,6 +139,13 @@ class Code(str, Enum):
         "the container's memory limit leaves under 2 GiB beside the KV offload buffers",
         "raise the container's memory limit",
     )
+    CONTEXT_FITS_ONLY_AS_PREDICTED = (
+        "KVP016",
+        _WARN,
+        "`--max-model-len` (or the model's default context) fits only if the KV prediction is not off by its "
+        "measured error: at the low end of the KV band vLLM refuses to start",
+        "a shorter `--max-model-len` (the message gives one), an fp8 KV cache or more GPUs",
+    )
     # Changes (mutation: fill / clamp).
     FILLED_MAX_MODEL_LEN = ("KVP020", _MUTATE, "added `--max-model-len`")
     FILLED_MAX_NUM_SEQS = ("KVP021", _MUTATE, "added `--max-num-seqs`")

@@ -5,13 +5,15 @@ Rules (DESIGN.md, Policy):
 * cannot start — the weights do not fit, ``--max-model-len`` cannot hold one sequence, TP x PP x DP
   needs more GPUs than the pod (or LeaderWorkerSet group) gets. Enforce denies; Audit warns. The message
   gives the numbers and the fix.
-* ``fill`` adds the limits the user left out, each one proven by a plan that fits: ``--max-model-len``
-  (the model's default context, or the longest that fits when the default does not — vLLM would refuse
-  to start), ``--gpu-memory-utilization`` (the release default) and ``--max-num-seqs``: the risk-bounded
-  value with a workload profile; without one only vLLM's own default, and only when the worst case
+* ``fill`` adds the limits the user left out, each one proven by a plan that fits at the low end of its
+  KV band (the prediction off by its measured error): ``--max-model-len`` (the model's default context,
+  or the longest that fits there when the default does not — vLLM would refuse to start),
+  ``--gpu-memory-utilization`` (the release default) and ``--max-num-seqs``: the risk-bounded value with
+  a workload profile; without one only vLLM's own default, and only when the worst case (at the low end)
   supports it (never a cut below vLLM's default on a worst-case guess).
-* ``clamp`` also lowers a given ``--max-model-len`` that cannot hold one sequence, and (with a profile)
-  a given ``--max-num-seqs`` above the risk-bounded value.
+* a given ``--max-model-len`` that fits only as predicted is a warning (KVP016); ``clamp`` lowers it, and
+  one that cannot hold one sequence, and (with a profile) a given ``--max-num-seqs`` above the
+  risk-bounded value.
 * Only ``argv``/``image`` containers are changed; for ``sh -c`` scripts the change is a warning.
 * kv-planner's own failures (unknown model or GPU, lookup timeout, parse error, internal error) allow
   the workload with a warning.

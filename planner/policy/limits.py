@@ -2,6 +2,13 @@
 
 Called by :mod:`planner.policy.container` once the command line, GPU and model are known. See that
 module's docstring for the rules.
+
+"Fits" means at the low end of the plan's KV band (:mod:`planner.plan.margin`): the least KV memory
+vLLM may find when the prediction is off by its measured error. A ``--max-model-len`` filled or lowered
+here holds one sequence there (re-planned with its own value, stepping down where a shorter context
+leaves less memory, as V0 does), and the ``--max-num-seqs`` worst case counts the blocks there. A
+context that fits only as predicted is not filled; given by the user it is warned about (KVP016) or,
+with ``clamp``, lowered.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from planner.gpus.spec import GpuSpec
 from planner.k8s.inspect import ContainerFinding
 from planner.models.spec import ModelSpec
 from planner.plan.models import Plan
+from planner.plan.recommend import safe_cache, safe_max_model_len, worst_case_seqs
 from planner.plan.shared import visible_gpu
 from planner.policy.codes import Code, Finding, Fix, finding, fix_args, passthrough
 from planner.policy.model import WORKLOAD_ANNOTATION, EffectivePolicy
@@ -135,6 +143,7 @@ class _Edits:
 
     changes: dict[str, str] = field(default_factory=dict)
     notes: dict[str, Finding] = field(default_factory=dict)
+    warnings: list[Finding] = field(default_factory=list)  # said whatever is changed (KVP016)
 
     def add(self, dest: str, value: str, note: Finding) -> None:
         self.changes[dest] = value
@@ -166,9 +175,12 @@ def decide_limits(ctx: LimitContext, args: ServingArgs, mutable: bool) -> Contai
     if cannot_start is not None:
         out.findings.append(cannot_start)
         return out
+    out.findings += edits.warnings
     _utilization_edit(ctx, args, plan, edits, fill=fill)
     if edits.changes:
-        candidate = _replan(ctx, args, edits.changes)
+        # A context filled or lowered must hold at the low end of its band; the release's utilization
+        # alone changes nothing, so it needs no more than the plan as written had.
+        candidate = _replan(ctx, args, edits.changes, at_low_end="max_model_len" in edits.changes)
         if candidate is None:
             out.findings.append(finding(Code.PATCH_DROPPED, name, "limits not added: the planned values do not fit"))
             if not plan.fits:
@@ -198,7 +210,8 @@ def _context_edits(
     """``--max-model-len``: the cannot-start finding when the plan does not fit and nothing may fix it;
     else the fitted (or, with fill, the default) context is added to ``edits``."""
     name, kv = ctx.name, plan.kv_cache
-    if plan.fits:
+    # (--max-model-len auto: vLLM fits the context to the memory it finds, whatever the error)
+    if fits_low(plan) or (plan.fits and args.max_model_len == -1):
         if fill and args.max_model_len is None:
             edits.add(
                 "max_model_len",
@@ -210,6 +223,9 @@ def _context_edits(
                     fix_args(["--max-model-len", str(kv.max_model_len)]),
                 ),
             )
+        return None
+    if plan.fits:
+        _fits_only_as_predicted(ctx, args, plan, edits, fill=fill, clamp=clamp)
         return None
     memory = plan.memory
     if memory.given_kv_overflows:
@@ -233,7 +249,7 @@ def _context_edits(
                 + f" GiB/GPU leave no KV cache in {budget}"
             )
         return finding(Code.WEIGHTS_DO_NOT_FIT, name, f"{text}; fix: {_fix_hint(plan)}", _fix(plan))
-    fit = plan.recommendation.max_model_len if plan.recommendation else None
+    fit = safe_context(ctx, args, plan)
     given = args.max_model_len is not None
     blocks = f"{kv.blocks_per_request} KV blocks > {kv.usable_blocks} on {ctx.gpu_name}"
     if fit is not None and (clamp if given else fill):
@@ -251,6 +267,88 @@ def _context_edits(
     shorter = (first, ["--max-model-len", str(fit)]) if first else None
     return finding(
         Code.CONTEXT_DOES_NOT_FIT, name, f"{what}: {blocks}; fix: {' or '.join(fixes)}", _fix(plan, first=shorter)
+    )
+
+
+def fits_low(plan: Plan) -> bool:
+    """The context in force holds one sequence at the low end of the plan's KV band (a plan without a
+    band, or with a given ``--kv-cache-memory-bytes``, is exact: its nominal fit)."""
+    band = plan.margin
+    if not plan.fits:
+        return False
+    return band is None or band.max_model_len_fits_low is None or band.max_model_len_fits_low
+
+
+def safe_context(ctx: LimitContext, args: ServingArgs, plan: Plan) -> int | None:
+    """The longest context to fill or clamp to: the plan's safe context (the low end of its band), checked by
+    planning it and stepping down while its own plan does not fit at its low end (a shorter context can
+    leave less KV memory: V0 profiles at the context below 32K tokens). None when none holds."""
+    length = safe_max_model_len(plan)
+    for _ in range(_CONTEXT_STEPS):
+        if length is None or length <= 0:
+            return None
+        if length == plan.kv_cache.max_model_len and fits_low(plan):
+            return length
+        try:
+            current = ctx.plan(args.model_copy(update={"max_model_len": length}))
+        except PlannerInputError:
+            return None
+        if fits_low(current):
+            return length
+        shorter = safe_max_model_len(current)
+        if shorter is None or shorter >= length:
+            return None
+        length = shorter
+    return None
+
+
+# Each step plans a shorter context; two suffice in V0 (past the 32K switch, then inside it).
+_CONTEXT_STEPS = 6
+
+
+def _low_end_text(plan: Plan) -> str:
+    """``one sequence needs 2,048 KV blocks; 2,129 usable as predicted, 1,951 at the low end of the band
+    (6.24 GiB +1.39/-0.52)``."""
+    kv, band = plan.kv_cache, plan.margin
+    low = max(0, safe_cache(plan).num_gpu_blocks - 1)
+    where = f" ({band.describe()})" if band is not None else ""
+    return (
+        f"one sequence needs {kv.blocks_per_request:,} KV blocks; {kv.usable_blocks:,} usable as predicted, "
+        f"{low:,} at the low end of the band{where}"
+    )
+
+
+def _fits_only_as_predicted(
+    ctx: LimitContext, args: ServingArgs, plan: Plan, edits: _Edits, *, fill: bool, clamp: bool
+) -> None:
+    """The context fits as predicted but not at the low end of the KV band: vLLM refuses to start when the
+    prediction is off by its measured error. Filled or clamped to the safe context, else warned about."""
+    name, kv = ctx.name, plan.kv_cache
+    given = args.max_model_len is not None
+    fit = safe_context(ctx, args, plan)
+    need = _low_end_text(plan)
+    if fit is not None and (clamp if given else fill):
+        fix = fix_args(["--max-model-len", str(fit)])
+        if given:
+            text = f"lowered --max-model-len {kv.max_model_len} -> {fit}: it fits only as predicted: {need}"
+            edits.add("max_model_len", str(fit), finding(Code.CLAMPED_MAX_MODEL_LEN, name, text, fix))
+        else:
+            text = f"added --max-model-len {fit}: the default {kv.max_model_len} fits only as predicted: {need}"
+            edits.add("max_model_len", str(fit), finding(Code.FILLED_MAX_MODEL_LEN, name, text, fix))
+        return
+    what = f"--max-model-len {kv.max_model_len}" if given else f"default context {kv.max_model_len}"
+    first = f"--max-model-len {fit}" if fit else None
+    # (a plan that fits as predicted has no alternatives computed: the context is the fix)
+    others = [_fix_hint(plan, besides=first)] if plan.alternatives or not first else []
+    fixes = ([first] if first else []) + others
+    shorter = (first, ["--max-model-len", str(fit)]) if first else None
+    edits.warnings.append(
+        finding(
+            Code.CONTEXT_FITS_ONLY_AS_PREDICTED,
+            name,
+            f"{what} fits only if the prediction is right: {need}; fix: {' or '.join(fixes)}",
+            _fix(plan, first=shorter),
+        )
     )
 
 
@@ -295,7 +393,7 @@ def _max_num_seqs_edit(
     if seqs_value is None:
         out.findings.append(note)
         return args, plan
-    candidate = _replan(ctx, args, {"max_num_seqs": str(seqs_value)})
+    candidate = _replan(ctx, args, {"max_num_seqs": str(seqs_value)}, at_low_end=fits_low(plan))
     if candidate is None:
         return args, plan
     args, plan = candidate
@@ -304,14 +402,18 @@ def _max_num_seqs_edit(
     return args, plan
 
 
-def _replan(ctx: LimitContext, args: ServingArgs, changes: Mapping[str, str]) -> tuple[ServingArgs, Plan] | None:
-    """``args`` with ``changes`` and its plan, when that plan fits (a mutation must be proven safe)."""
+def _replan(
+    ctx: LimitContext, args: ServingArgs, changes: Mapping[str, str], *, at_low_end: bool
+) -> tuple[ServingArgs, Plan] | None:
+    """``args`` with ``changes`` and its plan, when that plan fits (a mutation must be proven safe);
+    ``at_low_end``: at the low end of its KV band too."""
     new_args = _with(args, changes)
     try:
         new_plan = ctx.plan(new_args)
     except PlannerInputError:
         return None
-    return (new_args, new_plan) if new_plan.fits else None
+    ok = fits_low(new_plan) if at_low_end else new_plan.fits
+    return (new_args, new_plan) if ok else None
 
 
 def _max_num_seqs(
@@ -366,12 +468,17 @@ def _max_num_seqs(
                 fix_args(["--max-num-seqs", str(limit)]),
             )
         return None
-    worst = int(kv.usable_blocks * (1.0 - ctx.policy.headroom) // max(1, kv.blocks_per_request))
+    # The worst case counts the blocks at the low end of the band: the pool vLLM may find.
+    low = safe_cache(plan).num_gpu_blocks
+    worst = worst_case_seqs(low, kv.blocks_per_request, ctx.policy.headroom)
     if configured > worst:
         if worst >= 1:
             detail = f"only {worst} sequence{'s' if worst != 1 else ''} of {kv.max_model_len} tokens fit at once"
-        else:
+        elif low - 1 >= kv.blocks_per_request:
             detail = f"one {kv.max_model_len}-token sequence fits, but not with {ctx.policy.headroom:.0%} headroom"
+        else:
+            detail = f"not one {kv.max_model_len}-token sequence fits for sure"
+        basis = f"worst case at the low end of the KV band, {low:,} blocks" if low < kv.num_gpu_blocks else "worst case"
         return None, finding(
             Code.ABOVE_WORST_CASE,
             name,
@@ -379,7 +486,7 @@ def _max_num_seqs(
             Fix(
                 args=["--max-num-seqs", str(worst)] if worst >= 1 else [],
                 text=f"add a {WORKLOAD_ANNOTATION} profile"
-                + (f" or lower --max-num-seqs to {worst} (worst case)" if worst >= 1 else ""),
+                + (f" or lower --max-num-seqs to {worst} ({basis})" if worst >= 1 else ""),
             ),
         )
     if given is None and fill and ctx.version_known:  # vLLM's default differs by release
