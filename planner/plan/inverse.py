@@ -13,9 +13,13 @@ The forward plan answers "how many sequences fit in this memory"; users pinning
 The block count becomes ``--kv-cache-memory-bytes = blocks x bytes_per_block`` (vLLM divides the given
 bytes by the bytes of one block, ``vllm 0.19.0 v1/core/kv_cache_utils.py: get_num_blocks``), so feeding
 it back gives exactly those blocks; in releases without the flag (before 0.10.2) the answer is the
-smallest ``--gpu-memory-utilization`` (two digits) whose plan has at least those blocks. What the pod
-leaves on the card for co-tenants is the card minus the pod's whole use (weights, activations, CUDA
-graphs, non-torch memory, the KV cache and the context before vLLM's snapshot).
+smallest ``--gpu-memory-utilization`` (two digits) whose plan has at least those blocks *at the low end
+of its KV band* (the prediction off by its measured error: vLLM profiles, and finds that little when the
+other terms take that much more). With the flag the same utilization is given: vLLM's startup check
+then claims what the pod may really take. What the pod leaves on the card for co-tenants is the card
+minus the pod's whole use (weights, activations, CUDA graphs, non-torch memory, the KV cache and the
+context before vLLM's snapshot) where the other terms take their measured error more: a pinned KV size
+no longer gives that memory up (:func:`planner.plan.margin.terms_error_bytes`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any, Literal
 
 from planner.errors import PlannerInputError
 from planner.findings import Code, Finding
+from planner.plan.margin import fits_at_low_end, low_end_blocks, terms_error_bytes
 from planner.plan.models import BudgetAdvice, KvCacheReport, Plan
 from planner.plan.shared import CONTEXT_RESERVE_BYTES, demand_bytes
 from planner.vllm.args import ServingArgs
@@ -144,7 +149,11 @@ def smallest_budget(
     used_args = (
         pinned if at_budget is not None else base_args.model_copy(update={"gpu_memory_utilization": utilization})
     )
-    pod = demand_bytes(chosen, used_args) if (at_budget is not None or utilization is not None) else 0
+    # (the terms' error from the profiled plan: the pinned one has no band)
+    error = terms_error_bytes(base)
+    pod = (
+        demand_bytes(chosen, used_args, error_bytes=error) if (at_budget is not None or utilization is not None) else 0
+    )
     if utilization is None:
         chosen = chosen.model_copy(deep=True)
         chosen.findings.append(
@@ -179,7 +188,8 @@ def smallest_budget(
 def _smallest_utilization(
     plan_fn: PlanFn, args: ServingArgs, base: Plan, blocks: int
 ) -> tuple[float | None, Plan | None]:
-    """The smallest two-digit utilization whose plan has at least ``blocks`` blocks (and fits)."""
+    """The smallest two-digit utilization whose plan has at least ``blocks`` blocks at the low end of its KV
+    band (and fits there)."""
     memory = base.memory
     terms = memory.weights_bytes + memory.non_torch_bytes + memory.activation_peak_bytes
     terms += memory.cuda_graph_bytes if memory.cuda_graph_counted else 0
@@ -187,7 +197,7 @@ def _smallest_utilization(
     start = max(1, math.ceil(need / memory.total_bytes * 100))
     for percent in range(start, 101):
         plan = plan_fn(args.model_copy(update={"gpu_memory_utilization": percent / 100}))
-        if plan.kv_cache.num_gpu_blocks >= blocks and plan.fits:
+        if low_end_blocks(plan) >= blocks and fits_at_low_end(plan):
             return percent / 100, plan
     return None, None
 

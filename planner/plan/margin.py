@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from planner.models.memo import IdentityMemo
 from planner.models.spec import ModelSpec
-from planner.plan.models import KvBand, MarginTerm, MemoryReport
+from planner.plan.models import KvBand, MarginTerm, MemoryReport, Plan
 from planner.units import GiB
 
 MARGIN_VERSION = 1
@@ -361,3 +361,28 @@ def default_margin() -> MarginModel:
     ``python scripts/fit_margin.py`` (a test keeps it equal to a fresh measurement)."""
     text = (resources.files("planner") / "data" / "margin.json").read_text()
     return MarginModel.model_validate_json(text)
+
+
+def low_end_blocks(plan: Plan) -> int:
+    """The KV blocks vLLM makes at the low end of ``plan``'s band: what a limit may count on (the nominal
+    count without a band, or with a given ``--kv-cache-memory-bytes``, which has none)."""
+    band = plan.margin
+    if band is None or band.num_gpu_blocks_low is None:
+        return plan.kv_cache.num_gpu_blocks
+    return min(plan.kv_cache.num_gpu_blocks, band.num_gpu_blocks_low)
+
+
+def fits_at_low_end(plan: Plan) -> bool:
+    """vLLM's startup check passes for ``plan``'s context at the low end of its band, not only as predicted."""
+    band = plan.margin
+    if not plan.fits:
+        return False
+    return band is None or band.max_model_len_fits_low is None or band.max_model_len_fits_low
+
+
+def terms_error_bytes(profiled: Plan | None) -> int:
+    """How much more the non-KV terms (weights, activations, CUDA graphs, ...) may take than ``profiled``
+    plans: its band downwards. With profiling vLLM gives that memory up from the KV cache; with a pinned
+    ``--kv-cache-memory-bytes`` it lands on the pod's footprint instead. 0 without a band."""
+    band = profiled.margin if profiled is not None else None
+    return band.down_bytes if band is not None else 0

@@ -20,8 +20,16 @@ So a shared-GPU plan
   neighbour's allocation during profiling is otherwise counted as this pod's own non-KV memory (a
   smaller cache), and a neighbour's release aborts the profile ("Error in memory profiling ... other
   processes sharing the same container release GPU memory"). The utilization cap still applies: the
-  startup check runs whether or not the flag is given. The value is the planned block count times the
-  bytes of one block, so the cache has the same blocks as the plan.
+  startup check runs whether or not the flag is given. The value is the block count at the *low end* of
+  the plan's KV band times the bytes of one block: pinning the size turns profiling off, so when the
+  other terms (weights, activations, CUDA graphs) take as much more as their measured error allows,
+  vLLM no longer gives that memory up from the KV cache; it lands on the pod's footprint. Pinned at the
+  low end, the pod then takes at most what the profiled budget would (the cap keeps that in the share),
+  and the limits recommended at the low end hold exactly. A context that fits only as predicted at the
+  share gets no pinned size (it would not start with the low end's blocks).
+
+With a given ``--kv-cache-memory-bytes`` the pod's demand is the sum of its terms plus their error
+(:func:`planner.plan.margin.terms_error_bytes`), the most it may take.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from planner.findings import Code, Finding
 from planner.gpus.share import GpuShare
 from planner.gpus.spec import GpuSpec
+from planner.plan.margin import fits_at_low_end, low_end_blocks, terms_error_bytes
 from planner.plan.models import Plan, SharingReport
 from planner.units import GiB, MiB
 from planner.vllm.args import ServingArgs
@@ -101,10 +110,11 @@ def share_max_utilization(share: GpuShare) -> float | None:
     return math.floor(min(1.0, usable / share.visible_bytes) * 100) / 100
 
 
-def demand_bytes(plan: Plan, args: ServingArgs) -> int:
-    """Card memory this pod takes as planned: vLLM's budget (with ``--kv-cache-memory-bytes``, the sum
-    of its terms: the budget is then only a startup check), CUDA graphs where the release captures them
-    outside the budget, and the context before vLLM's snapshot."""
+def demand_bytes(plan: Plan, args: ServingArgs, *, error_bytes: int = 0) -> int:
+    """Card memory this pod takes: vLLM's budget (with ``--kv-cache-memory-bytes``, the sum of its terms
+    plus ``error_bytes``, how much more they may take: the budget is then only a startup check and vLLM
+    no longer gives KV memory up when they do), CUDA graphs where the release captures them outside the
+    budget, and the context before vLLM's snapshot."""
     memory = plan.memory
     graphs = memory.cuda_graph_bytes if not memory.cuda_graph_counted else 0
     if args.kv_cache_memory_bytes is not None:
@@ -114,6 +124,7 @@ def demand_bytes(plan: Plan, args: ServingArgs) -> int:
             + memory.activation_peak_bytes
             + memory.cuda_graph_bytes
             + args.kv_cache_memory_bytes
+            + max(0, error_bytes)
         )
     else:
         used = memory.budget_bytes + graphs
@@ -121,8 +132,9 @@ def demand_bytes(plan: Plan, args: ServingArgs) -> int:
 
 
 def kv_bytes_for(plan: Plan) -> int:
-    """``--kv-cache-memory-bytes`` that gives exactly the plan's blocks."""
-    return plan.kv_cache.num_gpu_blocks * plan.kv_cache.bytes_per_block
+    """``--kv-cache-memory-bytes`` that gives the blocks at the low end of the plan's band: what its
+    recommendations count on, and no more (see the module docstring)."""
+    return low_end_blocks(plan) * plan.kv_cache.bytes_per_block
 
 
 def plan_at_share(
@@ -157,11 +169,14 @@ def sharing_report(
 ) -> SharingReport:
     """What this plan takes from the shared card and what to set instead (``at_share``: the plan at the
     share's utilization)."""
-    demand = demand_bytes(plan, args)
+    # A pinned KV size leaves the other terms' error on the footprint: the profiled plan at the share
+    # (the same terms, its own utilization) says how much it is.
+    demand = demand_bytes(plan, args, error_bytes=terms_error_bytes(at_share))
     cap = share_max_utilization(share) if cap is None else cap
     budget = share.budget_bytes
     over = budget is not None and demand > budget
-    kv_bytes = kv_bytes_for(at_share) if at_share is not None and at_share.fits and kv_bytes_flag else None
+    pin = at_share is not None and fits_at_low_end(at_share) and kv_bytes_flag
+    kv_bytes = kv_bytes_for(at_share) if at_share is not None and pin else None
     tenants = f"{share.replicas} pods" if share.replicas else "its co-tenants"
     if budget is None:
         explanation = (

@@ -23,8 +23,9 @@ from planner.errors import PlannerInputError
 from planner.gpus.spec import GpuSpec
 from planner.k8s.inspect import ContainerFinding
 from planner.models.spec import ModelSpec
+from planner.plan.margin import fits_at_low_end, low_end_blocks
 from planner.plan.models import Plan
-from planner.plan.recommend import safe_cache, safe_max_model_len, worst_case_seqs
+from planner.plan.recommend import safe_max_model_len, worst_case_seqs
 from planner.plan.shared import visible_gpu
 from planner.policy.codes import Code, Finding, Fix, finding, fix_args, passthrough
 from planner.policy.model import WORKLOAD_ANNOTATION, EffectivePolicy
@@ -273,10 +274,7 @@ def _context_edits(
 def fits_low(plan: Plan) -> bool:
     """The context in force holds one sequence at the low end of the plan's KV band (a plan without a
     band, or with a given ``--kv-cache-memory-bytes``, is exact: its nominal fit)."""
-    band = plan.margin
-    if not plan.fits:
-        return False
-    return band is None or band.max_model_len_fits_low is None or band.max_model_len_fits_low
+    return fits_at_low_end(plan)
 
 
 def safe_context(ctx: LimitContext, args: ServingArgs, plan: Plan) -> int | None:
@@ -310,7 +308,7 @@ def _low_end_text(plan: Plan) -> str:
     """``one sequence needs 2,048 KV blocks; 2,129 usable as predicted, 1,951 at the low end of the band
     (6.24 GiB +1.39/-0.52)``."""
     kv, band = plan.kv_cache, plan.margin
-    low = max(0, safe_cache(plan).num_gpu_blocks - 1)
+    low = max(0, low_end_blocks(plan) - 1)
     where = f" ({band.describe()})" if band is not None else ""
     return (
         f"one sequence needs {kv.blocks_per_request:,} KV blocks; {kv.usable_blocks:,} usable as predicted, "
@@ -469,7 +467,7 @@ def _max_num_seqs(
             )
         return None
     # The worst case counts the blocks at the low end of the band: the pool vLLM may find.
-    low = safe_cache(plan).num_gpu_blocks
+    low = low_end_blocks(plan)
     worst = worst_case_seqs(low, kv.blocks_per_request, ctx.policy.headroom)
     if configured > worst:
         if worst >= 1:

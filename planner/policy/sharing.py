@@ -84,7 +84,12 @@ def share_step(ctx: Any, args: ServingArgs, *, fill: bool, clamp: bool) -> Share
     given_util, given_kv = args.gpu_memory_utilization, args.kv_cache_memory_bytes
     given = given_util is not None or given_kv is not None
     fits = at_share is not None and at_share.fits and cap is not None
-    if fits and ((fill and not given) or (clamp and given)):
+    # A KV size is release-specific (blocks, the flag itself): only with a known release; and only one that
+    # holds the context at the low end of the band (report.recommended_kv_cache_memory_bytes).
+    kv_bytes = report.recommended_kv_cache_memory_bytes if getattr(ctx, "version_known", True) else None
+    # A given KV size is replaced, never dropped: without a size to set, it is reported below instead.
+    settable = given_kv is None or kv_bytes is not None
+    if fits and settable and ((fill and not given) or (clamp and given)):
         assert cap is not None
         out.changes["gpu_memory_utilization"] = f"{cap:g}"
         why = f"this pod's share of the {share.mechanism} GPU is {_gib(budget)}"
@@ -100,8 +105,6 @@ def share_step(ctx: Any, args: ServingArgs, *, fill: bool, clamp: bool) -> Share
             out.findings.append(
                 finding(Code.FILLED_GPU_MEMORY_UTILIZATION, name, f"added --gpu-memory-utilization {cap:g}: {why}")
             )
-        # A KV size is release-specific (blocks, the flag itself): only with a known release.
-        kv_bytes = report.recommended_kv_cache_memory_bytes if getattr(ctx, "version_known", True) else None
         if kv_bytes is not None:
             out.changes["kv_cache_memory_bytes"] = str(kv_bytes)
             verb = "set" if given_kv is not None else "added"
@@ -112,8 +115,6 @@ def share_step(ctx: Any, args: ServingArgs, *, fill: bool, clamp: bool) -> Share
                     f"{verb} --kv-cache-memory-bytes {kv_bytes}: a KV size co-tenants cannot change during profiling",
                 )
             )
-        elif given_kv is not None:
-            out.changes.pop("gpu_memory_utilization", None)
         out.args = args.model_copy(
             update={
                 "gpu_memory_utilization": cap,
@@ -131,8 +132,9 @@ def share_step(ctx: Any, args: ServingArgs, *, fill: bool, clamp: bool) -> Share
     fix = f"use --gpu-memory-utilization {cap:g}"
     util = plan.memory.gpu_memory_utilization
     # Under an enforced limit vLLM's startup check (free >= ceil(total x util)) fails. Only certain when the
-    # request alone exceeds the limit: the context reserve is an estimate, so within it this is a warning.
-    certain = demand - CONTEXT_RESERVE_BYTES > budget
+    # request alone exceeds the limit: the context reserve is an estimate, so within it this is a warning,
+    # and so is the error a given KV size leaves on the footprint (the demand as planned decides).
+    certain = demand_bytes(plan, args) - CONTEXT_RESERVE_BYTES > budget
     if share.isolated and certain:
         limit = "MPS gives" if share.visible_bytes == share.card_bytes else "the limit leaves"
         text = f"startup asks {util:g} x {_gib(share.visible_bytes)}, {limit} {_gib(budget)}: vLLM exits; {fix}"
