@@ -120,6 +120,7 @@ def pod_target(pod: Mapping[str, Any]) -> Target | None:
         workload=workload,
         workload_kind=kind,
         planned_num_gpu_blocks=_int(annotations.get(PLANNED_BLOCKS)) or _int(plan.get("numGpuBlocks")),
+        planned_num_gpu_blocks_low=_int(plan.get("numGpuBlocksLow")),
         max_num_seqs=_int(flags.get("max_num_seqs")) or _int(plan.get("maxNumSeqs")),
         max_model_len=max_model_len,
         gpu=str(plan.get("gpu") or ""),

@@ -5,7 +5,8 @@ Static targets carry their metadata in the URL fragment (never sent to the serve
     http://10.0.3.7:8000/metrics#namespace=llm&pod=qwen-0&workload=qwen&planned-num-gpu-blocks=65811&max-num-seqs=256
 
 Keys: ``namespace``, ``pod``, ``workload``, ``kind`` (Deployment, StatefulSet ...),
-``planned-num-gpu-blocks``, ``max-num-seqs``, ``max-model-len``, ``gpu``, ``gpu-count``, ``vllm-version``.
+``planned-num-gpu-blocks``, ``planned-num-gpu-blocks-low``, ``max-num-seqs``, ``max-model-len``, ``gpu``,
+``gpu-count``, ``vllm-version``.
 Without ``pod`` the target is named after ``host:port`` (plus the path when it is not ``/metrics``).
 A bare ``host:port`` means ``http://host:port/metrics``.
 """
@@ -24,13 +25,14 @@ _KEYS = {
     "workload": "workload",
     "kind": "workload_kind",
     "planned-num-gpu-blocks": "planned_num_gpu_blocks",
+    "planned-num-gpu-blocks-low": "planned_num_gpu_blocks_low",
     "max-num-seqs": "max_num_seqs",
     "max-model-len": "max_model_len",
     "gpu": "gpu",
     "gpu-count": "gpu_count",
     "vllm-version": "vllm_version",
 }
-_INT_KEYS = {"planned_num_gpu_blocks", "max_num_seqs", "max_model_len", "gpu_count"}
+_INT_KEYS = {"planned_num_gpu_blocks", "planned_num_gpu_blocks_low", "max_num_seqs", "max_model_len", "gpu_count"}
 
 
 class Target(BaseModel):
@@ -44,6 +46,9 @@ class Target(BaseModel):
     workload: str = ""
     workload_kind: str = ""
     planned_num_gpu_blocks: int | None = Field(default=None, ge=1)
+    planned_num_gpu_blocks_low: int | None = Field(
+        default=None, ge=1, description="the plan's blocks at the low end of its KV band (numGpuBlocksLow)"
+    )
     max_num_seqs: int | None = Field(default=None, ge=1)
     max_model_len: int | None = Field(default=None, ge=1)
     # From the plan annotation (kv-planner.io/plan): exposed as kv_planner_plan_info for the dashboards.

@@ -130,8 +130,9 @@ class Retuner:
                     outputs.append(engine.generation_tokens)
                     output_sums.append(engine.generation_tokens_sum)
         if not blocks:
-            # vLLM did not say (no vllm:cache_config_info yet): fall back to the plan's block count.
-            blocks = [o.target.planned_num_gpu_blocks for o in observations if o.target.planned_num_gpu_blocks]
+            # vLLM did not say (no vllm:cache_config_info yet): fall back to the plan's blocks at the low end of
+            # its KV band (the nominal count may be more than vLLM finds: a capacity on it can overshoot).
+            blocks = [o.target.planned_num_gpu_blocks_low for o in observations if o.target.planned_num_gpu_blocks_low]
         configured = [o.target.max_num_seqs for o in observations if o.target.max_num_seqs is not None]
         lengths = [o.target.max_model_len for o in observations if o.target.max_model_len is not None]
         prompt, output = _sum_buckets(prompts), _sum_buckets(outputs)

@@ -22,6 +22,7 @@ from planner.k8s.inspect import ContainerFinding, WorkloadFinding, inspect_workl
 from planner.k8s.nodes import NodeInfo
 from planner.k8s.platforms.kserve import Runtimes
 from planner.k8s.workloads import get_path, without_managed_fields
+from planner.plan.margin import low_end_blocks
 from planner.plan.models import Plan
 from planner.policy.caps import cap_finding, screen
 from planner.policy.codes import Code, Finding, Severity, finding, shorten
@@ -172,6 +173,8 @@ def plan_annotation(plan: Plan, model_id: str, outcome: ContainerOutcome, gpu_co
         "gpuCount": gpu_count if gpu_count is not None else plan.gpu.count,
         "vllmVersion": plan.vllm_version,
         "numGpuBlocks": kv.num_gpu_blocks,
+        # the low end of the KV band: what the retuner may count on before vLLM reports its own count
+        "numGpuBlocksLow": low_end_blocks(plan),
         "blockSize": kv.block_size,
         "maxModelLen": kv.max_model_len,
         "maxNumSeqs": outcome.effective_args.get("max_num_seqs"),

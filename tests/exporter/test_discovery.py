@@ -107,6 +107,7 @@ def test_pod_to_target_reads_flags_owner_and_annotations() -> None:
     plan = {
         "v": 1,
         "numGpuBlocks": 4000,
+        "numGpuBlocksLow": 3700,
         "maxNumSeqs": 128,
         "maxModelLen": 16384,
         "gpu": "H100-80GB",
@@ -124,6 +125,7 @@ def test_pod_to_target_reads_flags_owner_and_annotations() -> None:
     assert (target.namespace, target.pod) == ("llm", "qwen-7b-6d4f8c9b7-x2x8k")
     assert (target.workload_kind, target.workload) == ("Deployment", "qwen-7b")
     assert target.planned_num_gpu_blocks == 4096
+    assert target.planned_num_gpu_blocks_low == 3700  # the retuner's fallback (the band's low end)
     assert (target.max_num_seqs, target.max_model_len) == (64, 32000)  # the flags win over the plan
     assert (target.gpu, target.gpu_count, target.vllm_version) == ("H100-80GB", 2, "0.19.0")
 

@@ -204,7 +204,7 @@ def test_bad_static_targets_are_rejected(text: str, fragment: str) -> None:
 def test_static_target_syntax() -> None:
     target = parse_static_target(
         "10.0.0.7:8000#namespace=ml&pod=qwen-0&workload=qwen&kind=StatefulSet"
-        "&planned-num-gpu-blocks=4096&max_num_seqs=64&max-model-len=32768"
+        "&planned-num-gpu-blocks=4096&planned-num-gpu-blocks-low=3900&max_num_seqs=64&max-model-len=32768"
     )
     assert target.url == "http://10.0.0.7:8000/metrics"
     assert (target.namespace, target.pod, target.workload, target.workload_kind) == (
@@ -214,5 +214,6 @@ def test_static_target_syntax() -> None:
         "StatefulSet",
     )
     assert (target.planned_num_gpu_blocks, target.max_num_seqs, target.max_model_len) == (4096, 64, 32768)
+    assert target.planned_num_gpu_blocks_low == 3900
     assert parse_static_target("https://vllm.example:443/custom/metrics").pod == "vllm.example:443/custom/metrics"
     assert parse_static_target("https://vllm.example:443/metrics").pod == "vllm.example:443"

@@ -68,6 +68,7 @@ def test_fill_adds_limits_and_annotations(fake: FakeBackend) -> None:
         "gpuCount": 1,
         "vllmVersion": "0.19.0",
         "numGpuBlocks": 5358,
+        "numGpuBlocksLow": 5358,  # (the fake plans have no band)
         "blockSize": 16,
         "maxModelLen": 32768,
         "maxNumSeqs": 256,

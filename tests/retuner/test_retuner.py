@@ -251,6 +251,24 @@ def test_signals_use_exact_mean_lengths_and_the_occupancy() -> None:
     assert retuner._signals([_target_obs("b", bare)]).footprint_blocks == math.ceil(3999 / 16)
 
 
+def test_without_vllms_block_count_the_capacity_is_the_plans_low_end() -> None:
+    """F11: vLLM did not report its block count (no vllm:cache_config_info yet). The fallback is the plan's
+    blocks at the low end of its KV band (Qwen2.5-14B on an A100-40GB, 0.19.0: 2,130 predicted, 1,952 at
+    the low end), never the nominal count, which vLLM may not find."""
+    retuner = Retuner(RetunerSettings(), advisor=lambda _: None)
+    unreported = _engine(num_gpu_blocks=None)
+
+    def observed(**planned: int) -> TargetObservation:
+        target = Target(url="http://a/metrics", namespace="ml", pod="a", workload="chat", max_num_seqs=16, **planned)
+        return TargetObservation(target=target, up=True, engines=[unreported])
+
+    both = retuner._signals([observed(planned_num_gpu_blocks=2130, planned_num_gpu_blocks_low=1952)])
+    assert both.usable_blocks == 1951
+    assert retuner._signals([observed(planned_num_gpu_blocks=2130)]).usable_blocks is None
+    # vLLM's own count wins whenever it is reported
+    assert retuner._signals([_target_obs("b", _engine(num_gpu_blocks=2100))]).usable_blocks == 2099
+
+
 def test_a_pod_that_appears_after_the_first_round_counts_its_preemptions() -> None:
     retuner = Retuner(RetunerSettings(persist=1, min_dwell_s=0), advisor=lambda _: None)
     # First round: the counters are a baseline (these preemptions happened before the retuner watched).
