@@ -507,15 +507,22 @@ _SETTLE_ROUNDS = 3
 def _settle_release(
     ctx: LimitContext, args: ServingArgs, can_edit: bool, result: ContainerOutcome
 ) -> tuple[LimitContext, ContainerOutcome]:
-    """With the release unknown, the limits are decided under the release leaving the least KV cache; the
-    limits filled in can change which release that is (another release's activation or graph terms
-    weigh more at the new values). Decide again under the new worst case until it holds still, so the
-    admitted object is safe on every release and a second review of it changes nothing."""
+    """With the release unknown, the limits are decided under the release leaving the least KV cache at the
+    low end of its band; the limits filled in can change which release that is (another release's
+    activation or graph terms weigh more at the new values: V0 profiles at the context). Decide again
+    under the new worst case until it holds still, so the admitted object is safe on every release and a
+    second review of it changes nothing. A context found to hold under one release caps the next
+    decision: the next release may allow a longer one that the first does not (Qwen2.5-7B on an L4:
+    0.7.0 holds 16,384 tokens at its low end, not 32,768; 0.33.0 holds 32,768)."""
     for _ in range(_SETTLE_ROUNDS):
         _, again = _version_basis(ctx, _applied(args, result))
         if again is None or again.worst == ctx.version:
             break
-        ctx = ctx.model_copy(update={"version": again.worst})
+        cap = result.effective_args.get("max_model_len") if "max_model_len" in result.changes else None
+        update: dict[str, Any] = {"version": again.worst}
+        if isinstance(cap, int) and cap > 0:
+            update["context_cap"] = min(cap, ctx.context_cap) if ctx.context_cap is not None else cap
+        ctx = ctx.model_copy(update=update)
         result = decide_limits(ctx, args, can_edit)
     return ctx, result
 

@@ -25,7 +25,7 @@ from planner.k8s.inspect import ContainerFinding
 from planner.models.spec import ModelSpec
 from planner.plan.margin import fits_at_low_end, low_end_blocks
 from planner.plan.models import Plan
-from planner.plan.recommend import safe_max_model_len, worst_case_seqs
+from planner.plan.recommend import round_context, safe_max_model_len, worst_case_seqs
 from planner.plan.shared import visible_gpu
 from planner.policy.codes import Code, Finding, Fix, finding, fix_args, passthrough
 from planner.policy.model import WORKLOAD_ANNOTATION, EffectivePolicy
@@ -46,6 +46,9 @@ class LimitContext(BaseModel):
     version: str | None
     version_known: bool = True  # False: planned for a candidate release; nothing release-specific is filled
     draft: ModelSpec | None = None  # the resolved drafter of --speculative-config, when it resolved
+    # Release unknown: the context a decision under another candidate release found to hold at its low end.
+    # A decision under this release fills or clamps no longer one (planner.policy.container._settle_release).
+    context_cap: int | None = None
 
     @property
     def name(self) -> str:
@@ -211,8 +214,9 @@ def _context_edits(
     """``--max-model-len``: the cannot-start finding when the plan does not fit and nothing may fix it;
     else the fitted (or, with fill, the default) context is added to ``edits``."""
     name, kv = ctx.name, plan.kv_cache
-    # (--max-model-len auto: vLLM fits the context to the memory it finds, whatever the error)
-    if fits_low(plan) or (plan.fits and args.max_model_len == -1):
+    auto = args.max_model_len == -1  # vLLM fits the context to the memory it finds, whatever the error
+    over_cap = ctx.context_cap is not None and kv.max_model_len > ctx.context_cap and not auto
+    if (fits_low(plan) or (plan.fits and auto)) and not over_cap:
         if fill and args.max_model_len is None:
             edits.add(
                 "max_model_len",
@@ -280,8 +284,12 @@ def fits_low(plan: Plan) -> bool:
 def safe_context(ctx: LimitContext, args: ServingArgs, plan: Plan) -> int | None:
     """The longest context to fill or clamp to: the plan's safe context (the low end of its band), checked by
     planning it and stepping down while its own plan does not fit at its low end (a shorter context can
-    leave less KV memory: V0 profiles at the context below 32K tokens). None when none holds."""
-    length = safe_max_model_len(plan)
+    leave less KV memory: V0 profiles at the context below 32K tokens; or more: V0's profile batch is the
+    context, so where nothing is left at the low end the context that fits as predicted is tried). None
+    when none holds."""
+    length = safe_max_model_len(plan) or _nominal_shorter(plan, plan.kv_cache.max_model_len)
+    if length is not None and ctx.context_cap is not None:
+        length = min(length, ctx.context_cap)
     for _ in range(_CONTEXT_STEPS):
         if length is None or length <= 0:
             return None
@@ -293,11 +301,20 @@ def safe_context(ctx: LimitContext, args: ServingArgs, plan: Plan) -> int | None
             return None
         if fits_low(current):
             return length
-        shorter = safe_max_model_len(current)
+        shorter = safe_max_model_len(current) or _nominal_shorter(current, length)
         if shorter is None or shorter >= length:
             return None
         length = shorter
     return None
+
+
+def _nominal_shorter(plan: Plan, below: int) -> int | None:
+    """The longest context that fits ``plan`` as predicted, rounded, when it is shorter than ``below``."""
+    kv = plan.kv_cache
+    if kv.estimated_max_model_len <= 0 or kv.num_gpu_blocks <= 0:
+        return None
+    length = round_context(kv.estimated_max_model_len, kv.block_size)
+    return length if 0 < length < below else None
 
 
 # Each step plans a shorter context; two suffice in V0 (past the 32K switch, then inside it).
@@ -320,18 +337,22 @@ def _fits_only_as_predicted(
     ctx: LimitContext, args: ServingArgs, plan: Plan, edits: _Edits, *, fill: bool, clamp: bool
 ) -> None:
     """The context fits as predicted but not at the low end of the KV band: vLLM refuses to start when the
-    prediction is off by its measured error. Filled or clamped to the safe context, else warned about."""
+    prediction is off by its measured error (or, release unknown, it does so under another candidate
+    release: ``ctx.context_cap``). Filled or clamped to the safe context, else warned about."""
     name, kv = ctx.name, plan.kv_cache
     given = args.max_model_len is not None
     fit = safe_context(ctx, args, plan)
-    need = _low_end_text(plan)
+    if fits_low(plan):  # over the cap
+        why = "it does not hold at the low end of the KV band under every vLLM release it may run"
+    else:
+        why = f"it fits only as predicted: {_low_end_text(plan)}"
     if fit is not None and (clamp if given else fill):
         fix = fix_args(["--max-model-len", str(fit)])
         if given:
-            text = f"lowered --max-model-len {kv.max_model_len} -> {fit}: it fits only as predicted: {need}"
+            text = f"lowered --max-model-len {kv.max_model_len} -> {fit}: {why}"
             edits.add("max_model_len", str(fit), finding(Code.CLAMPED_MAX_MODEL_LEN, name, text, fix))
         else:
-            text = f"added --max-model-len {fit}: the default {kv.max_model_len} fits only as predicted: {need}"
+            text = f"added --max-model-len {fit}: the default {kv.max_model_len} is too long, {why}"
             edits.add("max_model_len", str(fit), finding(Code.FILLED_MAX_MODEL_LEN, name, text, fix))
         return
     what = f"--max-model-len {kv.max_model_len}" if given else f"default context {kv.max_model_len}"
@@ -344,7 +365,7 @@ def _fits_only_as_predicted(
         finding(
             Code.CONTEXT_FITS_ONLY_AS_PREDICTED,
             name,
-            f"{what} fits only if the prediction is right: {need}; fix: {' or '.join(fixes)}",
+            f"{what}: {why}; fix: {' or '.join(fixes)}",
             _fix(plan, first=shorter),
         )
     )

@@ -4,7 +4,8 @@ The release comes from evidence (an official or mapped image, the ``kv-planner.i
 annotation) or from the policy's ``vllmVersion`` (per namespace): then it is known, or assumed by the
 admin, and planned as such. Otherwise kv-planner plans every release row of its table
 (:data:`planner.vllm.releases.RELEASES`, one row per behaviour change), decides with the one that
-leaves the least KV cache (a limit that fits it fits the others), fills nothing release-specific
+leaves the least KV cache at the low end of its band (limits hold there; a release with a little more
+KV cache as predicted but a wider measured error can leave less), fills nothing release-specific
 (``--gpu-memory-utilization``, vLLM's default ``--max-num-seqs``) and reports the spread. A setting
 that cannot start under some releases but can under others is not denied: kv-planner does not know
 which one runs, so it warns and asks for the annotation.
@@ -18,6 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from planner.errors import PlannerInputError
+from planner.plan.margin import low_end_blocks
 from planner.plan.models import Plan
 from planner.policy.codes import Code, Finding, Severity, finding
 from planner.vllm.args import ServingArgs
@@ -31,9 +33,10 @@ class ReleaseSpread(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    worst: str  # the release with the least KV cache (ties: the newest)
-    tokens: dict[str, int]  # release -> KV cache tokens
+    worst: str  # the release with the least KV cache at the low end of its band (ties: the newest)
+    tokens: dict[str, int]  # release -> KV cache tokens (as predicted)
     fits: dict[str, bool]
+    low_tokens: dict[str, int] = {}  # release -> KV cache tokens at the low end of the band
 
     @property
     def mixed(self) -> bool:
@@ -48,19 +51,23 @@ def candidate_releases() -> list[str]:
 def release_spread(plan: Callable[[str], Plan], args: ServingArgs) -> ReleaseSpread | None:
     """Plan ``args`` for each candidate release (``plan(version)``); None when no release plans."""
     tokens: dict[str, int] = {}
+    low_tokens: dict[str, int] = {}
     fits: dict[str, bool] = {}
     for version in candidate_releases():
         try:
             result = plan(version)
         except PlannerInputError:
             continue
-        tokens[version] = result.kv_cache.tokens
+        kv = result.kv_cache
+        tokens[version] = kv.tokens
+        # (the tokens in the same proportion as the blocks: what vLLM logs at the low end)
+        low_tokens[version] = kv.tokens * low_end_blocks(result) // kv.num_gpu_blocks if kv.num_gpu_blocks else 0
         fits[version] = result.fits
     if not tokens:
         return None
-    least = min(tokens.values())
-    worst = [v for v in tokens if tokens[v] == least][-1]
-    return ReleaseSpread(worst=worst, tokens=tokens, fits=fits)
+    least = min(low_tokens.values())
+    worst = [v for v in low_tokens if low_tokens[v] == least][-1]
+    return ReleaseSpread(worst=worst, tokens=tokens, fits=fits, low_tokens=low_tokens)
 
 
 def assumption_findings(

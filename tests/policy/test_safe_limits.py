@@ -22,6 +22,7 @@ from planner.policy.decide import ObjectDecision, WorkloadEntry, decide
 from planner.policy.limits import fits_low
 from planner.policy.model import Policy
 from planner.policy.planning import CoreBackend
+from planner.policy.versions import candidate_releases
 from planner.vllm.args import ServingArgs
 from planner.vllm.argv import parse_args
 from tests.policy.conftest import deployment
@@ -173,4 +174,63 @@ def test_every_filled_limit_holds_at_the_low_end_of_its_own_plan(release: str, h
                     checked += 1
                 if item.code.value == "KVP016":
                     assert not fits_low(plan), where
+    assert checked > 0
+
+
+# --- release unknown: limits hold at the low end of every candidate release ------------------------------
+
+
+def test_unknown_release_context_holds_at_the_low_end_of_every_release() -> None:
+    """Qwen2.5-7B on an L4, image without a release: the release leaving the least KV cache at the low end
+    of its band decides (0.7.0 at 32K, where it leaves nothing; 0.33.0 at 16K), and the context one
+    release allows caps the next decision, so the fill does not swing back to 32,768 (which 0.7.0 cannot
+    start) and a second review changes nothing."""
+    obj = deployment(["--model", "Qwen/Qwen2.5-7B-Instruct"], image="registry.example.com/team/vllm-server:2024-11")
+    result = _decide(obj)
+    words = _patched_args(obj, result)
+    length = int(words[words.index("--max-model-len") + 1])
+    assert length == 16384
+    model = BACKEND.resolve_model("Qwen/Qwen2.5-7B-Instruct", timeout=None, offline=True, allow_local=False)
+    gpu = BACKEND.catalog.lookup("L4")
+    assert gpu is not None
+    for release in candidate_releases():
+        plan = BACKEND.plan(
+            model, gpu, ServingArgs(max_model_len=length), vllm_version=release, headroom=0.1, workload=None
+        )
+        assert fits_low(plan), release
+    patched = jsonpatch.apply_patch(copy.deepcopy(obj), result.patch)
+    assert _decide(patched).patch == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["Qwen/Qwen2.5-7B-Instruct", LLAMA8, QWEN14])
+def test_unknown_release_fills_and_fixes_hold_on_every_release(model: str) -> None:
+    checked = 0
+    for gpu, extra in itertools.product(["NVIDIA-L4", A100_40, H100], [[], ["--max-model-len", "8192"]]):
+        obj = deployment(["--model", model, *extra], gpu_product=gpu, image="registry.example.com/vllm:custom")
+        result = _decide(obj)
+        entry = _entry(result)
+        if entry.plan is None:
+            continue
+        args = parse_args(_patched_args(obj, result)).serving_args()
+        fixes = [int(f.fix.args[1]) for f in entry.findings if f.code.value == "KVP011" and f.fix and f.fix.args]
+        spec = BACKEND.resolve_model(model, timeout=None, offline=True, allow_local=False)
+        card = BACKEND.catalog.lookup(entry.plan.gpu.name)
+        assert card is not None
+        for release in candidate_releases():
+            plan = BACKEND.plan(spec, card, args, vllm_version=release, headroom=0.1, workload=None)
+            where = f"{model} on {gpu} {extra}: {args.max_model_len} under {release}"
+            if "KVP020" in entry.codes:
+                assert fits_low(plan), where
+            for value in fixes:
+                fixed = BACKEND.plan(
+                    spec,
+                    card,
+                    args.model_copy(update={"max_num_seqs": value}),
+                    vllm_version=release,
+                    headroom=0.1,
+                    workload=None,
+                )
+                assert _low_worst(fixed, 0.1) >= value, f"--max-num-seqs {value}: {where}"
+            checked += 1
     assert checked > 0
