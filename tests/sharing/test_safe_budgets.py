@@ -174,3 +174,42 @@ def test_target_seqs_on_v0_holds_at_the_low_end(target: int) -> None:
     per = at.kv_cache.blocks_for_sequence(8192)
     assert fits_at_low_end(at)
     assert worst_case_seqs(low_end_blocks(at), per, 0.1) >= target
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("headroom", [0.0, 0.1])
+@pytest.mark.parametrize("release", ["0.9.2", "0.10.1", "0.11.0", "0.33.0"])
+def test_every_target_budget_holds_at_the_low_end(release: str, headroom: float) -> None:
+    """--target-seqs over models x GPUs x targets: re-planned with its own flags, the target holds (at the
+    low end of the band where vLLM profiles), and the pod's size counts the other terms' error."""
+    checked = 0
+    models = ["Qwen/Qwen2.5-7B-Instruct", "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-14B-Instruct"]
+    for name, card, target in itertools.product(models, ["L4", "A100-40GB", "H100-80GB"], [1, 4, 16]):
+        model = resolve_model(name, offline=True).spec
+        gpu = lookup_gpu(card)
+
+        def plan_fn(args: ServingArgs) -> Plan:
+            return make_plan(model, gpu, args, vllm_version=release, with_alternatives=False)  # noqa: B023
+
+        args = ServingArgs(max_model_len=8192)
+        flag = release not in ("0.9.2", "0.10.1")
+        advice, _ = smallest_budget(plan_fn, args, target_seqs=target, headroom=headroom, kv_bytes_flag=flag)
+        if advice.gpu_memory_utilization is None:
+            continue
+        where = f"{name} on {card}, {release}, {target} x 8192, headroom {headroom}"
+        util = advice.gpu_memory_utilization
+        own = args.model_copy(
+            update={"gpu_memory_utilization": util, "kv_cache_memory_bytes": advice.kv_cache_memory_bytes}
+        )
+        plan = plan_fn(own)
+        per = plan.kv_cache.blocks_for_sequence(8192)
+        assert fits_at_low_end(plan), where
+        assert worst_case_seqs(low_end_blocks(plan), per, headroom) >= target, where
+        profiled = plan_fn(args.model_copy(update={"gpu_memory_utilization": util}))
+        assert worst_case_seqs(low_end_blocks(profiled), per, headroom) >= target, where  # the claim holds it
+        if flag:
+            assert profiled.margin is not None
+            worst = _terms(plan) + profiled.margin.down_bytes + plan.memory.kv_cache_bytes + CONTEXT_RESERVE_BYTES
+            assert advice.pod_bytes >= worst, where
+        checked += 1
+    assert checked > 5
