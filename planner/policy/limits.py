@@ -288,8 +288,13 @@ def safe_context(ctx: LimitContext, args: ServingArgs, plan: Plan) -> int | None
     context, so where nothing is left at the low end the context that fits as predicted is tried). None
     when none holds."""
     length = safe_max_model_len(plan) or _nominal_shorter(plan, plan.kv_cache.max_model_len)
-    if length is not None and ctx.context_cap is not None:
-        length = min(length, ctx.context_cap)
+    cap = ctx.context_cap
+    if cap is not None and length is not None and length >= cap:
+        length = cap
+    elif cap is not None and cap < plan.kv_cache.max_model_len:
+        # Release unknown: the context another release holds is tried first (in V0 a shorter context can
+        # leave more memory than this plan's own estimate says: the profile batch is the context).
+        length = cap if length is None else max(length, cap)
     for _ in range(_CONTEXT_STEPS):
         if length is None or length <= 0:
             return None
