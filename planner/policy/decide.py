@@ -21,6 +21,7 @@ from planner.k8s.dra import ClaimIndex
 from planner.k8s.inspect import ContainerFinding, WorkloadFinding, inspect_workload
 from planner.k8s.nodes import NodeInfo
 from planner.k8s.platforms.kserve import Runtimes
+from planner.k8s.platforms.llmisvc import Presets
 from planner.k8s.workloads import get_path, without_managed_fields
 from planner.plan.models import Plan
 from planner.policy.caps import cap_finding, screen
@@ -38,7 +39,7 @@ from planner.policy.patch import (
     pointer,
 )
 from planner.policy.planning import PlanningBackend
-from planner.policy.platform_notes import note_findings, skip_findings
+from planner.policy.platform_notes import PROVISIONAL, note_findings, skip_findings
 from planner.policy.platform_patch import check_targets, platform_operations
 from planner.policy.sharing import Tenant, cotenancy_findings, tenant
 from planner.vllm.argv import flag_edits
@@ -151,9 +152,12 @@ def _template_label(finding_: ContainerFinding) -> str | None:
     return "/".join(ref.spec_path[:-1]) or None
 
 
-def _entry_decision(findings: Sequence[Finding], patch: Sequence[Operation], policy: EffectivePolicy) -> Decision:
+def _entry_decision(
+    findings: Sequence[Finding], patch: Sequence[Operation], policy: EffectivePolicy, *, provisional: bool = False
+) -> Decision:
+    """``provisional``: planned without part of the resource (KVP078): what cannot start is a warning."""
     severities = {f.severity for f in findings}
-    if Severity.cannot_start in severities and policy.validation_action == "Enforce":
+    if Severity.cannot_start in severities and policy.validation_action == "Enforce" and not provisional:
         return "deny"
     if patch:
         return "mutate"
@@ -193,10 +197,12 @@ def decide(
     default_gpu: str | None = None,
     runtimes: Runtimes | None = None,
     claims: ClaimIndex | None = None,
+    presets: Presets | None = None,
 ) -> ObjectDecision:
     """Decide for ``obj`` (a plain dict as received). Never raises for kv-planner's own failures.
 
     ``runtimes``: KServe ServingRuntimes by name (``planner check`` reads them from its input).
+    ``presets``: KServe LLMInferenceServiceConfigs (``planner check``: those in its input; the webhook: none).
     ``claims``: the DRA ResourceClaims / ResourceClaimTemplates kv-planner can read (``planner check``:
     those in the same manifests).
 
@@ -219,6 +225,7 @@ def decide(
             namespace=namespace,
             runtimes=runtimes,
             claims=claims,
+            presets=presets,
         )
     except InputCapError as error:
         return _capped(obj, namespace, [cap_finding(error)], policy)
@@ -273,19 +280,23 @@ def _decide_workload(
         return _skip_decision(header, workload)
     notes = [finding(Code.NAMESPACE_OVERRIDE_IGNORED, None, note) for note in policy.notes]
     notes += note_findings(workload.notes)
+    # Part of what the platform runs could not be read (a KServe preset the webhook does not see): the plan
+    # is provisional, so it neither denies nor changes anything nor is recorded.
+    provisional = any(note.reason in PROVISIONAL for note in workload.notes)
     entries: list[WorkloadEntry] = []
     recorded = _TemplatePlans(obj)
     for found in containers:
         outcome = _evaluate_safely(obj, found, policy, backend, allow_local_models)
         entry = _entry(header, found, outcome)
         cannot_start = any(f.severity == Severity.cannot_start for f in outcome.findings)
-        if outcome.changes and not (cannot_start and policy.validation_action == "Enforce"):
+        if outcome.changes and not provisional and not (cannot_start and policy.validation_action == "Enforce"):
             entry.patch = _arg_ops(obj, found, outcome)
         if (
             outcome.plan is not None
             and outcome.plan.fits
             and policy.mutation != "off"
             and not cannot_start  # no plan to record for a pod that cannot start
+            and not provisional
         ):
             recorded.record(found, outcome, outcome.plan, patched=bool(entry.patch))
         entry.findings = outcome.findings
@@ -293,7 +304,7 @@ def _decide_workload(
     _attach_annotations(obj, containers, entries, recorded.values)
     _check_cotenancy(entries, containers)
     patch, patch_findings = _validated_patch(obj, entries, containers)
-    return _object_decision(entries, notes, patch_findings, patch, policy)
+    return _object_decision(entries, notes, patch_findings, patch, policy, provisional=provisional)
 
 
 def _skip_decision(header: Mapping[str, Any], workload: WorkloadFinding) -> ObjectDecision:
@@ -433,12 +444,14 @@ def _object_decision(
     patch_findings: list[Finding],
     patch: list[Operation],
     policy: EffectivePolicy,
+    *,
+    provisional: bool = False,
 ) -> ObjectDecision:
     """Each entry's decision from its findings and patch; the object's is the strongest (deny > mutate >
     warn > allow), and a denied object gets no patch."""
     for entry in entries:
         entry.findings = notes + entry.findings + patch_findings
-        entry.decision = _entry_decision(entry.findings, entry.patch, policy)
+        entry.decision = _entry_decision(entry.findings, entry.patch, policy, provisional=provisional)
         entry.codes = _unique(f.code.value for f in entry.findings)
         entry.messages = _unique(f.message for f in entry.findings)
     decision: Decision = max((e.decision for e in entries), key=lambda d: _RANK[d])

@@ -18,8 +18,9 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
+from planner.k8s.platforms import llmisvc
 from planner.policy.check import CheckReport, check_policy, run_check
-from planner.policy.decide import WorkloadEntry
+from planner.policy.decide import WorkloadEntry, decide
 from planner.policy.manifests import read_documents
 from planner.policy.planning import CoreBackend
 
@@ -158,6 +159,50 @@ READS: list[tuple[Any, ...]] = [
         1,
         None,
         {"max_model_len": 4096, "gpu_memory_utilization": 0.92},
+    ),
+    (
+        "kserve-llmisvc-presets.yaml",
+        "LLMInferenceService/qwen-sh",
+        "main",
+        "Qwen/Qwen2.5-7B-Instruct",
+        None,
+        "L4",
+        1,
+        "node-selector",
+        {"max_model_len": 8192, "max_num_seqs": 64},  # the preset's command, the service's VLLM_ADDITIONAL_ARGS
+    ),
+    (
+        "kserve-llmisvc-presets.yaml",
+        "LLMInferenceService/llama70b-own-tp",
+        "main",
+        "meta-llama/Llama-3.1-70B-Instruct",
+        None,
+        "A100-80GB",
+        4,
+        "node-selector",
+        {"tensor_parallel_size": 4, "max_model_len": 16384},
+    ),
+    (
+        "kserve-llmisvc-presets.yaml",
+        "LLMInferenceService/llama70b-inline",
+        "main",
+        "meta-llama/Llama-3.1-70B-Instruct",
+        None,
+        "A100-80GB",
+        2,
+        "node-selector",
+        {"tensor_parallel_size": 2, "max_model_len": 8192},
+    ),
+    (
+        "kserve-llmisvc-presets.yaml",
+        "LLMInferenceService/deepseek-r1-dp-ep",
+        "main",
+        "deepseek-ai/DeepSeek-R1-0528",
+        None,
+        "H200-141GB",
+        8,
+        "node-selector",
+        {"tensor_parallel_size": 1, "data_parallel_size": 32, "max_model_len": 8192},
     ),
     (
         "ray.yaml",
@@ -431,7 +476,12 @@ def test_every_patched_object_validates_against_its_crd(name: str) -> None:
         jsonschema.validate(document.content, validator)
         jsonschema.validate(patched, validator)
         checked += 1
-    assert checked or name in ("images.yaml", "dynamo.yaml", "kserve-llminferenceservices.yaml")
+    assert checked or name in (
+        "images.yaml",
+        "dynamo.yaml",
+        "kserve-llminferenceservices.yaml",
+        "kserve-llmisvc-presets.yaml",
+    )
 
 
 def test_kubeai_without_the_cluster_config_knows_only_the_count() -> None:
@@ -488,3 +538,91 @@ spec:
     )
     assert found.decision == "skip" and "KVP067" in found.codes
     assert any("my-vllm-runtime is not in the input" in m for m in found.messages)
+
+
+def test_llmisvc_preset_parallelism_sizes_the_pods_but_is_not_passed_to_vllm() -> None:
+    """KServe renders the preset templates from the service's own spec (config_merge.go ReplaceVariables): a
+    preset's ``parallelism.tensor: 4`` gives the pods 4 GPUs but vLLM runs TP 1. Its env is merged."""
+    found = entry("kserve-llmisvc-presets.yaml", "LLMInferenceService/llama70b-preset-tp", "main")
+    assert found.args["max_model_len"] == 16384  # the preset's VLLM_ADDITIONAL_ARGS
+    assert found.args["tensor_parallel_size"] is None
+    assert {"KVP078", "KVP004", "KVP001"} <= set(found.codes) and found.decision == "deny"
+    assert any("not passed to vLLM" in m and "llama70b-tp4" in m for m in found.messages)
+    own = entry("kserve-llmisvc-presets.yaml", "LLMInferenceService/llama70b-own-tp", "main")
+    assert own.decision != "deny" and "KVP078" not in own.codes
+
+
+def test_llmisvc_preset_not_read_is_named_and_never_denies() -> None:
+    """A preset the reviewer cannot see may set anything: a warning (KVP078), never a deny from a plan made
+    without it. The webhook reads no presets: the same service there, with its preset in the cluster."""
+    found = entry("kserve-llmisvc-presets.yaml", "LLMInferenceService/llama70b-unread-preset", "main")
+    assert found.decision == "warn" and "KVP078" in found.codes and "KVP001" in found.codes
+    assert any("tp4-elsewhere" in m and "nothing is denied" in m for m in found.messages)
+    assert found.patch == []
+    service = _document("kserve-llmisvc-presets.yaml", "LLMInferenceService/llama70b-preset-tp")
+    webhook = decide(service, policy=POLICY.for_namespace("llm"), backend=BACKEND)
+    assert webhook.decision == "warn" and webhook.patch == []
+    assert any("reads no LLMInferenceServiceConfig" in f.message for f in webhook.findings)
+
+
+def test_llmisvc_preset_is_read_with_its_services() -> None:
+    preset = entry("kserve-llmisvc-presets.yaml", "LLMInferenceServiceConfig/vllm-sh")
+    assert preset.decision == "skip" and preset.codes == ["KVP069"]
+    assert "planner check reads it with each LLMInferenceService" in preset.messages[0]
+    assert "webhook reads no presets" in preset.messages[0]
+
+
+def test_llmisvc_inline_command_replaces_the_presets() -> None:
+    """``spec.template.containers[main].command/args`` replace the preset's (strategic merge replaces lists
+    without a merge key): the user's TP 2 is planned, and the 70B fits on two A100-80GB."""
+    found = entry("kserve-llmisvc-presets.yaml", "LLMInferenceService/llama70b-inline", "main")
+    assert found.decision not in ("deny", "skip")
+    assert "KVP001" not in found.codes and "KVP004" not in found.codes
+
+
+def test_llmisvc_expert_parallelism_as_the_data_parallel_preset_renders_it() -> None:
+    """config-llm-worker-data-parallel.yaml: ``{{- if .Spec.Parallelism.Expert }}--enable-expert-parallel``,
+    ``--data-parallel-size``, ``--data-parallel-size-local``; the LeaderWorkerSet has data / dataLocal pods."""
+    document = _document("kserve-llmisvc-presets.yaml", "LLMInferenceService/deepseek-r1-dp-ep")
+    view = llmisvc.read(document).views[0]
+    assert view.pod_spec is not None
+    container = view.pod_spec["containers"][0]
+    words = [*container["command"], *container["args"]]
+    assert words[:3] == ["vllm", "serve", "deepseek-ai/DeepSeek-R1-0528"]
+    assert "--enable-expert-parallel" in words
+    assert words[words.index("--data-parallel-size") + 1] == "32"
+    assert words[words.index("--data-parallel-size-local") + 1] == "8"
+    assert (view.template.group_size, view.group_gpus) == (4, 32)
+    found = entry("kserve-llmisvc-presets.yaml", "LLMInferenceService/deepseek-r1-dp-ep", "main")
+    assert found.decision != "deny" and "KVP003" not in found.codes and "KVP001" not in found.codes
+    # Without expert parallelism each GPU would hold every expert: 671B does not fit on an H200.
+    document["spec"]["parallelism"]["expert"] = False
+    dense = run_check(read_documents(json.dumps(document), "dense"), policy=POLICY, backend=BACKEND).workloads[0]
+    assert dense.decision == "deny" and "KVP001" in dense.codes
+
+
+def test_llmisvc_merge_is_kserves_strategic_merge() -> None:
+    base = {
+        "parallelism": {"tensor": 2, "expert": True},
+        "template": {
+            "nodeSelector": {"a": "1"},
+            "containers": [
+                {"name": "main", "command": ["bash", "-c", "x"], "env": [{"name": "A", "value": "1"}]},
+                {"name": "sidecar", "image": "s"},
+            ],
+        },
+    }
+    override = {
+        "parallelism": {"expert": False, "data": 4},  # false is omitted from KServe's patch: expert stays
+        "template": {
+            "nodeSelector": {"b": "2"},
+            "containers": [{"name": "main", "command": ["sh"], "args": [], "env": [{"name": "B", "value": "2"}]}],
+        },
+    }
+    merged = llmisvc.merge(base, override)
+    assert merged["parallelism"] == {"tensor": 2, "expert": True, "data": 4}
+    assert merged["template"]["nodeSelector"] == {"a": "1", "b": "2"}
+    main, sidecar = merged["template"]["containers"]
+    assert main["command"] == ["sh"] and "args" not in main  # replaced; an empty list is unset
+    assert main["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
+    assert sidecar == {"name": "sidecar", "image": "s"}
