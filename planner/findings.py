@@ -355,6 +355,12 @@ class Code(str, Enum):
         "pass the LLMInferenceServiceConfig to `planner check` with the service; set `parallelism` in the "
         "LLMInferenceService itself",
     )
+    PLAN_NOT_RECORDED = (
+        "KVP079",
+        _INFO,
+        "the plan is not recorded: the platform copies no annotation from its resource to the pods that run "
+        "this engine (KubeAI Model, Ray Serve LLM)",
+    )
     # Planner core (KVP1xx: planning, KVP2xx: what is not modelled); info in policy decisions.
     MODEL_RESOLUTION_NOTE = (
         "KVP101",

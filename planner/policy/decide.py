@@ -298,7 +298,12 @@ def _decide_workload(
             and not cannot_start  # no plan to record for a pod that cannot start
             and not provisional
         ):
-            recorded.record(found, outcome, outcome.plan, patched=bool(entry.patch))
+            if found.template.plan_not_recorded:
+                blocks = outcome.plan.kv_cache.num_gpu_blocks
+                text = f"plan not recorded ({blocks} KV blocks): {found.template.plan_not_recorded}"
+                outcome.findings.append(finding(Code.PLAN_NOT_RECORDED, found.container.name, text))
+            else:
+                recorded.record(found, outcome, outcome.plan, patched=bool(entry.patch))
         entry.findings = outcome.findings
         entries.append(entry)
     _attach_annotations(obj, containers, entries, recorded.values)
@@ -515,6 +520,17 @@ def _arg_ops(obj: Mapping[str, Any], found: ContainerFinding, outcome: Container
     return arg_operations(found.template.spec_path, found.container, raw, edits)
 
 
+def _annotation_parents(containers: Sequence[ContainerFinding]) -> set[str]:
+    """Where annotations are written and their ``annotations`` maps: may be created when missing, never
+    otherwise changed (only the keys kv-planner writes may change under them)."""
+    parents: set[str] = set()
+    for found in containers:
+        meta = found.template.metadata_path
+        if meta:
+            parents |= {pointer(meta), pointer((*meta, "annotations"))}
+    return parents
+
+
 def allowed_prefixes(containers: Sequence[ContainerFinding]) -> list[str]:
     """The only places a kv-planner patch may touch."""
     prefixes: list[str] = []
@@ -539,17 +555,18 @@ def _validate(obj: Mapping[str, Any], patch: Sequence[Operation], containers: Se
     """Apply the patch to a copy and check the result (raises PatchError)."""
     result = apply_patch(obj, patch)
     # Parents that existed before may only gain our keys: check paths under metadata precisely.
-    check_result(obj, result, _tighten(obj, allowed_prefixes(containers)))
+    check_result(obj, result, _tighten(obj, allowed_prefixes(containers), _annotation_parents(containers)))
     check_targets(result, containers)
 
 
-def _tighten(obj: Mapping[str, Any], prefixes: Sequence[str]) -> list[str]:
-    """Drop whole-parent prefixes for parents that already existed (then only our keys may change)."""
+def _tighten(obj: Mapping[str, Any], prefixes: Sequence[str], parents: set[str]) -> list[str]:
+    """Drop whole-parent prefixes for parents that already existed (then only our keys may change): a
+    platform's annotations may sit in its spec (``/spec/annotations`` of an LLMInferenceService), whose
+    parent ``/spec`` must not become writable as a whole."""
     tightened: list[str] = []
     for prefix in prefixes:
         tokens = tuple(t.replace("~1", "/").replace("~0", "~") for t in prefix.split("/")[1:])
-        is_parent = tokens[-1:] in (("metadata",), ("annotations",))
-        if is_parent and get_path(obj, tokens) is not None:
+        if prefix in parents and get_path(obj, tokens) is not None:
             continue
         tightened.append(prefix)
     return tightened

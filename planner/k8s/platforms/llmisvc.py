@@ -196,7 +196,7 @@ def _role_view(
         where = _command_source(role, own_role, applied)
         no_write = NO_WRITE_COMMAND.format(where=where)
         rendered, actions = _render([*command, *args], data)
-        if actions:
+        if actions and any("vllm" in w.lower() for w in rendered):  # (llm-d's simulator is not planned anyway)
             notes.append(
                 PlatformNote(
                     reason="unreadable-config",
@@ -241,7 +241,9 @@ def _role_view(
     size = _group_size(merged_parallelism, data_parallel) if worker is not None else 1
     return PlatformView(
         platform=PLATFORM,
-        template=PodTemplateRef(name=role, metadata_path=("metadata",), spec_path=(*base, "template"), group_size=size),
+        # spec.annotations (spec.prefill.annotations) are copied to the role's pods: utils.PropagateMap in
+        # workload_single_node.go (KServe >= 0.17) and workload_multi_node.go (>= 0.20).
+        template=PodTemplateRef(name=role, metadata_path=base, spec_path=(*base, "template"), group_size=size),
         pod_spec=pod_spec,
         no_write=no_write,
         group_gpus=_group_gpus(main, worker, size) if worker is not None else None,
