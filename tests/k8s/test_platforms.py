@@ -728,3 +728,34 @@ spec:
 """
     )
     assert (found.decision, found.codes) == ("skip", ["KVP060"])
+
+
+def test_llmisvc_model_name_from_a_preset_wins() -> None:
+    """combineBaseRefsConfig: a preset's spec.model.name replaces the service's (the model in a pvc://)."""
+    report = run_check(
+        read_documents(
+            """
+apiVersion: serving.kserve.io/v1alpha2
+kind: LLMInferenceServiceConfig
+metadata: {name: qwen-name, namespace: llm}
+spec:
+  model: {name: Qwen/Qwen2.5-7B-Instruct}
+---
+apiVersion: serving.kserve.io/v1alpha2
+kind: LLMInferenceService
+metadata: {name: chat, namespace: llm}
+spec:
+  model: {uri: "pvc://models/qwen", name: chat-model}
+  baseRefs: [{name: qwen-name}]
+  template:
+    containers:
+      - name: main
+        resources: {limits: {nvidia.com/gpu: "1"}}
+""",
+            "pvc",
+        ),
+        policy=POLICY,
+        backend=BACKEND,
+    )
+    service = next(e for e in report.workloads if e.kind == "LLMInferenceService")
+    assert service.model == "Qwen/Qwen2.5-7B-Instruct" and "KVP078" not in service.codes

@@ -144,9 +144,9 @@ def read(obj: Mapping[str, Any], presets: Presets | None = None) -> PlatformRead
     model_spec = mapping(merged.get("model"))
     uri = model_spec.get("uri")
     # (spec.model.name: the last preset naming one wins over the service's own, as in combineBaseRefsConfig)
-    served = _resolved_model_name(own, [p for _, p in applied], meta)
-    model = model_from_uri(uri) if _is_hf(uri) else None
-    model = model or (model_spec.get("name") if isinstance(model_spec.get("name"), str) else None)
+    named = _resolved_model_name(own, [p for _, p in applied])
+    served = named or str(meta.get("name") or "")  # LLMInferenceService.SetDefaults: the service's name
+    model = (model_from_uri(uri) if _is_hf(uri) else None) or named
     if not model:
         return PlatformRead(
             platform=PLATFORM, notes=[*notes, PlatformNote(reason="no-model", text="spec.model names no model")]
@@ -338,15 +338,13 @@ def _parallelism_note(
     return PlatformNote(reason="preset-not-passed", where=role, text=text)
 
 
-def _resolved_model_name(own: Mapping[str, Any], applied: list[Mapping[str, Any]], meta: Mapping[str, Any]) -> str:
+def _resolved_model_name(own: Mapping[str, Any], applied: list[Mapping[str, Any]]) -> str | None:
     name = mapping(own.get("model")).get("name")
     for preset in applied:
         value = mapping(preset.get("model")).get("name")
         if isinstance(value, str) and value:
             name = value
-    if not isinstance(name, str) or not name:
-        name = meta.get("name")  # LLMInferenceService.SetDefaults
-    return name if isinstance(name, str) else ""
+    return name if isinstance(name, str) and name else None
 
 
 def _command_source(role: str, own_role: Mapping[str, Any], applied: list[tuple[str, Mapping[str, Any]]]) -> str:
