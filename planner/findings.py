@@ -322,7 +322,8 @@ class Code(str, Enum):
     TEMPLATE_ONLY = (
         "KVP069",
         _INFO,
-        "a runtime or preset other resources use (ServingRuntime, LLMInferenceServiceConfig): checked where used",
+        "a runtime or preset other resources use (ServingRuntime, LLMInferenceServiceConfig): read with the "
+        "resources that use it in the same `planner check` input (the webhook reads none)",
     )
     # Input caps (docs/security.md): a review past a cap is the manifest's doing; Enforce denies it.
     TOO_MANY_CONTAINERS = ("KVP070", _CANNOT, "more containers in one pod than the input cap", "split the pod")
@@ -362,6 +363,20 @@ class Code(str, Enum):
         _WARN,
         "the model is not in the policy's `allowRepos`: not looked up, not checked",
         "add the repository to `allowRepos`",
+    )
+    PRESET_NOT_APPLIED = (
+        "KVP078",
+        _WARN,
+        "a KServe LLMInferenceService preset (`spec.baseRefs`) is not applied as KServe applies it: not readable "
+        "here (planned without it, never denied), or its `parallelism`, which KServe's templates do not pass to vLLM",
+        "pass the LLMInferenceServiceConfig to `planner check` with the service; set `parallelism` in the "
+        "LLMInferenceService itself",
+    )
+    PLAN_NOT_RECORDED = (
+        "KVP079",
+        _INFO,
+        "the plan is not recorded: the platform copies no annotation from its resource to the pods that run "
+        "this engine (KubeAI Model, Ray Serve LLM)",
     )
     # Planner core (KVP1xx: planning, KVP2xx: what is not modelled); info in policy decisions.
     MODEL_RESOLUTION_NOTE = (

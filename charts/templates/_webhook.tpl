@@ -118,8 +118,10 @@ afterwards, so an UPDATE can only be a metadata change, and a patch to the args 
   scope: Namespaced
 {{- with .Values.webhook.platforms }}
 {{- /* Serving platforms' own resources (docs/platforms.md). A rule for a resource whose CRD is not
-installed matches nothing: harmless. ServingRuntimes and LLMInferenceServiceConfigs are templates,
-checked where an InferenceService / LLMInferenceService uses them, so they are not sent. */}}
+installed matches nothing: harmless. ServingRuntimes and LLMInferenceServiceConfigs are templates: not
+sent. The webhook reads neither (planner check reads them with the services of its input): it assumes
+KServe's built-in runtimes, and an LLMInferenceService naming a preset in spec.baseRefs gets KVP078 and is
+never denied on a plan made without it. */}}
 {{- if .kserve.enabled }}
 - apiGroups: ["serving.kserve.io"]
   apiVersions: ["v1beta1"]

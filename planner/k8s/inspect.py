@@ -17,6 +17,7 @@ from planner.k8s.nodes import NodeInfo
 from planner.k8s.platforms import group_of, mentions_vllm, read_platform
 from planner.k8s.platforms.base import ArgsTarget, PlatformNote, PlatformView, non_gpu_accelerator
 from planner.k8s.platforms.kserve import Runtimes
+from planner.k8s.platforms.llmisvc import Presets
 from planner.k8s.quantity import quantity_bytes
 from planner.k8s.sharing import resolve_share
 from planner.k8s.workloads import PodTemplateRef, controller_of, get_path, owned_by_controller, pod_templates
@@ -90,6 +91,7 @@ def inspect_workload(
     namespace: str | None = None,
     runtimes: Runtimes | None = None,
     claims: ClaimIndex | None = None,
+    presets: Presets | None = None,
 ) -> WorkloadFinding:
     """Read ``obj``: its templates, their vLLM containers and GPUs (never raises on odd shapes)."""
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
@@ -117,7 +119,7 @@ def inspect_workload(
     notes: list[PlatformNote] = []
     if problem:
         notes.append(PlatformNote(reason="bad-version-annotation", text=problem))
-    read = read_platform(obj, runtimes=runtimes, configmaps=configmaps)
+    read = read_platform(obj, runtimes=runtimes, configmaps=configmaps, presets=presets)
     if read is not None:
         platform: str | None = read.platform
         views = list(read.views)

@@ -40,6 +40,11 @@ class PodTemplateRef(BaseModel):
     peer_spec_path: Pointer | None = Field(
         default=None, description="LeaderWorkerSet: the other template's PodSpec (for the group's GPUs)"
     )
+    plan_not_recorded: str | None = Field(
+        default=None,
+        description="why no plan annotation is written: the platform copies none from the resource to the pods "
+        "(None: annotations under metadata_path reach the pods)",
+    )
 
 
 def without_managed_fields(obj: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -142,7 +147,8 @@ def pod_templates(obj: Mapping[str, Any]) -> list[PodTemplateRef]:
         for component in ("predictor", "transformer", "explainer"):
             path = ("spec", component)
             if is_pod_spec(get_path(obj, path)):
-                refs.append(PodTemplateRef(name=component, metadata_path=("metadata",), spec_path=path))
+                # (ComponentExtensionSpec.annotations: added to this component's pods only, KServe >= 0.11)
+                refs.append(PodTemplateRef(name=component, metadata_path=path, spec_path=path))
         return refs
     if kind in ("ServingRuntime", "ClusterServingRuntime"):
         return (

@@ -2,7 +2,8 @@
 
 Same policy, same code path as the webhook (:func:`planner.policy.decide.decide`). The manifests
 themselves supply what the webhook would get from the cluster when they hold it: Namespaces (their
-``kv-planner.io/*`` overrides) and ConfigMaps (files passed to ``vllm serve --config``).
+``kv-planner.io/*`` overrides) and ConfigMaps (files passed to ``vllm serve --config``); and what the
+webhook never reads: KServe ServingRuntimes and LLMInferenceServiceConfig presets.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from planner.k8s.configfiles import configmaps_from_documents
 from planner.k8s.dra import claims_from_documents
 from planner.k8s.nodes import NodeInfo
 from planner.k8s.platforms.kserve import runtimes_from_documents
+from planner.k8s.platforms.llmisvc import presets_from_documents
 from planner.policy.decide import Decision, ObjectDecision, WorkloadEntry, decide
 from planner.policy.manifests import Document
 from planner.policy.model import ModelLookup, Policy, parse_policy
@@ -77,6 +79,7 @@ def run_check(
     contents = [d.content for d in documents if d.error is None]
     configmaps = configmaps_from_documents(contents)
     runtimes = runtimes_from_documents(contents)
+    presets = presets_from_documents(contents)
     claims = claims_from_documents(contents)
     namespaces = {
         str(c["metadata"]["name"]): c["metadata"]
@@ -108,6 +111,7 @@ def run_check(
             default_gpu=default_gpu,
             runtimes=runtimes,
             claims=claims,
+            presets=presets,
         )
         report.workloads += result.entries
         report.patched.append(jsonpatch.apply_patch(obj, result.patch) if result.patch else obj)

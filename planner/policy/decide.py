@@ -21,6 +21,7 @@ from planner.k8s.dra import ClaimIndex
 from planner.k8s.inspect import ContainerFinding, WorkloadFinding, inspect_workload
 from planner.k8s.nodes import NodeInfo
 from planner.k8s.platforms.kserve import Runtimes
+from planner.k8s.platforms.llmisvc import Presets
 from planner.k8s.workloads import get_path, without_managed_fields
 from planner.plan.margin import low_end_blocks
 from planner.plan.models import Plan
@@ -39,7 +40,7 @@ from planner.policy.patch import (
     pointer,
 )
 from planner.policy.planning import PlanningBackend
-from planner.policy.platform_notes import note_findings, skip_findings
+from planner.policy.platform_notes import PROVISIONAL, note_findings, skip_findings
 from planner.policy.platform_patch import check_targets, platform_operations
 from planner.policy.sharing import Tenant, cotenancy_findings, tenant
 from planner.vllm.argv import flag_edits
@@ -152,9 +153,12 @@ def _template_label(finding_: ContainerFinding) -> str | None:
     return "/".join(ref.spec_path[:-1]) or None
 
 
-def _entry_decision(findings: Sequence[Finding], patch: Sequence[Operation], policy: EffectivePolicy) -> Decision:
+def _entry_decision(
+    findings: Sequence[Finding], patch: Sequence[Operation], policy: EffectivePolicy, *, provisional: bool = False
+) -> Decision:
+    """``provisional``: planned without part of the resource (KVP078): what cannot start is a warning."""
     severities = {f.severity for f in findings}
-    if Severity.cannot_start in severities and policy.validation_action == "Enforce":
+    if Severity.cannot_start in severities and policy.validation_action == "Enforce" and not provisional:
         return "deny"
     if patch:
         return "mutate"
@@ -196,10 +200,12 @@ def decide(
     default_gpu: str | None = None,
     runtimes: Runtimes | None = None,
     claims: ClaimIndex | None = None,
+    presets: Presets | None = None,
 ) -> ObjectDecision:
     """Decide for ``obj`` (a plain dict as received). Never raises for kv-planner's own failures.
 
     ``runtimes``: KServe ServingRuntimes by name (``planner check`` reads them from its input).
+    ``presets``: KServe LLMInferenceServiceConfigs (``planner check``: those in its input; the webhook: none).
     ``claims``: the DRA ResourceClaims / ResourceClaimTemplates kv-planner can read (``planner check``:
     those in the same manifests).
 
@@ -222,6 +228,7 @@ def decide(
             namespace=namespace,
             runtimes=runtimes,
             claims=claims,
+            presets=presets,
         )
     except InputCapError as error:
         return _capped(obj, namespace, [cap_finding(error)], policy)
@@ -276,27 +283,36 @@ def _decide_workload(
         return _skip_decision(header, workload)
     notes = [finding(Code.NAMESPACE_OVERRIDE_IGNORED, None, note) for note in policy.notes]
     notes += note_findings(workload.notes)
+    # Part of what the platform runs could not be read (a KServe preset the webhook does not see): the plan
+    # is provisional, so it neither denies nor changes anything nor is recorded.
+    provisional = any(note.reason in PROVISIONAL for note in workload.notes)
     entries: list[WorkloadEntry] = []
     recorded = _TemplatePlans(obj)
     for found in containers:
         outcome = _evaluate_safely(obj, found, policy, backend, allow_local_models)
         entry = _entry(header, found, outcome)
         cannot_start = any(f.severity == Severity.cannot_start for f in outcome.findings)
-        if outcome.changes and not (cannot_start and policy.validation_action == "Enforce"):
+        if outcome.changes and not provisional and not (cannot_start and policy.validation_action == "Enforce"):
             entry.patch = _arg_ops(obj, found, outcome)
         if (
             outcome.plan is not None
             and outcome.plan.fits
             and policy.mutation != "off"
             and not cannot_start  # no plan to record for a pod that cannot start
+            and not provisional
         ):
-            recorded.record(found, outcome, outcome.plan, patched=bool(entry.patch))
+            if found.template.plan_not_recorded:
+                blocks = outcome.plan.kv_cache.num_gpu_blocks
+                text = f"plan not recorded ({blocks} KV blocks): {found.template.plan_not_recorded}"
+                outcome.findings.append(finding(Code.PLAN_NOT_RECORDED, found.container.name, text))
+            else:
+                recorded.record(found, outcome, outcome.plan, patched=bool(entry.patch))
         entry.findings = outcome.findings
         entries.append(entry)
     _attach_annotations(obj, containers, entries, recorded.values)
     _check_cotenancy(entries, containers)
     patch, patch_findings = _validated_patch(obj, entries, containers)
-    return _object_decision(entries, notes, patch_findings, patch, policy)
+    return _object_decision(entries, notes, patch_findings, patch, policy, provisional=provisional)
 
 
 def _skip_decision(header: Mapping[str, Any], workload: WorkloadFinding) -> ObjectDecision:
@@ -436,12 +452,14 @@ def _object_decision(
     patch_findings: list[Finding],
     patch: list[Operation],
     policy: EffectivePolicy,
+    *,
+    provisional: bool = False,
 ) -> ObjectDecision:
     """Each entry's decision from its findings and patch; the object's is the strongest (deny > mutate >
     warn > allow), and a denied object gets no patch."""
     for entry in entries:
         entry.findings = notes + entry.findings + patch_findings
-        entry.decision = _entry_decision(entry.findings, entry.patch, policy)
+        entry.decision = _entry_decision(entry.findings, entry.patch, policy, provisional=provisional)
         entry.codes = _unique(f.code.value for f in entry.findings)
         entry.messages = _unique(f.message for f in entry.findings)
     decision: Decision = max((e.decision for e in entries), key=lambda d: _RANK[d])
@@ -505,6 +523,17 @@ def _arg_ops(obj: Mapping[str, Any], found: ContainerFinding, outcome: Container
     return arg_operations(found.template.spec_path, found.container, raw, edits)
 
 
+def _annotation_parents(containers: Sequence[ContainerFinding]) -> set[str]:
+    """Where annotations are written and their ``annotations`` maps: may be created when missing, never
+    otherwise changed (only the keys kv-planner writes may change under them)."""
+    parents: set[str] = set()
+    for found in containers:
+        meta = found.template.metadata_path
+        if meta:
+            parents |= {pointer(meta), pointer((*meta, "annotations"))}
+    return parents
+
+
 def allowed_prefixes(containers: Sequence[ContainerFinding]) -> list[str]:
     """The only places a kv-planner patch may touch."""
     prefixes: list[str] = []
@@ -529,17 +558,18 @@ def _validate(obj: Mapping[str, Any], patch: Sequence[Operation], containers: Se
     """Apply the patch to a copy and check the result (raises PatchError)."""
     result = apply_patch(obj, patch)
     # Parents that existed before may only gain our keys: check paths under metadata precisely.
-    check_result(obj, result, _tighten(obj, allowed_prefixes(containers)))
+    check_result(obj, result, _tighten(obj, allowed_prefixes(containers), _annotation_parents(containers)))
     check_targets(result, containers)
 
 
-def _tighten(obj: Mapping[str, Any], prefixes: Sequence[str]) -> list[str]:
-    """Drop whole-parent prefixes for parents that already existed (then only our keys may change)."""
+def _tighten(obj: Mapping[str, Any], prefixes: Sequence[str], parents: set[str]) -> list[str]:
+    """Drop whole-parent prefixes for parents that already existed (then only our keys may change): a
+    platform's annotations may sit in its spec (``/spec/annotations`` of an LLMInferenceService), whose
+    parent ``/spec`` must not become writable as a whole."""
     tightened: list[str] = []
     for prefix in prefixes:
         tokens = tuple(t.replace("~1", "/").replace("~0", "~") for t in prefix.split("/")[1:])
-        is_parent = tokens[-1:] in (("metadata",), ("annotations",))
-        if is_parent and get_path(obj, tokens) is not None:
+        if prefix in parents and get_path(obj, tokens) is not None:
             continue
         tightened.append(prefix)
     return tightened

@@ -1,7 +1,9 @@
 """Read manifest streams (multi-document YAML or JSON, Helm and Kustomize output, ``kubectl get -o yaml``).
 
 Each document is parsed on its own, so one invalid document is reported with its number while the
-others are still checked. ``kind: List`` documents are expanded into their items.
+others are still checked. ``kind: List`` documents and typed lists (``DeploymentList``, ``PodList``,
+``DynamoGraphDeploymentList``: what the API server returns for a collection, as client-go and
+``kubectl get --raw`` write it) are expanded into their items.
 
 Manifests are untrusted input (docs/security.md): :data:`MAX_INPUT_BYTES` bounds what is read (the CLI
 reads at most that much; ``-f /dev/zero`` is an error, not an endless read), and a document nested
@@ -101,11 +103,16 @@ def read_documents(text: str, source: str, first_index: int = 0) -> list[Documen
 
 
 def _expand(document: Document) -> list[Document]:
-    """One document per object: ``kind: List`` items and top-level YAML lists are unpacked, each item
-    checked on its own (an item that is not a mapping is that item's error, not a crash)."""
+    """One document per object: ``kind: List`` / typed-list items and top-level YAML lists are unpacked,
+    each item checked on its own (an item that is not a mapping is that item's error, not a crash)."""
     content = document.content
     if isinstance(content, dict) and content.get("kind") == "List" and isinstance(content.get("items"), list):
         return [d for item in content["items"] for d in _expand_item(document, item)]
+    item_kind = _typed_list_item_kind(content)
+    if item_kind is not None:
+        assert isinstance(content, dict)
+        defaults = {"apiVersion": content.get("apiVersion"), "kind": item_kind}
+        return [d for item in content["items"] for d in _expand_item(document, _with_type(item, defaults))]
     if isinstance(content, list):
         return [d for item in content for d in _expand_item(document, item)]
     if not isinstance(content, dict):
@@ -118,6 +125,30 @@ def _expand(document: Document) -> list[Document]:
             )
         ]
     return [document]
+
+
+def _typed_list_item_kind(content: Any) -> str | None:
+    """``Deployment`` for a ``DeploymentList``: a typed list is ``<Kind>List`` with ``items`` and list
+    metadata (``resourceVersion``, ``continue``: a ListMeta has no ``name``, unlike an object whose own
+    kind happens to end in "List")."""
+    if not isinstance(content, dict) or not isinstance(content.get("items"), list):
+        return None
+    kind = content.get("kind")
+    if not isinstance(kind, str) or not kind.endswith("List") or len(kind) <= len("List"):
+        return None
+    meta = content.get("metadata")
+    if meta is not None and (not isinstance(meta, dict) or "name" in meta or "generateName" in meta):
+        return None
+    return kind[: -len("List")]
+
+
+def _with_type(item: object, defaults: dict[str, Any]) -> object:
+    """A typed list's item with the list's apiVersion and item kind where it has none (the API server
+    leaves them out of the items of a typed list; client-go fills them in the same way on decoding)."""
+    if not isinstance(item, dict):
+        return item
+    missing = {k: v for k, v in defaults.items() if isinstance(v, str) and not isinstance(item.get(k), str)}
+    return {**missing, **{k: v for k, v in item.items() if k not in missing}} if missing else item
 
 
 def _expand_item(document: Document, item: object) -> list[Document]:

@@ -20,7 +20,11 @@ NOTE_CODES: dict[NoteReason, Code] = {
     "unreadable-command": Code.COMMAND_UNREADABLE,
     "sidecar": Code.SIDECAR_NOT_CHECKED,
     "several-servers": Code.SEVERAL_SERVERS,
+    "preset-not-read": Code.PRESET_NOT_APPLIED,
+    "preset-not-passed": Code.PRESET_NOT_APPLIED,
 }
+# Notes after which the plan is provisional: what is missing may change anything, so nothing is denied.
+PROVISIONAL: frozenset[NoteReason] = frozenset({"preset-not-read"})
 
 
 def note_findings(notes: Sequence[PlatformNote]) -> list[Finding]:

@@ -18,8 +18,10 @@ import jsonschema
 import kubernetes_validate
 import pytest
 
+from planner.k8s.platforms import llmisvc
+from planner.policy import decide as decide_module
 from planner.policy.check import CheckReport, check_policy, run_check
-from planner.policy.decide import WorkloadEntry
+from planner.policy.decide import WorkloadEntry, decide
 from planner.policy.manifests import read_documents
 from planner.policy.planning import CoreBackend
 
@@ -158,6 +160,50 @@ READS: list[tuple[Any, ...]] = [
         1,
         None,
         {"max_model_len": 4096, "gpu_memory_utilization": 0.92},
+    ),
+    (
+        "kserve-llmisvc-presets.yaml",
+        "LLMInferenceService/qwen-sh",
+        "main",
+        "Qwen/Qwen2.5-7B-Instruct",
+        None,
+        "L4",
+        1,
+        "node-selector",
+        {"max_model_len": 8192, "max_num_seqs": 64},  # the preset's command, the service's VLLM_ADDITIONAL_ARGS
+    ),
+    (
+        "kserve-llmisvc-presets.yaml",
+        "LLMInferenceService/llama70b-own-tp",
+        "main",
+        "meta-llama/Llama-3.1-70B-Instruct",
+        None,
+        "A100-80GB",
+        4,
+        "node-selector",
+        {"tensor_parallel_size": 4, "max_model_len": 16384},
+    ),
+    (
+        "kserve-llmisvc-presets.yaml",
+        "LLMInferenceService/llama70b-inline",
+        "main",
+        "meta-llama/Llama-3.1-70B-Instruct",
+        None,
+        "A100-80GB",
+        2,
+        "node-selector",
+        {"tensor_parallel_size": 2, "max_model_len": 8192},
+    ),
+    (
+        "kserve-llmisvc-presets.yaml",
+        "LLMInferenceService/deepseek-r1-dp-ep",
+        "main",
+        "deepseek-ai/DeepSeek-R1-0528",
+        None,
+        "H200-141GB",
+        8,
+        "node-selector",
+        {"tensor_parallel_size": 1, "data_parallel_size": 32, "max_model_len": 8192},
     ),
     (
         "ray.yaml",
@@ -408,6 +454,7 @@ def test_ray_cluster_gpus_count_for_tensor_parallelism() -> None:
 
 SCHEMA_OF = {
     "Model": "kubeai-model.json",
+    "LLMInferenceService": "kserve-llminferenceservice-{version}.json",
     "InferenceService": "kserve-inferenceservice.json",
     "RayCluster": "ray-raycluster.json",
     "RayService": "ray-rayservice.json",
@@ -427,11 +474,12 @@ def test_every_patched_object_validates_against_its_crd(name: str) -> None:
         schema = SCHEMA_OF.get(document.content.get("kind")) if isinstance(document.content, dict) else None
         if schema is None:
             continue
-        validator = json.loads((SCHEMAS / schema).read_text())
+        version = str(document.content.get("apiVersion", "")).rpartition("/")[2]
+        validator = json.loads((SCHEMAS / schema.format(version=version)).read_text())
         jsonschema.validate(document.content, validator)
         jsonschema.validate(patched, validator)
         checked += 1
-    assert checked or name in ("images.yaml", "dynamo.yaml", "kserve-llminferenceservices.yaml")
+    assert checked or name in ("images.yaml", "dynamo.yaml")
 
 
 def test_kubeai_without_the_cluster_config_knows_only_the_count() -> None:
@@ -698,3 +746,226 @@ def test_ray_serve_engine_on_shared_workers_reads_their_env_and_annotations() ->
     assert runai.plan is not None and runai.plan.sharing is not None
     assert runai.plan.sharing.mechanism == "fraction"
     assert runai.plan.sharing.budget_bytes == runai.plan.sharing.card_bytes // 2
+
+
+def test_llmisvc_preset_parallelism_sizes_the_pods_but_is_not_passed_to_vllm() -> None:
+    """KServe renders the preset templates from the service's own spec (config_merge.go ReplaceVariables): a
+    preset's ``parallelism.tensor: 4`` gives the pods 4 GPUs but vLLM runs TP 1. Its env is merged."""
+    found = entry("kserve-llmisvc-presets.yaml", "LLMInferenceService/llama70b-preset-tp", "main")
+    assert found.args["max_model_len"] == 16384  # the preset's VLLM_ADDITIONAL_ARGS
+    assert found.args["tensor_parallel_size"] is None
+    assert {"KVP078", "KVP004", "KVP001"} <= set(found.codes) and found.decision == "deny"
+    assert any("not passed to vLLM" in m and "llama70b-tp4" in m for m in found.messages)
+    own = entry("kserve-llmisvc-presets.yaml", "LLMInferenceService/llama70b-own-tp", "main")
+    assert own.decision != "deny" and "KVP078" not in own.codes
+
+
+def test_llmisvc_preset_not_read_is_named_and_never_denies() -> None:
+    """A preset the reviewer cannot see may set anything: a warning (KVP078), never a deny from a plan made
+    without it. The webhook reads no presets: the same service there, with its preset in the cluster."""
+    found = entry("kserve-llmisvc-presets.yaml", "LLMInferenceService/llama70b-unread-preset", "main")
+    assert found.decision == "warn" and "KVP078" in found.codes and "KVP001" in found.codes
+    assert any("tp4-elsewhere" in m and "nothing is denied" in m for m in found.messages)
+    assert found.patch == []
+    service = _document("kserve-llmisvc-presets.yaml", "LLMInferenceService/llama70b-preset-tp")
+    webhook = decide(service, policy=POLICY.for_namespace("llm"), backend=BACKEND)
+    assert webhook.decision == "warn" and webhook.patch == []
+    assert any("reads no LLMInferenceServiceConfig" in f.message for f in webhook.findings)
+
+
+def test_llmisvc_preset_is_read_with_its_services() -> None:
+    preset = entry("kserve-llmisvc-presets.yaml", "LLMInferenceServiceConfig/vllm-sh")
+    assert preset.decision == "skip" and preset.codes == ["KVP069"]
+    assert "planner check reads it with each LLMInferenceService" in preset.messages[0]
+    assert "webhook reads no presets" in preset.messages[0]
+
+
+def test_llmisvc_inline_command_replaces_the_presets() -> None:
+    """``spec.template.containers[main].command/args`` replace the preset's (strategic merge replaces lists
+    without a merge key): the user's TP 2 is planned, and the 70B fits on two A100-80GB."""
+    found = entry("kserve-llmisvc-presets.yaml", "LLMInferenceService/llama70b-inline", "main")
+    assert found.decision not in ("deny", "skip")
+    assert "KVP001" not in found.codes and "KVP004" not in found.codes
+
+
+def test_llmisvc_expert_parallelism_as_the_data_parallel_preset_renders_it() -> None:
+    """config-llm-worker-data-parallel.yaml: ``{{- if .Spec.Parallelism.Expert }}--enable-expert-parallel``,
+    ``--data-parallel-size``, ``--data-parallel-size-local``; the LeaderWorkerSet has data / dataLocal pods."""
+    document = _document("kserve-llmisvc-presets.yaml", "LLMInferenceService/deepseek-r1-dp-ep")
+    view = llmisvc.read(document).views[0]
+    assert view.pod_spec is not None
+    container = view.pod_spec["containers"][0]
+    words = [*container["command"], *container["args"]]
+    assert words[:3] == ["vllm", "serve", "deepseek-ai/DeepSeek-R1-0528"]
+    assert "--enable-expert-parallel" in words
+    assert words[words.index("--data-parallel-size") + 1] == "32"
+    assert words[words.index("--data-parallel-size-local") + 1] == "8"
+    assert (view.template.group_size, view.group_gpus) == (4, 32)
+    found = entry("kserve-llmisvc-presets.yaml", "LLMInferenceService/deepseek-r1-dp-ep", "main")
+    assert found.decision != "deny" and "KVP003" not in found.codes and "KVP001" not in found.codes
+    # Without expert parallelism each GPU would hold every expert: 671B does not fit on an H200.
+    document["spec"]["parallelism"]["expert"] = False
+    dense = run_check(read_documents(json.dumps(document), "dense"), policy=POLICY, backend=BACKEND).workloads[0]
+    assert dense.decision == "deny" and "KVP001" in dense.codes
+
+
+def test_llmisvc_merge_is_kserves_strategic_merge() -> None:
+    base = {
+        "parallelism": {"tensor": 2, "expert": True},
+        "template": {
+            "nodeSelector": {"a": "1"},
+            "containers": [
+                {"name": "main", "command": ["bash", "-c", "x"], "env": [{"name": "A", "value": "1"}]},
+                {"name": "sidecar", "image": "s"},
+            ],
+        },
+    }
+    override = {
+        "parallelism": {"expert": False, "data": 4},  # false is omitted from KServe's patch: expert stays
+        "template": {
+            "nodeSelector": {"b": "2"},
+            "containers": [{"name": "main", "command": ["sh"], "args": [], "env": [{"name": "B", "value": "2"}]}],
+        },
+    }
+    merged = llmisvc.merge(base, override)
+    assert merged["parallelism"] == {"tensor": 2, "expert": True, "data": 4}
+    assert merged["template"]["nodeSelector"] == {"a": "1", "b": "2"}
+    main, sidecar = merged["template"]["containers"]
+    assert main["command"] == ["sh"] and "args" not in main  # replaced; an empty list is unset
+    assert main["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]
+    assert sidecar == {"name": "sidecar", "image": "s"}
+
+
+# (file, workload, template, where the plan annotations are written: None = nowhere, KVP079)
+PLAN_RECORDS: list[tuple[str, str, str, str | None]] = [
+    # KServe copies spec.annotations / spec.prefill.annotations to each role's pods (utils.PropagateMap)
+    ("kserve-llminferenceservices.yaml", "LLMInferenceService/qwen2-7b-instruct-pd", "main", "/spec/annotations"),
+    (
+        "kserve-llminferenceservices.yaml",
+        "LLMInferenceService/qwen2-7b-instruct-pd",
+        "prefill",
+        "/spec/prefill/annotations",
+    ),
+    # spec.predictor.annotations reach the predictor's pods only (the InferenceService's reach every component)
+    ("kserve-inferenceservices.yaml", "InferenceService/qwen-chat", "predictor", "/spec/predictor/annotations"),
+    # Dynamo adds a service's extraPodMetadata.annotations to its pods: each worker records its own plan
+    ("dynamo.yaml", "DynamoGraphDeployment/vllm-disagg", "VllmDecodeWorker", "/spec/services/VllmDecodeWorker/"),
+    ("dynamo.yaml", "DynamoGraphDeployment/vllm-disagg", "VllmPrefillWorker", "/spec/services/VllmPrefillWorker/"),
+    # KubeAI copies no Model annotation to its pods (annotationsForModel): nowhere to write, said with KVP079
+    # (Ray Serve LLM: test_several_ray_serve_engines_are_not_recorded_as_the_first)
+    ("kubeai-models.yaml", "Model/qwen2.5-7b-instruct-l4", "model", None),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "workload", "template", "where"), PLAN_RECORDS, ids=[f"{r[1]}:{r[2]}" for r in PLAN_RECORDS]
+)
+def test_plan_is_recorded_where_the_platform_copies_it_to_pods(
+    name: str, workload: str, template: str, where: str | None
+) -> None:
+    found = entry(name, workload, template)
+    ops = [op for op in found.patch if "kv-planner.io" in json.dumps(op)]
+    if where is None:
+        assert ops == [] and "KVP079" in found.codes and "KVP025" not in found.codes
+        assert any("plan not recorded" in m for m in found.messages)
+    else:
+        assert ops and all(op["path"].startswith(where) for op in ops), ops
+        assert "KVP033" not in found.codes and "KVP079" not in found.codes
+        assert not any(op["path"].startswith("/metadata") for op in ops)
+
+
+def test_several_ray_serve_engines_are_not_recorded_as_the_first() -> None:
+    """Two engines in one RayService: before, the RayService's own annotations got the first engine's
+    blocks (KVP033 for the second), where no pod reads them."""
+    report = run_check(
+        read_documents(
+            """
+apiVersion: ray.io/v1
+kind: RayService
+metadata: {name: two-llms, namespace: ray}
+spec:
+  serveConfigV2: |
+    applications:
+    - name: llms
+      import_path: ray.serve.llm:build_openai_app
+      args:
+        llm_configs:
+        - model_loading_config: {model_id: qwen, model_source: Qwen/Qwen2.5-7B-Instruct}
+          engine_kwargs: {tensor_parallel_size: 1, max_model_len: 8192}
+          accelerator_type: L4
+        - model_loading_config: {model_id: llama, model_source: meta-llama/Llama-3.1-8B-Instruct}
+          engine_kwargs: {tensor_parallel_size: 2, max_model_len: 16384}
+          accelerator_type: L4
+""",
+            "two",
+        ),
+        policy=POLICY,
+        backend=BACKEND,
+    )
+    assert len(report.workloads) == 2
+    for found in report.workloads:
+        assert "KVP079" in found.codes and "KVP033" not in found.codes
+        assert not [op for op in found.patch if "kv-planner.io" in json.dumps(op)]
+
+
+def test_annotation_parents_in_a_spec_do_not_open_the_spec() -> None:
+    """The patch check lets kv-planner create a missing annotations map, but a parent that exists (the
+    LLMInferenceService's /spec) is not a prefix under which anything may change."""
+    obj = {"spec": {"model": {}}}
+    parents = {"/spec", "/spec/annotations"}
+    prefixes = ["/spec", "/spec/annotations", "/spec/annotations/kv-planner.io~1planned-num-gpu-blocks"]
+    assert decide_module._tighten(obj, prefixes, parents) == prefixes[1:]
+
+
+def test_llmisvc_own_command_that_is_not_vllm_is_not_planned() -> None:
+    """kserve/kserve@aaac4e29 docs/samples/llmisvc/precise-prefix-kv-cache-routing/
+    llm-inference-service-opt-125m-cpu-kv-cache-routing-simulator.yaml (minimal shape): main runs llm-d's
+    inference simulator; it was planned as ``vllm serve facebook/opt-125m``."""
+    found = _one(
+        """
+apiVersion: serving.kserve.io/v1alpha2
+kind: LLMInferenceService
+metadata: {name: precise-prefix-test}
+spec:
+  model: {uri: hf://facebook/opt-125m, name: opt-125m}
+  template:
+    containers:
+      - name: main
+        image: ghcr.io/llm-d/llm-d-inference-sim:v0.10.0
+        command: ["/app/llm-d-inference-sim"]
+        args: [--port, "8000", --model, "{{ .Spec.Model.Name }}", --zmq-endpoint,
+               "tcp://{{ ChildName .ObjectMeta.Name `-epp-service` }}:5557"]
+"""
+    )
+    assert (found.decision, found.codes) == ("skip", ["KVP060"])
+
+
+def test_llmisvc_model_name_from_a_preset_wins() -> None:
+    """combineBaseRefsConfig: a preset's spec.model.name replaces the service's (the model in a pvc://)."""
+    report = run_check(
+        read_documents(
+            """
+apiVersion: serving.kserve.io/v1alpha2
+kind: LLMInferenceServiceConfig
+metadata: {name: qwen-name, namespace: llm}
+spec:
+  model: {name: Qwen/Qwen2.5-7B-Instruct}
+---
+apiVersion: serving.kserve.io/v1alpha2
+kind: LLMInferenceService
+metadata: {name: chat, namespace: llm}
+spec:
+  model: {uri: "pvc://models/qwen", name: chat-model}
+  baseRefs: [{name: qwen-name}]
+  template:
+    containers:
+      - name: main
+        resources: {limits: {nvidia.com/gpu: "1"}}
+""",
+            "pvc",
+        ),
+        policy=POLICY,
+        backend=BACKEND,
+    )
+    service = next(e for e in report.workloads if e.kind == "LLMInferenceService")
+    assert service.model == "Qwen/Qwen2.5-7B-Instruct" and "KVP078" not in service.codes

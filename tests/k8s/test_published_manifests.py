@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -168,3 +169,32 @@ def test_config_file_without_its_configmap_is_reported(catalog: GpuCatalog) -> N
     finding = inspect_workload(deployment, catalog=catalog)  # no ConfigMaps known (the webhook's view)
     command = finding.vllm_containers[0].container.command
     assert command is not None and command.config_file == "/etc/vllm/config.yaml" and not command.config_loaded
+
+
+def test_typed_lists_are_expanded_into_their_items(catalog: GpuCatalog) -> None:
+    """A ``DeploymentList`` / ``StatefulSetList`` (what the API server returns for a collection) is its
+    items, each given the list's apiVersion and item kind where the API server left them out: before, the
+    whole list was one object without a pod template (KVP060, nothing checked)."""
+    documents = read_documents((HERE / "typed-lists.yaml").read_text(), "typed-lists.yaml")
+    assert [(d.content["apiVersion"], d.content["kind"], d.index) for d in documents] == [
+        ("apps/v1", "Deployment", 0),
+        ("apps/v1", "StatefulSet", 1),
+    ]
+    found = _workloads("typed-lists.yaml", catalog)
+    assert sorted(found) == ["Deployment/vllm-qwen", "StatefulSet/vllm-phi"]
+    models = [c.container.command.model for f in found.values() for c in f.vllm_containers if c.container.command]
+    assert models == ["Qwen/Qwen2.5-7B-Instruct", "microsoft/Phi-3-mini-4k-instruct"]
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        # an object whose own kind ends in "List" (it has a name): not a collection
+        {"apiVersion": "example.com/v1", "kind": "AllowList", "metadata": {"name": "a"}, "items": [{"x": 1}]},
+        {"apiVersion": "v1", "kind": "List", "items": []},
+    ],
+)
+def test_only_collections_are_expanded(document: dict[str, Any]) -> None:
+    documents = read_documents(json.dumps(document), "x")
+    expected = [document] if document["kind"] != "List" else []
+    assert [d.content for d in documents] == expected

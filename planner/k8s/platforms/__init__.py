@@ -42,6 +42,7 @@ def read_platform(
     *,
     runtimes: Runtimes | None = None,
     configmaps: Mapping[Any, Mapping[str, str]] | None = None,
+    presets: llmisvc.Presets | None = None,
 ) -> PlatformRead | None:
     kind = obj.get("kind")
     if not isinstance(kind, str):
@@ -55,14 +56,15 @@ def read_platform(
             notes=[
                 PlatformNote(
                     reason="template-only",
-                    text=f"a {kind}: its command line is checked with each InferenceService that uses it",
+                    text=f"a {kind}: planner check reads its command line with each InferenceService of the same "
+                    "input that uses it; the webhook reads no runtimes (it assumes KServe's built-in ones)",
                 )
             ],
         )
     if group == "serving.kserve.io" and kind == "InferenceService":
         return kserve.read(obj, runtimes)
     if group == "serving.kserve.io" and kind in ("LLMInferenceService", "LLMInferenceServiceConfig"):
-        return llmisvc.read(obj)
+        return llmisvc.read(obj, presets)
     if group == "ray.io" and kind in ("RayCluster", "RayService", "RayJob"):
         return ray.read(obj)
     if group == "orchestration.aibrix.ai" and kind == "RayClusterFleet":

@@ -37,6 +37,8 @@ NoteReason = Literal[
     "unreadable-command",  # a vLLM image with a GPU whose command is a script file or another program
     "sidecar",  # vLLM in a native sidecar (an init container that keeps running)
     "several-servers",  # a container's script starts more than one vLLM server: one is checked
+    "preset-not-read",  # a preset the resource names (KServe spec.baseRefs) is not readable here: never denied
+    "preset-not-passed",  # a preset field the platform does not pass to vLLM (KServe preset parallelism)
 ]
 
 

@@ -100,7 +100,12 @@ def read(obj: Mapping[str, Any]) -> PlatformRead:
             PlatformView(
                 platform=PLATFORM,
                 template=PodTemplateRef(
-                    name=name, metadata_path=("metadata",), spec_path=("spec", "services", name), group_size=group
+                    # extraPodMetadata.annotations are added to the service's pods (Dynamo's operator; the
+                    # graph's own annotations are not)
+                    name=name,
+                    metadata_path=("spec", "services", name, "extraPodMetadata"),
+                    spec_path=("spec", "services", name),
+                    group_size=group,
                 ),
                 pod_spec=pod_spec,
                 targets=targets,

@@ -175,7 +175,12 @@ def read(obj: Mapping[str, Any], runtimes: Runtimes | None = None) -> PlatformRe
     view = PlatformView(
         platform=PLATFORM,
         template=PodTemplateRef(
-            name="predictor", metadata_path=("metadata",), spec_path=("spec", "predictor"), group_size=group_size
+            # spec.predictor.annotations reach the predictor's pods only (ComponentExtensionSpec, KServe >= 0.11);
+            # the InferenceService's own annotations also reach its transformer and explainer pods.
+            name="predictor",
+            metadata_path=("spec", "predictor"),
+            spec_path=("spec", "predictor"),
+            group_size=group_size,
         ),
         pod_spec=pod_spec,
         targets={

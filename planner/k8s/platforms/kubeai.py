@@ -39,6 +39,8 @@ from planner.k8s.sharing import SHARE_RESOURCES
 from planner.k8s.workloads import PodTemplateRef
 
 PLATFORM = "kubeai"
+# model_controller.go annotationsForModel copies only its pod-ip/port keys; the Model has no pod metadata field.
+NOT_RECORDED = "KubeAI copies no annotation from the Model to its pods"
 
 # KubeAI's default resource profiles (charts/kubeai/values.yaml, resourceProfiles): profile ->
 # (GPU name for the catalog, GPU resource). The cluster may define others; a profile not listed here
@@ -176,6 +178,7 @@ def read(obj: Mapping[str, Any], config: KubeAIConfig | None = None) -> Platform
         metadata_path=("metadata",),
         spec_path=("spec",),
         group_size=parallel[1] if parallel else 1,
+        plan_not_recorded=NOT_RECORDED,
     )
     target = ArgsTarget(path=("spec", "args"), exists=isinstance(spec.get("args"), list), positions=tuple(positions))
     view = PlatformView(

@@ -53,6 +53,9 @@ from planner.k8s.workloads import PodTemplateRef, Pointer, as_list, get_path, is
 
 PLATFORM = "ray"
 SERVE_NO_WRITE = "serveConfigV2 is a YAML string: set these in engine_kwargs"
+# A Ray Serve LLM engine runs as actors in the Ray cluster's pods, which every engine of the cluster shares:
+# no pod annotation describes this engine (KubeRay copies the RayService's annotations to the RayCluster only).
+SERVE_NOT_RECORDED = "a Ray Serve LLM engine runs in the Ray cluster's shared pods, which no annotation describes"
 _MAX_SERVE_CONFIG = 256 * 1024  # characters of serveConfigV2 parsed (bounded work per review)
 # Ray accelerator_type names (ray.util.accelerators) -> catalog names.
 _RAY_ACCELERATORS = {
@@ -305,7 +308,12 @@ def _llm_config_view(
         group_gpus = needed if worker.cluster_gpus is None else min(needed, worker.cluster_gpus)
     view = PlatformView(
         platform=PLATFORM,
-        template=PodTemplateRef(name=where, metadata_path=("metadata",), spec_path=("spec", "serveConfigV2")),
+        template=PodTemplateRef(
+            name=where,
+            metadata_path=("metadata",),
+            spec_path=("spec", "serveConfigV2"),
+            plan_not_recorded=SERVE_NOT_RECORDED,
+        ),
         pod_spec={**worker.pod_fields, "containers": [container]},
         no_write=SERVE_NO_WRITE,
         gpu_hint=GpuHint(name=hint, label=accelerator) if hint else None,
