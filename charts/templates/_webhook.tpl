@@ -155,7 +155,7 @@ checked where an InferenceService / LLMInferenceService uses them, so they are n
 {{- end }}
 {{- if .dynamo.enabled }}
 - apiGroups: ["nvidia.com"]
-  apiVersions: ["v1alpha1"]
+  apiVersions: ["v1alpha1", "v1beta1"]
   operations: ["CREATE", "UPDATE"]
   resources: ["dynamographdeployments"]
   scope: Namespaced

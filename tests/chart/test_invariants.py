@@ -34,6 +34,7 @@ HANDLED = {
     ("ray.io", "v1"): {"rayclusters", "rayservices", "rayjobs"},
     ("orchestration.aibrix.ai", "v1alpha1"): {"rayclusterfleets", "stormservices", "rolesets"},
     ("nvidia.com", "v1alpha1"): {"dynamographdeployments"},
+    ("nvidia.com", "v1beta1"): {"dynamographdeployments"},
 }
 
 
@@ -131,6 +132,16 @@ def test_pods_and_jobs_only_on_create() -> None:
     assert not resources & {"inferenceservices", "llminferenceservices", "rayclusters", "rayservices", "rayjobs"}
     assert "models" in resources
     assert "serving.kserve.io/" not in off[0]["matchConditions"][1]["expression"]
+
+
+def test_dynamo_rule_covers_both_served_versions() -> None:
+    """Dynamo serves DynamoGraphDeployment as v1alpha1 and v1beta1 (the storage version, spec.components):
+    both are sent as written, each read by its own shape (docs/platforms.md)."""
+    rules = webhooks(render())[0]["rules"]
+    dynamo = [rule for rule in rules if rule["apiGroups"] == ["nvidia.com"]]
+    assert [(sorted(rule["apiVersions"]), rule["resources"]) for rule in dynamo] == [
+        (["v1alpha1", "v1beta1"], ["dynamographdeployments"])
+    ]
 
 
 def test_enforce_scenario_turns_the_knobs() -> None:
