@@ -35,6 +35,8 @@ HANDLED = {
     ("orchestration.aibrix.ai", "v1alpha1"): {"rayclusterfleets", "stormservices", "rolesets"},
     ("nvidia.com", "v1alpha1"): {"dynamographdeployments"},
     ("nvidia.com", "v1beta1"): {"dynamographdeployments"},
+    ("kaito.sh", "v1alpha1"): {"workspaces", "inferencesets"},
+    ("kaito.sh", "v1beta1"): {"workspaces", "inferencesets"},
 }
 
 
@@ -142,6 +144,20 @@ def test_dynamo_rule_covers_both_served_versions() -> None:
     assert [(sorted(rule["apiVersions"]), rule["resources"]) for rule in dynamo] == [
         (["v1alpha1", "v1beta1"], ["dynamographdeployments"])
     ]
+
+
+def test_kaito_rule_and_its_switch() -> None:
+    """KAITO Workspaces and InferenceSets (kaito.sh v1alpha1, v1beta1) are sent; the StatefulSets and
+    Workspaces KAITO makes of them are not while the platform is on."""
+    hook = webhooks(render())[0]
+    kaito = [rule for rule in hook["rules"] if rule["apiGroups"] == ["kaito.sh"]]
+    assert [(sorted(rule["apiVersions"]), sorted(rule["resources"])) for rule in kaito] == [
+        (["v1alpha1", "v1beta1"], ["inferencesets", "workspaces"])
+    ]
+    assert "kaito.sh/" in hook["matchConditions"][1]["expression"]
+    off = webhooks(render(set_values=("webhook.platforms.kaito.enabled=false",)))[0]
+    assert not [rule for rule in off["rules"] if rule["apiGroups"] == ["kaito.sh"]]
+    assert "kaito.sh/" not in off["matchConditions"][1]["expression"]
 
 
 def test_enforce_scenario_turns_the_knobs() -> None:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.k8s.images import VersionEvidence
+from planner.k8s.shell import shell_script
 from planner.k8s.workloads import PodTemplateRef, Pointer
 
 NoteReason = Literal[
@@ -148,6 +149,20 @@ def model_from_uri(uri: Any) -> str | None:
         ref = text[5:].strip("/").split("@", 1)[0]
         return ref or None
     return text
+
+
+def own_args_target(container: Mapping[str, Any], path: Pointer) -> ArgsTarget | None:
+    """The container's own ``args`` (at ``path``) as the place for changes to a real container of a
+    rebuilt pod, when its words are ``command + args`` one for one (not a shell string, whose words come
+    from the script): a flag written there is edited in place, any other appended."""
+    command = container.get("command")
+    args = container.get("args")
+    command_words = strings(command) if command is not None else []
+    args_words = strings(args) if args is not None else []
+    if command_words is None or args_words is None or shell_script(command_words + args_words) is not None:
+        return None
+    positions = [None] * len(command_words) + list(range(len(args_words)))
+    return ArgsTarget(path=path, exists=isinstance(args, list), positions=tuple(positions))
 
 
 # Accelerators vLLM can run on that the planner does not model (its catalog and memory model are GPUs').

@@ -37,11 +37,12 @@ from planner.k8s.platforms.base import (
     PlatformView,
     listed,
     mapping,
+    own_args_target,
     strings,
 )
 from planner.k8s.platforms.launcher import flag_value, vllm_words
 from planner.k8s.shell import parse_script, shell_script
-from planner.k8s.workloads import PodTemplateRef, Pointer
+from planner.k8s.workloads import PodTemplateRef
 
 PLATFORM = "dynamo"
 SHELL_NO_WRITE = "the worker's command is a shell string"
@@ -227,7 +228,7 @@ def _component_view(
             exists = isinstance(raw.get("args"), list)
             target = ArgsTarget(path=path, exists=exists, positions=worker.positions) if not worker.no_write else None
         else:
-            target = _own_target(raw, path)
+            target = own_args_target(raw, path)
         if target is not None:
             targets[j] = target
         else:
@@ -251,19 +252,6 @@ def _main_index(containers: list[Any], workers: Mapping[int, _Worker]) -> int:
         if isinstance(raw, Mapping) and raw.get("name") == MAIN_CONTAINER:
             return j
     return min(workers) if workers else 0
-
-
-def _own_target(container: Mapping[str, Any], path: Pointer) -> ArgsTarget | None:
-    """The container's own ``args`` as the place for changes, when its words are ``command + args`` one
-    for one (not a shell string, whose words come from the script)."""
-    command = container.get("command")
-    args = container.get("args")
-    command_words = strings(command) if command is not None else []
-    args_words = strings(args) if args is not None else []
-    if command_words is None or args_words is None or shell_script(command_words + args_words) is not None:
-        return None
-    positions = [None] * len(command_words) + list(range(len(args_words)))
-    return ArgsTarget(path=path, exists=isinstance(args, list), positions=tuple(positions))
 
 
 def _device_resources(device: Mapping[str, Any]) -> dict[str, str]:
