@@ -153,3 +153,13 @@ def test_v1beta1_components_are_read_up_to_a_bound() -> None:
     planned = [e for e in found if e.vllm]
     assert len(planned) == MAX_COMPONENTS
     assert any("KVP063" in e.codes and "only the first" in " ".join(e.messages) for e in found)
+
+
+def test_device_on_an_intel_gpu_is_named_not_planned() -> None:
+    """``device`` is also how Dynamo asks for AMD and Intel devices (ai-dynamo/dynamo#10716): an Intel
+    GPU worker is KVP064, not a plan on the policy's default NVIDIA GPU."""
+    component = _component("w", ["python3", "-m", "dynamo.vllm"], ["--model", "Qwen/Qwen3-0.6B"])
+    component["podTemplate"]["spec"]["containers"][0].pop("resources")
+    component["device"] = {"resources": {"gpu.intel.com/xe": "1"}}
+    found = _check(_graph([component]))
+    assert [(e.decision, e.codes) for e in found] == [("skip", ["KVP064"])]
