@@ -83,6 +83,9 @@ Ignore.
     (r.apiVersion.startsWith('nvidia.com/') &&
      r.kind in ['DynamoGraphDeployment', 'DynamoComponentDeployment'])
     {{- end }}
+    {{- if .kaito.enabled }} ||
+    (r.apiVersion.startsWith('kaito.sh/') && r.kind in ['Workspace', 'InferenceSet'])
+    {{- end }}
     {{- end }}))
 # Updates to an object that is being deleted (finalizers running) are not worth a plan.
 - name: not-terminating
@@ -157,9 +160,16 @@ never denied on a plan made without it. */}}
 {{- end }}
 {{- if .dynamo.enabled }}
 - apiGroups: ["nvidia.com"]
-  apiVersions: ["v1alpha1"]
+  apiVersions: ["v1alpha1", "v1beta1"]
   operations: ["CREATE", "UPDATE"]
   resources: ["dynamographdeployments"]
+  scope: Namespaced
+{{- end }}
+{{- if .kaito.enabled }}
+- apiGroups: ["kaito.sh"]
+  apiVersions: ["v1alpha1", "v1beta1"]
+  operations: ["CREATE", "UPDATE"]
+  resources: ["workspaces", "inferencesets"]
   scope: Namespaced
 {{- end }}
 {{- end }}

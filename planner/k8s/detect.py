@@ -66,9 +66,18 @@ def is_vllm_image(image: str | None) -> bool:
     if not image:
         return False
     repository = image.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0].lower()
+    if _LLM_D_SERVING.match(repository):
+        return True
     # Stand-ins that speak vLLM's API without vLLM (aibrix/vllm-mock, aibrix/vllm-simulator,
     # llm-d-inference-sim): their entrypoint is not vLLM's.
     return "vllm" in repository and not any(word in repository for word in ("mock", "simulator", "-sim"))
+
+
+# llm-d's serving images (ghcr.io/llm-d/llm-d-cuda, -xpu, -rocm, -hpu, -cpu, ... and their -dev builds) are
+# vLLM builds whose entrypoint is vLLM's OpenAI server (llm-d/llm-d docker/Dockerfile.cuda, .xpu:
+# ENTRYPOINT ["python", "-m", "vllm.entrypoints.openai.api_server"]); llm-d's other images (the inference
+# scheduler, routing sidecar, inference-sim) are not.
+_LLM_D_SERVING = re2.compile(r"^llm-d(-(cuda|xpu|rocm|hpu|gaudi|cpu|aws|gke))?(-dev)?$")
 
 
 def find_vllm_containers(
@@ -183,6 +192,14 @@ def inspect_container(
         parsed, error = _safe(lambda: parse_args(args, version=version, read_config=read_config))
         return VllmContainer(
             style="image", command=parsed, parse_error=error, words=args, unresolved=unresolved, **common
+        )
+    found_in_args = find(args, env) if args else None
+    if found_in_args is not None and found_in_args.argv_start is not None:
+        # `args: [vllm, serve, M, ...]` on an image whose entrypoint runs its arguments (`exec "$@"`, NGC's
+        # nvidia_entrypoint.sh, tini): the words are vLLM's command line, one for one with `args`.
+        parsed, error = _safe(lambda: parse_command(args, version=version, read_config=read_config, env=env))
+        return VllmContainer(
+            style="argv", command=parsed, parse_error=error, words=args, command_len=0, unresolved=unresolved, **common
         )
     return None
 

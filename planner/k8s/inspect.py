@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
+import re2
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.gpus.share import GpuShare
@@ -15,12 +16,25 @@ from planner.k8s.gpus import GpuCatalog, GpuResolution, gpu_request, resolve_gpu
 from planner.k8s.images import VersionEvidence, annotated_release
 from planner.k8s.nodes import NodeInfo
 from planner.k8s.platforms import group_of, mentions_vllm, read_platform
-from planner.k8s.platforms.base import ArgsTarget, PlatformNote, PlatformView, non_gpu_accelerator
+from planner.k8s.platforms.base import (
+    ArgsTarget,
+    PlatformNote,
+    PlatformView,
+    non_gpu_accelerator,
+    non_gpu_device_class,
+)
 from planner.k8s.platforms.kserve import Runtimes
 from planner.k8s.platforms.llmisvc import Presets
 from planner.k8s.quantity import quantity_bytes
 from planner.k8s.sharing import resolve_share
-from planner.k8s.workloads import PodTemplateRef, controller_of, get_path, owned_by_controller, pod_templates
+from planner.k8s.workloads import (
+    MAX_SEARCH_TEMPLATES,
+    PodTemplateRef,
+    controller_of,
+    get_path,
+    owned_by_controller,
+    pod_templates,
+)
 
 SKIP_ANNOTATION = "kv-planner.io/skip"
 SkipReason = Literal["opted-out", "owned-by-controller", "no-pod-template", "deleted"]
@@ -126,7 +140,11 @@ def inspect_workload(
         notes += read.notes
     else:
         platform = None
-        views = [PlatformView(platform="kubernetes", template=ref) for ref in pod_templates(obj)]
+        refs = pod_templates(obj)
+        if len(refs) > MAX_SEARCH_TEMPLATES:
+            text = f"{header['kind']} holds more than {MAX_SEARCH_TEMPLATES} pod templates: the first are checked"
+            notes.append(PlatformNote(reason="unsupported-kind", text=text))
+        views = [PlatformView(platform="kubernetes", template=ref) for ref in refs[:MAX_SEARCH_TEMPLATES]]
         if not views and group_of(obj) not in _BUILTIN_GROUPS and mentions_vllm(obj):
             kind = header["kind"]
             text = f"{kind} mentions vLLM but kv-planner has no reader for it"
@@ -167,7 +185,8 @@ def inspect_workload(
             if found.style == "image" and not view.image_entrypoint:
                 continue  # the platform runs its own command there, not the image's vLLM entrypoint
             raw = pod_spec["containers"][found.index]
-            accelerator = _non_gpu(raw)
+            uses = container_claims(pod_spec, raw, ns, claims)
+            accelerator = _non_gpu(raw, uses)
             if accelerator:
                 notes.append(
                     PlatformNote(
@@ -190,7 +209,6 @@ def inspect_workload(
                 labels=get_path(pod_meta, ("labels",)) if isinstance(pod_meta, Mapping) else None,
             )
             gpu = _platform_gpu(gpu, view, catalog)
-            uses = container_claims(pod_spec, raw, ns, claims)
             if uses:
                 gpu = gpu_from_claims(uses, catalog, gpu) or gpu
             annotations = [meta.get("annotations"), _annotations(template_meta), _annotations(view.pod_metadata)]
@@ -231,39 +249,78 @@ def inspect_workload(
 
 # API groups of Kubernetes' own kinds (never "an LLM server we cannot read").
 _BUILTIN_GROUPS = ("", "apps", "batch", "autoscaling", "policy", "networking.k8s.io", "rbac.authorization.k8s.io")
-# vLLM builds for TPU, Neuron, Gaudi, Ascend NPUs and CPUs (vllm/vllm-openai-cpu, vllm-cpu-release-repo).
-_NON_GPU_IMAGES = (
-    "vllm/vllm-tpu",
-    "vllm-neuron",
-    "vllm-gaudi",
-    "vllm-hpu",
-    "vllm-ascend",
-    "vllm-openai-cpu",
-    "vllm-cpu",
-)
+# vLLM builds for accelerators the planner does not model, by the words their images' names are made of:
+# vllm/vllm-tpu, vllm-neuron (and AWS's ...-vllm-neuronx), opea/vllm-gaudi, vllm-hpu, vllm-ascend,
+# ghcr.io/llm-d/llm-d-xpu, intel/vllm:0.10.2-xpu, vllm/vllm-openai-xpu, Rebellions' vllm-rbln, IBM's
+# vllm-spyre, Moore Threads' vllm-musa, Cambricon's vllm-mlu, and the CPU builds (vllm/vllm-openai-cpu,
+# vllm-cpu-release-repo, llm-d-cpu).
+_NON_GPU_IMAGE_WORDS = frozenset(("tpu", "hpu", "xpu", "npu", "cpu", "gaudi", "ascend", "rbln", "spyre", "musa", "mlu"))
+_NON_GPU_IMAGE_PREFIXES = ("neuron",)  # neuronx
+_IMAGE_WORD = re2.compile(r"[^a-z0-9]+")
 
 
 def _unreadable_commands(pod_spec: Mapping[str, Any], read: set[int]) -> list[PlatformNote]:
-    """Containers with a vLLM image and a GPU whose command kv-planner could not read as vLLM (a script
-    file, a wrapper program: production-stack's Ray head copies a script from a ConfigMap and runs it):
-    a warning, not "no vLLM container". Without a GPU such a container is a helper, not a server to
-    plan (LMCache's cache server runs in the vLLM image)."""
+    """Containers with an accelerator that look like a vLLM server kv-planner could not read: a vLLM
+    image whose command is a script file or a wrapper program (production-stack's Ray head copies a script
+    from a ConfigMap and runs it), or another image handed vLLM's own flags (``--max-model-len``, ...) for
+    its entrypoint. A warning, not "no vLLM container": KVP037 with a GPU, KVP064 with a non-GPU
+    accelerator. Without an accelerator such a container is a helper, not a server to plan (LMCache's
+    cache server runs in the vLLM image)."""
     containers = pod_spec.get("containers")
     if not isinstance(containers, list):
         return []
     notes: list[PlatformNote] = []
     for index, raw in enumerate(containers):
-        if index in read or not isinstance(raw, Mapping) or _non_gpu(raw) or not _asks_for_gpu(raw):
+        if index in read or not isinstance(raw, Mapping):
             continue
-        command = unread_command(raw)  # (after the cheap checks: it reads the script again)
+        accelerator = _non_gpu(raw)
+        if accelerator is None and not _asks_for_gpu(raw):
+            continue
+        # (after the cheap checks: unread_command reads the script again)
+        command = unread_command(raw) or _vllm_flags_for_entrypoint(raw)
         if command is None:
             continue
         shown = _one_line(command)
         image = str(raw.get("image")).rsplit("/", 1)[-1][:60]
         where = str(raw.get("name") or f"#{index}")[:63]
+        if accelerator is not None:
+            text = f"{accelerator}: image {image} runs `{shown}`; kv-planner plans GPUs only, not checked"
+            notes.append(PlatformNote(reason="non-gpu-accelerator", where=where, text=text))
+            continue
         text = f"image {image} with a GPU runs `{shown}`, which kv-planner cannot read as vLLM: not checked"
         notes.append(PlatformNote(reason="unreadable-command", where=where, text=text))
     return notes
+
+
+# Flags only vLLM (and its forks) take: an image that is not a vLLM image, given them in `args` and no
+# `command`, runs vLLM through an entrypoint kv-planner cannot see (llm-d's own images are read as vLLM).
+_VLLM_ONLY_FLAGS = frozenset(
+    (
+        "--max-model-len",
+        "--gpu-memory-utilization",
+        "--max-num-seqs",
+        "--max-num-batched-tokens",
+        "--enable-prefix-caching",
+        "--no-enable-prefix-caching",
+        "--enforce-eager",
+        "--swap-space",
+        "--enable-chunked-prefill",
+        "--disable-log-requests",
+    )
+)
+
+
+def _vllm_flags_for_entrypoint(container: Mapping[str, Any]) -> list[str] | None:
+    """``args`` when the container has no ``command`` and they hold vLLM's own flags, else None."""
+    if container.get("command"):
+        return None
+    args = container.get("args")
+    if not isinstance(args, list):
+        return None
+    words = [w for w in args if isinstance(w, str)]
+    if any(w.split("=", 1)[0] in _VLLM_ONLY_FLAGS for w in words):
+        return words
+    return None
 
 
 def _sidecars(pod_spec: Mapping[str, Any]) -> list[PlatformNote]:
@@ -309,14 +366,32 @@ def _asks_for_gpu(container: Mapping[str, Any]) -> bool:
     return bool(count) or (isinstance(claims, list) and bool(claims))
 
 
-def _non_gpu(container: Mapping[str, Any]) -> str | None:
-    """A TPU / Neuron / Gaudi resource or image of a vLLM container (the planner models GPUs)."""
+def _non_gpu(container: Mapping[str, Any], claims: Sequence[ClaimUse] = ()) -> str | None:
+    """What says a vLLM container runs on an accelerator the planner does not model (it models NVIDIA
+    and AMD GPUs): a resource (TPU, Neuron, Gaudi, Intel XPU, Ascend, Rebellions, ...), a DRA claim of
+    such a device class (``gpu.intel.com``), or an image built for one (``vllm-tpu``, ``llm-d-xpu``)."""
     resource = non_gpu_accelerator(container.get("resources"))
     if resource:
         return resource
+    for use in claims:
+        for request in use.claim.requests if use.claim is not None else ():
+            if request.device_class and non_gpu_device_class(request.device_class):
+                return f"DRA device class {request.device_class[:63]}"
     image = container.get("image")
-    if isinstance(image, str) and any(name in image.lower() for name in _NON_GPU_IMAGES):
-        return f"image {image.rsplit('/', 1)[-1][:60]}"
+    if not isinstance(image, str):
+        return None
+    word = _non_gpu_image(image)
+    return f"image {image.rsplit('/', 1)[-1][:60]} (a {word} build)" if word is not None else None
+
+
+def _non_gpu_image(image: str) -> str | None:
+    """The word of an image's name (repository path or tag, not its digest) that marks a build for a
+    non-GPU device (``xpu``, ``gaudi``, ``neuronx``, ``cpu``, ...), else None."""
+    name = image.split("@", 1)[0].lower()
+    words: list[str] = _IMAGE_WORD.split(name)  # (re2 is untyped)
+    for word in words:
+        if word in _NON_GPU_IMAGE_WORDS or word.startswith(_NON_GPU_IMAGE_PREFIXES):
+            return word
     return None
 
 

@@ -2,8 +2,10 @@
 
 Built-in kinds keep one template at a known place; a LeaderWorkerSet has a leader and a worker template
 (the leader falls back to the worker's when it has none); KServe keeps a pod spec inline in an
-InferenceService predictor or a ServingRuntime. Other custom resources are searched for objects shaped
-like a PodTemplateSpec (``{metadata, spec: {containers: [...]}}``) under ``spec``.
+InferenceService predictor or a ServingRuntime. Other custom resources (and custom kinds that share a
+built-in kind's name, such as Volcano's ``batch.volcano.sh`` Job) are searched for objects shaped like a
+PodTemplateSpec (``{metadata, spec: {containers: [...]}}``) under ``spec``, lists included (JobSet's
+``replicatedJobs``, Volcano's ``tasks``), within fixed bounds.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ _TEMPLATE_AT: dict[str, Pointer] = {
     "Job": ("spec", "template"),
     "PodTemplate": ("template",),
 }
-_SEARCH_DEPTH = 6
+SEARCH_DEPTH = 8  # levels below spec (JobSet: replicatedJobs/N/template/spec/template is 5)
+SEARCH_NODES = 20_000  # mappings and lists one search visits (each once)
+MAX_SEARCH_TEMPLATES = 64  # pod templates one custom resource is checked for
+_NOT_CONTENT = frozenset(("apiVersion", "kind", "metadata", "status"))
 
 
 class PodTemplateRef(BaseModel):
@@ -126,6 +131,8 @@ def pod_templates(obj: Mapping[str, Any]) -> list[PodTemplateRef]:
     kind = obj.get("kind")
     if not isinstance(kind, str):
         return []
+    if not _builtin(obj):  # a custom resource that shares a kind's name (Volcano's batch.volcano.sh Job)
+        return _search(obj)
     if kind == "Pod":
         return (
             [PodTemplateRef(metadata_path=("metadata",), spec_path=("spec",))] if is_pod_spec(obj.get("spec")) else []
@@ -155,6 +162,20 @@ def pod_templates(obj: Mapping[str, Any]) -> list[PodTemplateRef]:
             [PodTemplateRef(metadata_path=("metadata",), spec_path=("spec",))] if is_pod_spec(obj.get("spec")) else []
         )
     return _search(obj)
+
+
+_BUILTIN_KINDS = frozenset((*_TEMPLATE_AT, "Pod", "CronJob"))
+_BUILTIN_GROUPS = frozenset(("", "apps", "batch", "extensions"))
+
+
+def _builtin(obj: Mapping[str, Any]) -> bool:
+    """Whether ``obj`` is Kubernetes' own kind of its name (core, apps, batch), or any other kind: only
+    Kubernetes' kinds keep their template where :data:`_TEMPLATE_AT` says."""
+    if obj.get("kind") not in _BUILTIN_KINDS:
+        return True
+    api_version = obj.get("apiVersion")
+    group = api_version.split("/", 1)[0] if isinstance(api_version, str) and "/" in api_version else ""
+    return group in _BUILTIN_GROUPS
 
 
 def _leader_worker(obj: Mapping[str, Any]) -> list[PodTemplateRef]:
@@ -194,21 +215,39 @@ def _leader_worker(obj: Mapping[str, Any]) -> list[PodTemplateRef]:
 
 
 def _search(obj: Mapping[str, Any]) -> list[PodTemplateRef]:
-    """Custom resources: every PodTemplateSpec-shaped mapping under ``spec`` (depth-bounded)."""
+    """Custom resources: every PodTemplateSpec-shaped mapping under ``spec`` (or, for kinds without a
+    ``spec``, under their top-level fields), in lists too (JobSet ``replicatedJobs[].template.spec.template``,
+    Volcano ``tasks[].template``). Bounded: :data:`SEARCH_DEPTH` levels, :data:`SEARCH_NODES` mappings and
+    lists visited, :data:`MAX_SEARCH_TEMPLATES` templates returned (one more when there are more, so that
+    the caller can say so); each node is visited once."""
     found: list[PodTemplateRef] = []
+    budget = [SEARCH_NODES]
 
     def walk(value: Any, path: Pointer, depth: int) -> None:
-        if depth > _SEARCH_DEPTH or not isinstance(value, Mapping):
+        if depth > SEARCH_DEPTH or len(found) > MAX_SEARCH_TEMPLATES or budget[0] <= 0:
             return
+        if isinstance(value, list):
+            budget[0] -= 1
+            for index, item in enumerate(value):
+                walk(item, (*path, str(index)), depth + 1)
+            return
+        if not isinstance(value, Mapping):
+            return
+        budget[0] -= 1
         if is_pod_spec(value.get("spec")) and ("metadata" in value or path[-1:] == ("template",)):
+            start = 1 if path[:1] == ("spec",) else 0
             found.append(
                 PodTemplateRef(
-                    name="/".join(path[1:]) or None, metadata_path=(*path, "metadata"), spec_path=(*path, "spec")
+                    name="/".join(path[start:]) or None, metadata_path=(*path, "metadata"), spec_path=(*path, "spec")
                 )
             )
             return
         for key in sorted(k for k in value if isinstance(k, str)):
             walk(value[key], (*path, key), depth + 1)
 
-    walk(obj.get("spec"), ("spec",), 0)
+    if "spec" in obj:
+        walk(obj.get("spec"), ("spec",), 0)
+    else:  # kinds that keep their fields at the top level
+        for key in sorted(k for k in obj if isinstance(k, str) and k not in _NOT_CONTENT):
+            walk(obj[key], (key,), 0)
     return found

@@ -34,6 +34,9 @@ HANDLED = {
     ("ray.io", "v1"): {"rayclusters", "rayservices", "rayjobs"},
     ("orchestration.aibrix.ai", "v1alpha1"): {"rayclusterfleets", "stormservices", "rolesets"},
     ("nvidia.com", "v1alpha1"): {"dynamographdeployments"},
+    ("nvidia.com", "v1beta1"): {"dynamographdeployments"},
+    ("kaito.sh", "v1alpha1"): {"workspaces", "inferencesets"},
+    ("kaito.sh", "v1beta1"): {"workspaces", "inferencesets"},
 }
 
 
@@ -131,6 +134,30 @@ def test_pods_and_jobs_only_on_create() -> None:
     assert not resources & {"inferenceservices", "llminferenceservices", "rayclusters", "rayservices", "rayjobs"}
     assert "models" in resources
     assert "serving.kserve.io/" not in off[0]["matchConditions"][1]["expression"]
+
+
+def test_dynamo_rule_covers_both_served_versions() -> None:
+    """Dynamo serves DynamoGraphDeployment as v1alpha1 and v1beta1 (the storage version, spec.components):
+    both are sent as written, each read by its own shape (docs/platforms.md)."""
+    rules = webhooks(render())[0]["rules"]
+    dynamo = [rule for rule in rules if rule["apiGroups"] == ["nvidia.com"]]
+    assert [(sorted(rule["apiVersions"]), rule["resources"]) for rule in dynamo] == [
+        (["v1alpha1", "v1beta1"], ["dynamographdeployments"])
+    ]
+
+
+def test_kaito_rule_and_its_switch() -> None:
+    """KAITO Workspaces and InferenceSets (kaito.sh v1alpha1, v1beta1) are sent; the StatefulSets and
+    Workspaces KAITO makes of them are not while the platform is on."""
+    hook = webhooks(render())[0]
+    kaito = [rule for rule in hook["rules"] if rule["apiGroups"] == ["kaito.sh"]]
+    assert [(sorted(rule["apiVersions"]), sorted(rule["resources"])) for rule in kaito] == [
+        (["v1alpha1", "v1beta1"], ["inferencesets", "workspaces"])
+    ]
+    assert "kaito.sh/" in hook["matchConditions"][1]["expression"]
+    off = webhooks(render(set_values=("webhook.platforms.kaito.enabled=false",)))[0]
+    assert not [rule for rule in off["rules"] if rule["apiGroups"] == ["kaito.sh"]]
+    assert "kaito.sh/" not in off["matchConditions"][1]["expression"]
 
 
 def test_enforce_scenario_turns_the_knobs() -> None:

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.needs_helm, pytest.mark.usefixtures("helm")]
 cel = pytest.importorskip("cel_expr_python.cel", reason="cel-expr-python needs Python >= 3.11")
 
 
-PLATFORMS = ("kserve", "kubeai", "ray", "aibrix", "dynamo")
+PLATFORMS = ("kserve", "kubeai", "ray", "aibrix", "dynamo", "kaito")
 
 
 def conditions(kserve: bool) -> dict[str, str]:
@@ -78,6 +78,7 @@ OWNERS: list[list[dict[str, Any]] | None] = [
     [owner("ray.io/v1", "RayService")],
     [owner("orchestration.aibrix.ai/v1alpha1", "RoleSet")],
     [owner("nvidia.com/v1alpha1", "DynamoComponentDeployment")],
+    [owner("kaito.sh/v1beta1", "Workspace")],
     [owner("example.com/v1", "Deployment")],
 ]
 
@@ -148,6 +149,8 @@ def test_conditions_never_error(kserve: bool) -> None:
                 ("ray.io/v1", "RayService"),
                 ("orchestration.aibrix.ai/v1alpha1", "RoleSet"),
                 ("nvidia.com/v1alpha1", "DynamoComponentDeployment"),
+                ("kaito.sh/v1beta1", "Workspace"),
+                ("kaito.sh/v1beta1", "InferenceSet"),
             )
             for on in (False, True)
         ],

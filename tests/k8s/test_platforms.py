@@ -460,6 +460,8 @@ SCHEMA_OF = {
     "RayService": "ray-rayservice.json",
     "StormService": "aibrix-stormservice.json",
     "RayClusterFleet": "aibrix-rayclusterfleet.json",
+    "Workspace": "kaito-workspace.json",
+    "InferenceSet": "kaito-inferenceset.json",
 }
 
 

@@ -73,13 +73,6 @@ def test_a_vllm_image_with_a_gpu_and_an_unreadable_command_warns(container: dict
         {"name": "cache", "image": "lmcache/vllm-openai:latest", "command": ["lmcache_server", "0.0.0.0", "81"]},
         # Not a vLLM image: nothing says it is vLLM.
         {"name": "app", "image": "example.com/llm-server:1", "command": ["/start.sh"], "resources": GPU},
-        # TPU build: the non-GPU note's business, not this one.
-        {
-            "name": "tpu",
-            "image": "vllm/vllm-tpu:latest",
-            "command": ["/start.sh"],
-            "resources": {"limits": {"google.com/tpu": "4"}},
-        },
         # A multi-node group's Ray worker (LeaderWorkerSet, KubeRay): its GPUs serve the leader's vLLM.
         {
             "name": "worker",
@@ -112,11 +105,50 @@ def test_a_vllm_image_with_a_gpu_and_an_unreadable_command_warns(container: dict
             "resources": GPU,
         },
     ],
-    ids=["no-gpu", "other-image", "tpu", "ray-worker", "ray-worker-argv", "kuberay-worker", "lws-example-worker"],
+    ids=["no-gpu", "other-image", "ray-worker", "ray-worker-argv", "kuberay-worker", "lws-example-worker"],
 )
 def test_other_containers_stay_no_vllm_container(container: dict[str, Any]) -> None:
     (entry,) = entries(deployment(container))
     assert entry.decision == "skip" and entry.codes == ["KVP060"]
+
+
+@pytest.mark.parametrize(
+    "container",
+    [
+        # A TPU build running a script: not planned (the planner models GPUs), but named, not KVP060.
+        {
+            "name": "tpu",
+            "image": "vllm/vllm-tpu:latest",
+            "command": ["/start.sh"],
+            "resources": {"limits": {"google.com/tpu": "4"}},
+        },
+        # An image without "vllm" in its name handed vLLM's own flags, on an Intel GPU (llm-d-modelservice's
+        # examples/output-xpu.yaml shape with another registry's image).
+        {
+            "name": "vllm",
+            "image": "registry.example.com/xpu-serving:1",
+            "args": ["--model", "Qwen/Qwen3-0.6B", "--max-model-len", "4096"],
+            "resources": {"limits": {"gpu.intel.com/xe": "1"}},
+        },
+    ],
+    ids=["tpu-script", "xpu-flags"],
+)
+def test_a_server_on_a_non_gpu_accelerator_is_named(container: dict[str, Any]) -> None:
+    (entry,) = entries(deployment(container))
+    assert entry.decision == "skip" and entry.codes == ["KVP064"]
+
+
+def test_vllm_flags_for_another_images_entrypoint_on_a_gpu_warn() -> None:
+    """No "vllm" in the image's name, no command, vLLM's own flags in args: what the entrypoint runs is
+    not known, so it is a warning (KVP037), not "no vLLM container"."""
+    container = {
+        "name": "server",
+        "image": "registry.example.com/serving:1",
+        "args": ["--model", "Qwen/Qwen3-0.6B", "--gpu-memory-utilization", "0.9"],
+        "resources": GPU,
+    }
+    (entry,) = entries(deployment(container))
+    assert entry.decision == "skip" and entry.codes == ["KVP037"]
 
 
 def test_beside_a_vllm_container_it_is_named_and_the_server_still_planned() -> None:

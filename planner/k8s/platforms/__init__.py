@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from planner.k8s.platforms import aibrix, dynamo, kserve, kubeai, llmisvc, ray
+from planner.k8s.platforms import aibrix, dynamo, kaito, kserve, kubeai, llmisvc, ray
 from planner.k8s.platforms.base import PlatformNote, PlatformRead
 from planner.k8s.platforms.kserve import Runtimes
 
@@ -26,8 +26,10 @@ UNSUPPORTED: dict[tuple[str, str], str] = {
     ("apps.nvidia.com", "NIMService"): "NVIDIA NIMService",
     ("nvidia.com", "DynamoComponentDeployment"): "Dynamo DynamoComponentDeployment",
     ("arks.ai", "ArksApplication"): "Arks ArksApplication",
+    ("kaito.sh", "MultiRoleInference"): "KAITO MultiRoleInference (built from a preset model)",
 }
 _SNIFF_LIMIT = 64 * 1024  # characters of a custom resource's spec searched for "vllm"
+_NOT_CONTENT = frozenset(("apiVersion", "kind", "metadata", "status"))
 
 
 def group_of(obj: Mapping[str, Any]) -> str:
@@ -73,6 +75,8 @@ def read_platform(
         return aibrix.read(obj)
     if group == "nvidia.com" and kind == "DynamoGraphDeployment":
         return dynamo.read(obj)
+    if group == "kaito.sh" and kind in kaito.KINDS:
+        return kaito.read(obj)
     what = UNSUPPORTED.get((group, kind))
     if what is not None:
         return PlatformRead(
@@ -83,8 +87,14 @@ def read_platform(
 
 
 def mentions_vllm(obj: Mapping[str, Any]) -> bool:
-    """True when a custom resource's spec mentions vLLM (bounded): an LLM server kv-planner cannot read."""
+    """True when a custom resource mentions vLLM (bounded): an LLM server kv-planner cannot read.
+
+    Its ``spec``, or, for kinds that keep their fields at the top level (KAITO's Workspace keeps
+    ``inference`` and ``resource`` there), everything but ``apiVersion``, ``kind``, ``metadata`` and
+    ``status``: the first 64 KiB of it, serialized."""
     spec = obj.get("spec")
+    if spec is None:
+        spec = {k: v for k, v in obj.items() if k not in _NOT_CONTENT}
     if not isinstance(spec, Mapping):
         return False
     try:

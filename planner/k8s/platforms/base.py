@@ -21,9 +21,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
+import re2
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.k8s.images import VersionEvidence
+from planner.k8s.shell import shell_script
 from planner.k8s.workloads import PodTemplateRef, Pointer
 
 NoteReason = Literal[
@@ -152,21 +154,76 @@ def model_from_uri(uri: Any) -> str | None:
     return text
 
 
-# Accelerators vLLM can run on that the planner does not model (its catalog and memory model are GPUs').
+def own_args_target(container: Mapping[str, Any], path: Pointer) -> ArgsTarget | None:
+    """The container's own ``args`` (at ``path``) as the place for changes to a real container of a
+    rebuilt pod, when its words are ``command + args`` one for one (not a shell string, whose words come
+    from the script): a flag written there is edited in place, any other appended."""
+    command = container.get("command")
+    args = container.get("args")
+    command_words = strings(command) if command is not None else []
+    args_words = strings(args) if args is not None else []
+    if command_words is None or args_words is None or shell_script(command_words + args_words) is not None:
+        return None
+    positions = [None] * len(command_words) + list(range(len(args_words)))
+    return ArgsTarget(path=path, exists=isinstance(args, list), positions=tuple(positions))
+
+
+# Accelerators vLLM runs on that the planner does not model: its catalog and memory model are NVIDIA's and
+# AMD's GPUs (nvidia.com/gpu, nvidia.com/mig-*, amd.com/gpu, and the NVIDIA sharing resources of HAMi,
+# Volcano, Alibaba, ...). A device plugin names its resource `vendor-domain/name`; these vendors' resources
+# are never NVIDIA or AMD GPUs (lower-case prefixes: Ascend's are spelled huawei.com/Ascend910B3).
 NON_GPU_RESOURCES = (
-    "google.com/tpu",
-    "aws.amazon.com/neuron",
-    "aws.amazon.com/neuroncore",
-    "habana.ai/gaudi",
-    "huawei.com/ascend",
+    "google.com/tpu",  # Cloud TPU on GKE
+    "aws.amazon.com/neuron",  # Inferentia / Trainium: neuron, neuroncore, neurondevice
+    "habana.ai/",  # Intel Gaudi: habana.ai/gaudi
+    "gpu.intel.com/",  # Intel GPUs (XPU): gpu.intel.com/i915, gpu.intel.com/xe (intel-device-plugins-for-kubernetes)
+    "huawei.com/ascend",  # Ascend NPUs: huawei.com/Ascend910, Ascend910B3, Ascend310P
+    "rebellions.ai/",  # Rebellions ATOM / REBEL: rebellions.ai/ATOM
+    "furiosa.ai/",  # FuriosaAI Warboy / RNGD
+    "tenstorrent.com/",  # Tenstorrent Wormhole / Blackhole
+    "cambricon.com/",  # Cambricon MLU: mlu, vmlu (HAMi)
+    "hygon.com/",  # Hygon DCU: dcunum, dcumem, dcucores (HAMi)
+    "iluvatar.ai/",  # Iluvatar CoreX: vgpu (HAMi)
+    "metax-tech.com/",  # MetaX: gpu, sgpu, vcore, vmemory (HAMi)
+    "mthreads.com/",  # Moore Threads: vgpu (HAMi)
+    "enflame.com/",  # Enflame GCU: vgcu (HAMi)
+    "kunlunxin.com/",  # Kunlunxin XPU (HAMi)
+    "qualcomm.com/qaic",  # Qualcomm Cloud AI 100
 )
+# The class, for vendors not listed: a resource (or DRA device class) whose name says it is a TPU, NPU,
+# XPU, HPU, DCU, MLU, GCU, IPU, AIU, Neuron, Gaudi or Ascend device, whoever publishes it.
+NON_GPU_WORDS = frozenset(("tpu", "npu", "xpu", "hpu", "dcu", "mlu", "vmlu", "gcu", "vgcu", "ipu", "aiu")) | frozenset(
+    ("neuron", "neuroncore", "neurondevice", "gaudi", "ascend")
+)
+_GPU_DOMAINS = ("nvidia.com", "amd.com")  # their resources are GPUs (or shares of one) the planner models
+_NON_GPU_DOMAINS = tuple(prefix[:-1] for prefix in NON_GPU_RESOURCES if prefix.endswith("/"))
+_WORD_SPLIT = re2.compile(r"[^a-z0-9]+")
+
+
+def non_gpu_resource(name: str) -> bool:
+    """Whether the extended resource ``name`` is a non-GPU accelerator (see :data:`NON_GPU_RESOURCES`)."""
+    lowered = name.lower()
+    if lowered.startswith(NON_GPU_RESOURCES):
+        return True
+    domain, slash, kind = lowered.partition("/")
+    return bool(slash) and domain not in _GPU_DOMAINS and not NON_GPU_WORDS.isdisjoint(_WORD_SPLIT.split(kind))
+
+
+def non_gpu_device_class(name: str) -> bool:
+    """Whether the DRA device class ``name`` (``gpu.intel.com``, ``tpu.google.com``) is not a GPU the
+    planner models."""
+    lowered = name.lower()
+    if lowered in _NON_GPU_DOMAINS or lowered.endswith(tuple("." + d for d in _NON_GPU_DOMAINS)):
+        return True
+    return not NON_GPU_WORDS.isdisjoint(_WORD_SPLIT.split(lowered))
 
 
 def non_gpu_accelerator(resources: Any) -> str | None:
-    """The first TPU / Neuron / Gaudi resource a resources block asks for, else None."""
+    """The first non-GPU accelerator resource (TPU, Neuron, Gaudi, Intel XPU, Ascend, ...) a resources
+    block asks for, else None."""
     for section in ("limits", "requests"):
         values = mapping(mapping(resources).get(section))
         for key in sorted(k for k in values if isinstance(k, str)):
-            if key.startswith(NON_GPU_RESOURCES):
+            if non_gpu_resource(key):
                 return key
     return None
