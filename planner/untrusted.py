@@ -37,17 +37,24 @@ def read_text(path: str | Path, *, what: str, limit: int = MAX_FILE_BYTES) -> st
         raise PlannerInputError(f"{what} {file}: not UTF-8 text") from None
 
 
-def shape_problem(value: Any) -> str | None:
-    """Why ``value`` is too deep or too large to use, else None (walks iteratively: no recursion)."""
+# YAML a manifest carries inside a string (a workload annotation, a RayService's serveConfigV2, a --config
+# file from a ConfigMap) is a few kilobytes of settings: far tighter bounds than for a file.
+EMBEDDED_MAX_DEPTH = 32
+EMBEDDED_MAX_NODES = 100_000
+
+
+def shape_problem(value: Any, *, max_depth: int = MAX_DEPTH, max_nodes: int = MAX_NODES) -> str | None:
+    """Why ``value`` is too deep or too large to use, else None (walks iteratively: no recursion; a YAML
+    alias is counted each time it is used, so a "billion laughs" stops at ``max_nodes``)."""
     stack: list[tuple[Any, int]] = [(value, 1)]
     nodes = 0
     while stack:
         item, depth = stack.pop()
         nodes += 1
-        if nodes > MAX_NODES:
-            return f"more than {MAX_NODES:,} values (YAML aliases expanding?)"
-        if depth > MAX_DEPTH:
-            return f"nested deeper than {MAX_DEPTH} levels"
+        if nodes > max_nodes:
+            return f"more than {max_nodes:,} values (YAML aliases expanding?)"
+        if depth > max_depth:
+            return f"nested deeper than {max_depth} levels"
         if isinstance(item, dict):
             stack.extend((v, depth + 1) for v in item.values())
         elif isinstance(item, list):
@@ -74,6 +81,26 @@ def load_yaml(text: str, *, source: str) -> Any:
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
         raise PlannerInputError(f"{source}: {where}not valid YAML: {problem}") from None
     return _checked(value, source)
+
+
+def load_embedded_yaml(text: str, *, source: str) -> Any:
+    """YAML a manifest carries in a string, bounded for that (:data:`EMBEDDED_MAX_DEPTH`,
+    :data:`EMBEDDED_MAX_NODES`). Everything the text can cause is a :class:`PlannerInputError`: invalid
+    YAML, nesting past the reader's recursion, integers past Python's digit limit, aliases expanding past
+    the bound. (A crash here was answered "allowed unchecked" before, KVP049.)"""
+    try:
+        value = yaml.safe_load(text)
+    except RecursionError:
+        raise PlannerInputError(f"{source}: nested deeper than the YAML reader can follow") from None
+    except yaml.YAMLError as error:
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        raise PlannerInputError(f"{source}: not valid YAML: {problem}") from None
+    except ValueError as error:  # int("1" * 5000): Python's integer-string conversion limit
+        raise PlannerInputError(f"{source}: {str(error)[:120]}") from None
+    problem = shape_problem(value, max_depth=EMBEDDED_MAX_DEPTH, max_nodes=EMBEDDED_MAX_NODES)
+    if problem is not None:
+        raise PlannerInputError(f"{source}: {problem}")
+    return value
 
 
 def load_json(text: str, *, source: str) -> Any:

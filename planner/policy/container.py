@@ -51,6 +51,7 @@ from planner.policy.planning import PlanningBackend
 from planner.policy.rightsize import target_step
 from planner.policy.sharing import share_step, with_report
 from planner.policy.versions import ReleaseSpread, VersionBasis, assumption_findings, release_spread, soften
+from planner.untrusted import load_embedded_yaml
 from planner.vllm.args import ServingArgs
 from planner.vllm.argv import VllmCommand, format_args
 from planner.vllm.hf_overrides import parse_hf_overrides, with_rope_flags
@@ -101,7 +102,7 @@ def written_args(serving: ServingArgs | None, values: Mapping[str, Any]) -> dict
 
 @lru_cache(maxsize=256)
 def _yaml_json(text: str) -> str:
-    return json.dumps(yaml.safe_load(text), default=str)
+    return json.dumps(load_embedded_yaml(text, source="annotation"), default=str)
 
 
 def _yaml(text: str) -> Any:

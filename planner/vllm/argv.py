@@ -22,11 +22,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 import re2
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.errors import InvalidArgumentError
+from planner.errors import InvalidArgumentError, PlannerInputError
 from planner.units import parse_human_int
+from planner.untrusted import load_embedded_yaml
 from planner.vllm.args import ServingArgs
 from planner.vllm.argv_emit import ArgEdit, Style, apply_edits, detect_style, flag_edits, format_args, set_flag
 from planner.vllm.argv_table import FlagTable, Kind, flag_table
@@ -339,9 +339,9 @@ def _normalise(token: str, table: FlagTable) -> list[str]:
 def _config_tokens(text: str, table: FlagTable) -> list[str]:
     """vLLM's load_config_file: YAML mapping -> argv words, per release."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise InvalidArgumentError(f"--config is not valid YAML: {error}", flag="--config") from None
+        data = load_embedded_yaml(text, source="--config")
+    except PlannerInputError as error:
+        raise InvalidArgumentError(str(error)[:200], flag="--config") from None
     if data is None:
         return []
     if not isinstance(data, dict):

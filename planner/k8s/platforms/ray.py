@@ -36,8 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
+from planner.errors import PlannerInputError
 from planner.k8s.gpus import ACK_COUNT_LABEL, ACK_MEMORY, VOLCANO_GPU_MEMORY, gpu_request
 from planner.k8s.images import image_release
 from planner.k8s.platforms.base import (
@@ -50,6 +49,7 @@ from planner.k8s.platforms.base import (
 )
 from planner.k8s.sharing import SHARE_ENV, SHARE_RESOURCES
 from planner.k8s.workloads import PodTemplateRef, Pointer, as_list, get_path, is_mapping, is_pod_spec
+from planner.untrusted import load_embedded_yaml
 
 PLATFORM = "ray"
 SERVE_NO_WRITE = "serveConfigV2 is a YAML string: set these in engine_kwargs"
@@ -153,9 +153,9 @@ def _serve_views(obj: Mapping[str, Any], base: Pointer) -> tuple[list[PlatformVi
     if len(text) > _MAX_SERVE_CONFIG:
         return [], [PlatformNote(reason="unreadable-config", text="serveConfigV2 too large to read")]
     try:
-        config = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return [], [PlatformNote(reason="unreadable-config", text="serveConfigV2 is not valid YAML")]
+        config = load_embedded_yaml(text, source="serveConfigV2")
+    except PlannerInputError as error:
+        return [], [PlatformNote(reason="unreadable-config", text=str(error)[:160])]
     views: list[PlatformView] = []
     notes: list[PlatformNote] = []
     worker = _worker(obj, base)
@@ -179,7 +179,7 @@ def _serve_views(obj: Mapping[str, Any], base: Pointer) -> tuple[list[PlatformVi
                         PlatformNote(
                             reason="unreadable-config",
                             where=where,
-                            text=f"LLM config {str(llm)[:40]!r} is a file in the image: not read",
+                            text=f"LLM config {_shown(llm)} is a file in the image: not read",
                         )
                     )
                     continue
@@ -348,3 +348,9 @@ def _int(value: Any, default: int) -> int:
     except ValueError:
         return default
     return number if number >= 1 else default
+
+
+def _shown(value: Any) -> str:
+    """A non-mapping LLM config for a message: a path as written (cut), anything else by its type only (its
+    repr could expand YAML aliases without bound)."""
+    return repr(value[:40]) if isinstance(value, str) else f"of type {type(value).__name__}"
