@@ -23,7 +23,6 @@ from planner.vllm.launchers import unwrap
 
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
 _ASSIGNMENT = re2.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_NAME = re2.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _REDIRECT = re2.compile(r"^(\d*|&)(>>?|<|>\|)(&\d*-?)?(?P<target>.*)$")
 _SPECIAL_OUTSIDE = set("'\"\\;&|()<>$`#")
 # Reserved words before a simple command are control flow, not the command: `if x; then vllm serve ...`,
@@ -70,7 +69,14 @@ def shell_script(argv: Sequence[str]) -> str | None:
 
 def split_commands(script: str) -> list[str]:
     """Split a script into simple commands at unquoted ``; && || | & newline`` (comments dropped)."""
+    return [text for text, _ in split_with_separators(script)]
+
+
+def split_with_separators(script: str) -> list[tuple[str, str]]:
+    """:func:`split_commands` with the separator after each command (``;``, ``\n``, ``&&``, ``||``, ``|``,
+    ``&``; ``""`` at the end): whether an ``exec`` ends the script depends on it."""
     commands: list[str] = []
+    separators: list[str] = []
     current: list[str] = []
     i = 0
     quote: str | None = None
@@ -125,15 +131,24 @@ def split_commands(script: str) -> list[str]:
         if ch in ";&|\n" and not redirect:
             commands.append("".join(current))
             current = []
+            start = i
             while i < len(script) and script[i] in ";&|":
                 i += 1
+            separator = script[start:i]
             if i < len(script) and script[i] == "\n":
                 i += 1
+                separator = separator or "\n"
+            separators.append(separator)
             continue
         current.append(ch)
         i += 1
     commands.append("".join(current))
-    return [c.strip() for c in commands if c.strip()]
+    separators.append("")
+    return [(c.strip(), sep) for c, sep in zip(commands, separators, strict=True) if c.strip()]
+
+
+# Separators after which (and before which) a command runs unconditionally, in the script's own shell.
+_SEQUENTIAL = frozenset({"", ";", "\n", ";;"})
 
 
 class _Positional:
@@ -163,6 +178,41 @@ class _Positional:
     def words(self) -> str:
         """``"$@"``: the arguments quoted one by one (no word when there are none)."""
         return " ".join(shlex.quote(value) for value in self.values[1:])
+
+
+# A parameter expansion's body is a name and perhaps a short default: one longer than this is not read as
+# one (its text stays as written), so finding the closing brace costs at most this much per `${`.
+_MAX_PARAMETER_CHARS = 4_096
+_NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
+_NAME_CHARS = _NAME_START | frozenset("0123456789")
+
+
+def _name_end(text: str, start: int) -> int:
+    """The end of the shell name at ``text[start:]`` (``start`` itself when there is none). Plain string
+    code: a regular expression matched at an offset re-reads the whole command each time (google-re2's
+    wrapper encodes its input per call), which made 32,000 `$a` take seconds."""
+    if start >= len(text) or text[start] not in _NAME_START:
+        return start
+    end = start + 1
+    while end < len(text) and text[end] in _NAME_CHARS:
+        end += 1
+    return end
+
+
+def _closing_brace(text: str, start: int) -> int:
+    """The index of the ``}`` that closes the ``${`` whose body starts at ``start``, nested ``${...}``
+    counted (``${A:-${B:-x}}``); -1 when there is none within :data:`_MAX_PARAMETER_CHARS`."""
+    limit = min(len(text), start + _MAX_PARAMETER_CHARS)
+    at, opened = start, 0
+    while True:
+        close = text.find("}", at, limit)
+        if close == -1:
+            return -1
+        opened += text.count("${", at, close)
+        if opened == 0:
+            return close
+        opened -= 1
+        at = close + 1
 
 
 def _escape(value: str, in_double: bool) -> str:
@@ -216,18 +266,19 @@ def expand(
         if ch == "$" and i + 1 < len(text):
             nxt = text[i + 1]
             if nxt == "{":
-                end = text.find("}", i + 2)
+                end = _closing_brace(text, i + 2)
                 if end != -1:
                     body = text[i + 2 : end]
-                    name_match = _NAME.match(body) or (params.name(body) if params else None)
+                    name_len = _name_end(body, 0)
+                    name_match = body[:name_len] if name_len else (params.name(body) if params else None)
                     if name_match:
-                        name = name_match.group(0)
+                        name = name_match if isinstance(name_match, str) else name_match.group(0)
                         rest = body[len(name) :]
                         value = params.get(name) if params and params.owns(name) else variables.get(name)
                         if rest.startswith(":-") or rest.startswith("-"):
                             default = rest[2:] if rest.startswith(":-") else rest[1:]
                             if value is None or (rest.startswith(":-") and value == ""):
-                                value, _ = expand(default, variables, budget)
+                                value, _ = expand(default, variables, budget, params.values if params else None)
                                 out.append(value)
                                 i = end + 1
                                 continue
@@ -256,16 +307,16 @@ def expand(
                 out.append(_escape(value, quote == '"'))
                 i += 2
                 continue
-            name_match = _NAME.match(text, i + 1)
-            if name_match:
-                name = name_match.group(0)
+            name_end = _name_end(text, i + 1)
+            if name_end > i + 1:
+                name = text[i + 1 : name_end]
                 value = variables.get(name)
                 if value is None:
                     missing.append(name)
                     value = ""
                 budget.spend(len(value))
                 out.append(_escape(value, quote == '"'))
-                i = name_match.end()
+                i = name_end
                 continue
         out.append(ch)
         i += 1
@@ -287,8 +338,15 @@ def parse_script(
     variables = dict(env)
     commands: list[ShellCommand] = []
     depth = 0  # open if/case/loop constructs
-    for text in split_commands(script):
-        expanded, missing = expand(text, variables, budget, positional)
+    params = list(positional) if positional is not None else None
+    before = ""
+    for text, after in split_with_separators(script):
+        # `a && exec b`, `exec b | c`, `exec b &`, `( exec b )`: the exec may not run, or replaces only a
+        # pipeline's, a background job's or a subshell's process; the script goes on after it.
+        sequential = before in _SEQUENTIAL and after in _SEQUENTIAL and not text.startswith("(")
+        chained = before in ("&&", "||") or after in ("&&", "||")
+        before = after
+        expanded, missing = expand(text, variables, budget, params)
         if len(expanded) > MAX_COMMAND_CHARS:
             raise InputCapError(
                 f"a command of the shell script expands to {len(expanded)} characters (limit {MAX_COMMAND_CHARS})",
@@ -300,6 +358,14 @@ def parse_script(
         except ValueError:
             words = expanded.split()
         words, depth, conditional = _control_flow(words, depth)
+        conditional = conditional or chained
+        if words[:1] == ["shift"] and params is not None:  # `shift [n]`: "$@" loses its first n
+            count = int(words[1]) if len(words) > 1 and words[1].isdigit() and len(words[1]) < 6 else 1
+            params = [params[0], *params[1 + count :]]
+            continue
+        if words[:1] == ["set"] and "--" in words:  # `set -- a b`: new positional parameters
+            params = [params[0] if params else "sh", *words[words.index("--") + 1 :]]
+            continue
         # Leading assignments (`A=1 B=2 cmd`) and `export A=1`: remember them for later commands.
         while words and _ASSIGNMENT.match(words[0]):
             name, _, value = words[0].partition("=")
@@ -312,7 +378,7 @@ def parse_script(
                     variables[name] = value
             continue
         words = _drop_redirections(words)
-        execs = bool(words) and words[0] == "exec"
+        execs = bool(words) and words[0] == "exec" and sequential and not conditional
         # Launchers (`exec -a x`, `env A=1`, `nohup`, `timeout 1h`, `env -S '...'` ...): the command they run,
         # read with each one's grammar (planner.vllm.launchers); one that runs nothing, or whose form is not
         # read, stays as written (and is then not vLLM). `${NAME}` in an `env -S` string takes the

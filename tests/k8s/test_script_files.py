@@ -226,3 +226,67 @@ def test_a_file_run_over_and_over_is_followed_within_the_character_bound(monkeyp
     assert commands is not None and len(commands) <= 4_096
     assert sum(parsed) <= MAX_TOTAL_CHARS  # scripts past the bound are not parsed at all
     assert len(parsed) > 1  # (but the first files were followed)
+
+
+# -- what an independent review of the above found ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        'if [ "$FAST" = 1 ]; then exec vllm serve small; fi; exec vllm serve big',
+        "test -f /x && exec vllm serve small; exec vllm serve big",
+        "test -f /x || exec vllm serve small; exec vllm serve big",
+        "exec vllm serve small | cat; exec vllm serve big",
+        "exec vllm serve small & exec vllm serve big",
+        "( exec vllm serve small ); exec vllm serve big",
+    ],
+    ids=["if", "and", "or", "pipe", "background", "subshell"],
+)
+def test_an_exec_that_may_not_run_or_replaces_another_process_does_not_end_the_script(script: str) -> None:
+    commands = container_commands(["sh", "-c", script], {})
+    assert commands is not None
+    from planner.k8s.detect import script_servers
+
+    servers = script_servers(commands)
+    assert [s.words[2] for s in servers] == ["small", "big"]  # the last is read; KVP039 names the other
+
+
+@pytest.mark.parametrize(
+    ("script", "args", "model"),
+    [
+        ('set -- big --max-model-len 8192; exec vllm serve "$@"', ["small"], "big"),
+        ('shift; exec vllm serve "$@"', ["small", "big"], "big"),
+        ('shift 2; exec vllm serve "$1"', ["a", "b", "big"], "big"),
+        ("exec vllm serve ${MODEL:-$1}", ["big"], "big"),
+        ("exec vllm serve ${MODEL:-${DEFAULT:-big}}", [], "big"),
+    ],
+    ids=["set--", "shift", "shift-n", "default-positional", "nested-default"],
+)
+def test_positional_parameters_follow_set_and_shift_and_defaults(script: str, args: list[str], model: str) -> None:
+    found = inspect_container(
+        0, {"name": "v", "image": "example.com/x:1", "command": ["sh", "-c", script, "sh", *args]}
+    )
+    assert found is not None and found.command is not None and found.command.model == model
+
+
+def test_many_expansions_cost_linear_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    # (a regular expression matched at an offset re-read the whole command each time: quadratic)
+    import sys
+
+    def calls(count: int) -> int:
+        total = 0
+
+        def tally(frame: object, event: str, arg: object) -> None:
+            nonlocal total
+            if event in ("call", "c_call"):
+                total += 1
+
+        sys.setprofile(tally)
+        try:
+            parse_script("vllm serve " + "$a" * count + " ${b:-${c:-x}}" * (count // 8), {"a": ""})
+        finally:
+            sys.setprofile(None)
+        return total
+
+    assert calls(16_000) <= 4.5 * calls(4_000) + 100

@@ -156,9 +156,10 @@ def test_reserved_words_before_a_command_are_not_the_command(script: str) -> Non
     assert commands and commands[0].words == ["vllm", "serve", "m"]
 
 
-def test_commands_in_branches_and_loops_are_marked_and_exec_is_kept() -> None:
+def test_commands_in_branches_and_loops_are_marked_and_a_branch_exec_does_not_end_the_script() -> None:
+    # (an exec in a branch may not run: what follows the construct still may, so it is no final server)
     script = 'if [ "$Q" = 1 ]; then\n  exec vllm serve a\nelse\n  vllm serve b\nfi\nvllm serve c'
     served = {c.words[-1]: c for c in parse_script(script, {}) if c.words[:2] == ["vllm", "serve"]}
-    assert served["a"].conditional and served["a"].execs
+    assert served["a"].conditional and not served["a"].execs
     assert served["b"].conditional and not served["b"].execs
     assert not served["c"].conditional  # after `fi`: the construct is closed
