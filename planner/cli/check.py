@@ -173,10 +173,16 @@ def _expand(item: str) -> list[str]:
                 hint=f"Render it first: helm template my-release {path} | planner check -f -",
             )
         charts = {c.parent for c in path.rglob("Chart.yaml")}
+        # Symbolic links are not followed: a link in a checked repository may point anywhere on the machine
+        # (`-o patched` would print the file it points to).
         found = sorted(
             p
             for p in path.rglob("*")
-            if p.suffix in (".yaml", ".yml", ".json") and p.is_file() and not charts.intersection(p.parents)
+            if p.suffix in (".yaml", ".yml", ".json")
+            and not p.is_symlink()
+            and p.is_file()
+            and not charts.intersection(p.parents)
+            and not any(parent.is_symlink() for parent in p.relative_to(path).parents if parent != Path("."))
         )
         for chart in sorted(charts):
             err_console.print(

@@ -23,7 +23,8 @@ def configmaps_from_documents(documents: list[Any]) -> dict[tuple[str | None, st
             data = doc.get("data") or {}
             if isinstance(meta, Mapping) and isinstance(meta.get("name"), str) and isinstance(data, Mapping):
                 namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) else None
-                found[(namespace, meta["name"])] = {str(k): str(v) for k, v in data.items()}
+                # (the API keeps only strings in data; any other value is not a file the pod sees)
+                found[(namespace, meta["name"])] = {str(k): v for k, v in data.items() if isinstance(v, str)}
     return found
 
 

@@ -120,11 +120,13 @@ def _inner_commands(
 
 
 def _shell_run(words: Sequence[str]) -> _Run | None:
-    """``sh [OPTIONS] -c SCRIPT [NAME ARG...]`` or ``bash [OPTIONS] FILE [ARG...]``; None for a shell
-    reading its standard input (``-s``, no operand) and for anything that is not a shell."""
+    """``sh [OPTIONS] -c [OPTIONS] SCRIPT [NAME ARG...]`` or ``bash [OPTIONS] FILE [ARG...]``; None for a
+    shell reading its standard input (``-s``, no operand) and for anything that is not a shell. Options are
+    read as the shells read them: clusters (``-eux``), ``-o``/``-O`` taking a value wherever they sit in a
+    cluster (``-eo pipefail``), and options after ``-c`` before its script (``bash -c -e SCRIPT``)."""
     if not words or words[0].rsplit("/", 1)[-1] not in SHELLS:
         return None
-    i = 1
+    i, inline = 1, False
     while i < len(words):
         word = words[i]
         if word == "--":
@@ -133,19 +135,22 @@ def _shell_run(words: Sequence[str]) -> _Run | None:
         if word in _OPTIONS_WITH_VALUE:
             i += 2
             continue
-        if word[:1] == "-" and not word.startswith("--") and "c" in word[1:]:
-            # `bash -lc -- SCRIPT` (KubeRay's samples): `--` ends the options, the script follows it.
-            at = i + 2 if words[i + 1 : i + 2] == ["--"] else i + 1
-            if at >= len(words):
-                return None
-            return _Run(words[at], None, list(words[at + 1 :]) or [words[0]])
-        if word[:1] == "-" and not word.startswith("--") and "s" in word[1:]:
-            return None  # commands from standard input
-        if word[:1] not in ("-", "+"):
-            break
-        i += 1
+        if word[:1] in ("-", "+") and len(word) > 1 and not word.startswith("--"):
+            cluster = word[1:]
+            if word[0] == "-" and "s" in cluster:
+                return None  # commands from standard input
+            inline = inline or (word[0] == "-" and "c" in cluster)
+            i += 2 if ("o" in cluster or "O" in cluster) else 1
+            continue
+        if word.startswith("--"):
+            i += 1  # --login, --norc, --posix ...
+            continue
+        break
     if i >= len(words):
         return None
+    if inline:
+        # `bash -lc -- SCRIPT` (KubeRay's samples): `--` ended the options; the script is the next word.
+        return _Run(words[i], None, list(words[i + 1 :]) or [words[0]])
     return _Run(None, words[i], list(words[i:]))
 
 

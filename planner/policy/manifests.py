@@ -88,6 +88,10 @@ def read_documents(text: str, source: str, first_index: int = 0) -> list[Documen
             documents.append(
                 Document(index=index, source=source, line=line, error=f"{source}: {where}: invalid YAML: {problem}")
             )
+        except ValueError as error:  # an integer past Python's 4,300-digit conversion limit
+            documents.append(
+                Document(index=index, source=source, line=line, error=f"{source}: line {line}: {str(error)[:120]}")
+            )
         else:
             if content is None:
                 continue

@@ -308,3 +308,24 @@ def test_hf_overrides_are_planned_and_decide_the_exit_code(tmp_path: Path) -> No
     code, data, _ = _run("-f", str(bad), "--output", "json")
     assert code == 0 and data["workloads"][0]["decision"] == "warn" and data["workloads"][0]["codes"] == ["KVP047"]
     assert "not an object" in data["workloads"][0]["messages"][0]
+
+
+def test_huge_integers_and_symlinks_out_of_the_tree(tmp_path: Path) -> None:
+    """An integer past Python's 4,300-digit limit is that document's error (exit 2), not a crash (exit 70);
+    a directory's symbolic links are not followed (one to a kubeconfig was printed by `-o patched`)."""
+    big = tmp_path / "big.yaml"
+    big.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: " + "1" * 5000 + "}\n")
+    hexed = tmp_path / "hex.yaml"
+    hexed.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: 0x" + "f" * 4000 + "}\n")
+    for path in (big, hexed):
+        result = CliRunner().invoke(app, ["check", "-f", str(path)])
+        assert result.exit_code in (0, 2) and "kv-planner bug" not in result.output, result.output
+    secret = tmp_path / "outside" / "kubeconfig.yaml"
+    secret.parent.mkdir()
+    secret.write_text("apiVersion: v1\nkind: Config\nusers: [{name: a, user: {token: SUPER-SECRET}}]\n")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "app.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: y}\ndata: {a: b}\n")
+    (repo / "zz-values.yaml").symlink_to(secret)
+    result = CliRunner().invoke(app, ["check", "-f", str(repo), "-o", "patched"])
+    assert result.exit_code == 0 and "SUPER-SECRET" not in result.output, result.output

@@ -290,3 +290,19 @@ def test_many_expansions_cost_linear_work(monkeypatch: pytest.MonkeyPatch) -> No
         return total
 
     assert calls(16_000) <= 4.5 * calls(4_000) + 100
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["bash", "-eo", "pipefail", "-c", "exec vllm serve big"],
+        ["bash", "-c", "-e", "exec vllm serve big"],
+        ["bash", "-euxc", "exec vllm serve big"],
+        ["tini", "--", "sh", "-c", "exec vllm serve big"],
+        ["/usr/bin/env", "bash", "-c", "exec vllm serve big"],
+    ],
+    ids=["eo-pipefail", "c-then-options", "cluster", "tini", "env"],
+)
+def test_shell_option_forms_are_read_as_the_shell_reads_them(command: list[str]) -> None:
+    found = inspect_container(0, {"name": "v", "image": "example.com/x:1", "command": command})
+    assert found is not None and found.command is not None and found.command.model == "big"
