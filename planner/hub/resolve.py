@@ -116,7 +116,7 @@ def resolve_model(
         raise InvalidArgumentError(f"The model lookup timeout must be positive, not {timeout}.")
     if local:
         path = Path(name).expanduser()
-        if path.exists():
+        if _exists(path):
             return _resolve_local(name, path, revision=revision)
         if looks_like_path(name):
             raise ModelNotFoundError(f"{name}: no such file or directory.", model=name)
@@ -311,3 +311,12 @@ def _from_catalog(name: str) -> tuple[ModelSpec | None, UnknownModelError | None
 
 def _catalog_revision(spec: ModelSpec) -> str | None:
     return spec.source.revision if spec.source is not None else None
+
+
+def _exists(path: Path) -> bool:
+    """``path.exists()``, False for a name the file system refuses (ENAMETOOLONG: a 300-character model
+    name raised OSError there, an internal error instead of "not found")."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False

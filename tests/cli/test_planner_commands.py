@@ -467,3 +467,9 @@ def test_recommend_plans_the_model_with_its_hf_overrides() -> None:
         "recommend", "--gpu", "L4", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--hf-overrides", '{"dtype": 1}'
     )
     assert code == 2 and "--hf-overrides dtype" in err
+
+
+def test_a_model_name_too_long_for_the_file_system_is_an_unknown_model() -> None:
+    # (Path.exists raised ENAMETOOLONG: exit 70, "a kv-planner bug"; found by the CLI fuzz test)
+    result = runner.invoke(app, ["recommend", "--gpu", "A100-80GB", "--model", "x" * 300])
+    assert result.exit_code == 2 and "Unknown model" in result.output
