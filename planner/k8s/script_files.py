@@ -10,7 +10,8 @@ script out of a ConfigMap and runs the copy: ``cp SRC DST`` is remembered so tha
 Every path is bounded: scripts are followed at most :data:`MAX_DEPTH` deep (a script that runs itself stops
 there), a file longer than :data:`MAX_FILE_CHARS` is not read, the scripts followed for one container hold
 at most :data:`MAX_TOTAL_CHARS` (a script that runs a 64 KiB file ten thousand times stops being followed
-there), and all expansions share the container's budget (KVP074 past it, as for one script).
+there), at most :data:`MAX_FILE_READS` files are looked up, and all expansions share the container's budget
+(KVP074 past it, as for one script).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ ReadFile = Callable[[str], str | None]
 MAX_DEPTH = 4  # scripts within scripts (a container's own `sh -c` is the first)
 MAX_FILE_CHARS = 65_536  # as one argument or env value (policy caps' max_value_chars)
 MAX_TOTAL_CHARS = 1 << 20  # all the scripts followed for one container, the container's own included
+MAX_FILE_READS = 64  # files looked up for one container, found or not (each lookup walks its mounts)
 _MAX_COMMANDS = 4_096  # simple commands over all the scripts of one container
 
 # Shell options that take the next word as their value (bash/dash/zsh: `-o pipefail`, `--rcfile F`).
@@ -40,6 +42,7 @@ class _Walk:
         self.read_file = read_file
         self.budget = new_budget()
         self.chars_left = MAX_TOTAL_CHARS
+        self.reads_left = MAX_FILE_READS
         self.copies: dict[str, str] = {}
 
     def take(self, script: str) -> bool:
@@ -110,8 +113,9 @@ def _inner_commands(
         return None
     script = run.script
     if script is None:
-        if walk.read_file is None or run.path is None:
+        if walk.read_file is None or run.path is None or walk.reads_left <= 0:
             return None
+        walk.reads_left -= 1
         script = _script_text(walk.read_file, _resolve(run.path, walk.copies))
     if script is None or not walk.take(script):
         return None

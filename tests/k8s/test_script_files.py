@@ -306,3 +306,17 @@ def test_many_expansions_cost_linear_work(monkeypatch: pytest.MonkeyPatch) -> No
 def test_shell_option_forms_are_read_as_the_shell_reads_them(command: list[str]) -> None:
     found = inspect_container(0, {"name": "v", "image": "example.com/x:1", "command": command})
     assert found is not None and found.command is not None and found.command.model == "big"
+
+
+def test_file_lookups_are_bounded_even_when_they_find_nothing() -> None:
+    # (an empty script run 2,000 times adds no commands: the command bound never stopped the lookups)
+    looked: list[str] = []
+
+    def read(path: str) -> str | None:
+        looked.append(path)
+        return ""
+
+    script = "sh /s/empty.sh\n" * 2_000 + "exec vllm serve big"
+    commands = container_commands(["sh", "-c", script], {}, read)
+    assert commands is not None and len(looked) <= script_files.MAX_FILE_READS
+    assert commands[-1].words[:3] == ["vllm", "serve", "big"]
