@@ -21,7 +21,7 @@ import re2
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.errors import InvalidArgumentError
-from planner.k8s.envvars import container_env, expand_all, string_list
+from planner.k8s.envvars import container_env, expand_all, string_list, unknown_env_names
 from planner.k8s.images import VersionEvidence, image_release
 from planner.k8s.script_files import container_commands
 from planner.k8s.shell import ShellCommand
@@ -168,7 +168,7 @@ def inspect_container(
             return VllmContainer(
                 style="shell", command=parsed, parse_error=error, words=split, unresolved=unresolved, **common
             )
-        commands = container_commands(_program_words(words, env), env, read_config)
+        commands = container_commands(_program_words(words, env), env, read_config, unknown_env_names(container))
         if commands is None:
             return None
         servers = script_servers(commands)

@@ -112,6 +112,23 @@ def container_env(
     return env
 
 
+ANY_NAME = "*"  # in unknown_env_names: envFrom may set any name the manifest does not
+
+
+def unknown_env_names(container: Mapping[str, Any]) -> frozenset[str]:
+    """Names the container's environment has values for that the manifest does not show: ``valueFrom``
+    entries (ConfigMaps, Secrets, the downward API), and with ``envFrom`` any name (:data:`ANY_NAME`). A
+    script's ``${NAME:-default}`` then says nothing about what runs: the default is not taken as the value."""
+    names: set[str] = set()
+    entries = container.get("env")
+    for entry in entries if isinstance(entries, list) else []:
+        if is_mapping(entry) and isinstance(entry.get("name"), str) and "valueFrom" in entry:
+            names.add(entry["name"])
+    if container.get("envFrom"):
+        names.add(ANY_NAME)
+    return frozenset(names)
+
+
 def string_list(value: Any) -> list[str] | None:
     """A ``command``/``args`` field as a list of strings (None when absent or not a list of strings)."""
     if not isinstance(value, list):

@@ -38,8 +38,9 @@ _OPTIONS_WITH_VALUE = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-fil
 class _Walk:
     """What following one container's scripts has used, and the files ``cp`` copied (DST -> SRC)."""
 
-    def __init__(self, read_file: ReadFile | None) -> None:
+    def __init__(self, read_file: ReadFile | None, unknown: frozenset[str] = frozenset()) -> None:
         self.read_file = read_file
+        self.unknown = unknown  # names set from Secrets, ConfigMaps or envFrom (envvars.unknown_env_names)
         self.budget = new_budget()
         self.chars_left = MAX_TOTAL_CHARS
         self.reads_left = MAX_FILE_READS
@@ -63,17 +64,20 @@ class _Run:
 
 
 def container_commands(
-    words: Sequence[str], env: Mapping[str, str], read_file: ReadFile | None = None
+    words: Sequence[str],
+    env: Mapping[str, str],
+    read_file: ReadFile | None = None,
+    unknown: frozenset[str] = frozenset(),
 ) -> list[ShellCommand] | None:
     """The simple commands ``words`` (a container's expanded command line) runs, scripts followed; None
     when ``words`` runs neither a shell script nor a script file ``read_file`` can read.
 
     Raises InputCapError (KVP074) when the expansions pass the container's budget."""
-    walk = _Walk(read_file)
+    walk = _Walk(read_file, unknown)
     run = _shell_run(words)
     if run is not None and run.script is not None:
         walk.take(run.script)  # (the container's own script: within the policy's caps already)
-        commands = parse_script(run.script, env, walk.budget, run.positional)
+        commands = parse_script(run.script, env, walk.budget, run.positional, walk.unknown)
         return _follow(commands, env, walk, 1)
     if read_file is None:
         return None
@@ -119,7 +123,7 @@ def _inner_commands(
         script = _script_text(walk.read_file, _resolve(run.path, walk.copies))
     if script is None or not walk.take(script):
         return None
-    commands = parse_script(script, env, walk.budget, run.positional)
+    commands = parse_script(script, env, walk.budget, run.positional, walk.unknown)
     return _follow(commands, env, walk, depth + 1)
 
 

@@ -18,7 +18,7 @@ import re2
 from pydantic import BaseModel, ConfigDict
 
 from planner.errors import InputCapError
-from planner.k8s.envvars import ExpansionBudget, new_budget
+from planner.k8s.envvars import ANY_NAME, ExpansionBudget, new_budget
 from planner.vllm.launchers import unwrap
 
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
@@ -227,6 +227,7 @@ def expand(
     variables: Mapping[str, str],
     budget: ExpansionBudget | None = None,
     positional: Sequence[str] | None = None,
+    unknown: frozenset[str] = frozenset(),
 ) -> tuple[str, list[str]]:
     """Expand ``$VAR``, ``${VAR}``, ``${VAR:-default}``, ``${VAR-default}`` outside single quotes.
 
@@ -277,8 +278,16 @@ def expand(
                         value = params.get(name) if params and params.owns(name) else variables.get(name)
                         if rest.startswith(":-") or rest.startswith("-"):
                             default = rest[2:] if rest.startswith(":-") else rest[1:]
+                            if value is None and (name in unknown or ANY_NAME in unknown):
+                                # set from a Secret, a ConfigMap or envFrom: the default may not be what runs
+                                missing.append(name)
+                                out.append(text[i : end + 1])
+                                i = end + 1
+                                continue
                             if value is None or (rest.startswith(":-") and value == ""):
-                                value, _ = expand(default, variables, budget, params.values if params else None)
+                                value, _ = expand(
+                                    default, variables, budget, params.values if params else None, unknown
+                                )
                                 out.append(value)
                                 i = end + 1
                                 continue
@@ -328,6 +337,7 @@ def parse_script(
     env: Mapping[str, str],
     budget: ExpansionBudget | None = None,
     positional: Sequence[str] | None = None,
+    unknown: frozenset[str] = frozenset(),
 ) -> list[ShellCommand]:
     """The simple commands of ``script``, expanded with ``env``, the script's own assignments and, when
     given, its positional parameters (``$0`` first).
@@ -346,7 +356,7 @@ def parse_script(
         sequential = before in _SEQUENTIAL and after in _SEQUENTIAL and not text.startswith("(")
         chained = before in ("&&", "||") or after in ("&&", "||")
         before = after
-        expanded, missing = expand(text, variables, budget, params)
+        expanded, missing = expand(text, variables, budget, params, unknown)
         if len(expanded) > MAX_COMMAND_CHARS:
             raise InputCapError(
                 f"a command of the shell script expands to {len(expanded)} characters (limit {MAX_COMMAND_CHARS})",

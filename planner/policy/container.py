@@ -329,7 +329,9 @@ def _read_command(
     values = command.values
     unresolved = list(container.unresolved)
     sizing_text = " ".join(str(values.get(d, "")) for d in _SIZING_DESTS) + " " + str(command.model or "")
-    if unresolved and any(f"$({v})" in sizing_text or f"${v}" in sizing_text for v in unresolved):
+    if unresolved and any(
+        f"$({v})" in sizing_text or f"${v}" in sizing_text or f"${{{v}" in sizing_text for v in unresolved
+    ):
         out.findings.append(
             finding(
                 Code.UNRESOLVED_VARIABLE,
