@@ -11,6 +11,8 @@ import posixpath
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from planner.k8s.workloads import as_list
+
 ConfigMaps = Mapping[tuple[str | None, str], Mapping[str, str]]
 """(namespace, name) -> data of the ConfigMaps available."""
 
@@ -34,33 +36,46 @@ def file_reader(
     namespace: str | None,
     configmaps: ConfigMaps,
 ) -> Callable[[str], str | None]:
-    """A function path -> file content for files the container mounts from known ConfigMaps."""
+    """A function path -> file content for files the container mounts from known ConfigMaps.
+
+    The mount that wins is the one a container runtime applies last: the deepest mount path holding the
+    file (a Secret mounted with ``subPath`` over ``/scripts/start.sh`` shadows the ``/scripts`` ConfigMap).
+    When that mount is not a known ConfigMap, or its path depends on the pod (``subPathExpr``), the file is
+    unknown: kv-planner never reads one file while the pod runs another."""
+    volumes = {v.get("name"): v for v in as_list(pod_spec.get("volumes")) if isinstance(v, Mapping)}
+    mounts = [m for m in as_list(container.get("volumeMounts")) if isinstance(m, Mapping)]
 
     def read(path: str) -> str | None:
         path = posixpath.normpath(path)
-        volumes = {v.get("name"): v for v in pod_spec.get("volumes") or [] if isinstance(v, Mapping)}
-        for mount in container.get("volumeMounts") or []:
-            if not isinstance(mount, Mapping):
-                continue
+        best: tuple[int, Mapping[str, Any], str] | None = None  # (depth of the mount path, mount, relative)
+        for mount in mounts:
             mount_path = posixpath.normpath(str(mount.get("mountPath", "")))
-            volume = volumes.get(mount.get("name"))
-            if not isinstance(volume, Mapping) or not isinstance(volume.get("configMap"), Mapping):
+            if mount.get("subPath") or mount.get("subPathExpr"):
+                if path != mount_path:
+                    continue
+                relative = ""
+            elif path.startswith(mount_path.rstrip("/") + "/"):
+                relative = path[len(mount_path.rstrip("/")) + 1 :]
+            else:
                 continue
-            source = volume["configMap"]
-            data = configmaps.get((namespace, str(source.get("name")))) or configmaps.get(
-                (None, str(source.get("name")))
-            )
-            if data is None:
-                continue
-            sub_path = mount.get("subPath")
-            if sub_path:
-                if path == mount_path:
-                    return _item(data, source, str(sub_path))
-                continue
-            if not path.startswith(mount_path.rstrip("/") + "/"):
-                continue
-            return _item(data, source, path[len(mount_path.rstrip("/")) + 1 :])
-        return None
+            depth = len(mount_path)
+            if best is None or depth >= best[0]:
+                best = (depth, mount, relative)
+        if best is None:
+            return None
+        _, mount, relative = best
+        volume = volumes.get(mount.get("name"))
+        if (
+            mount.get("subPathExpr")
+            or not isinstance(volume, Mapping)
+            or not isinstance(volume.get("configMap"), Mapping)
+        ):
+            return None
+        source = volume["configMap"]
+        data = configmaps.get((namespace, str(source.get("name")))) or configmaps.get((None, str(source.get("name"))))
+        if data is None:
+            return None
+        return _item(data, source, str(mount["subPath"]) if mount.get("subPath") else relative)
 
     return read
 

@@ -95,8 +95,8 @@ def _follow(commands: list[ShellCommand], env: Mapping[str, str], walk: _Walk, d
     for command in commands:
         if len(out) >= _MAX_COMMANDS:
             break
-        _remember_copy(command.words, walk.copies)
         inner = _inner_commands(command, env, walk, depth) if depth < MAX_DEPTH else None
+        _remember_copy(command, walk.copies)  # (after running it: running a copy does not change it)
         if inner is None:
             out.append(command)
             continue
@@ -191,14 +191,28 @@ def _script_text(read_file: ReadFile, path: str) -> str | None:
     return text
 
 
-def _remember_copy(words: Sequence[str], copies: dict[str, str]) -> None:
-    """``cp [-OPTIONS] SRC DST``: DST holds what SRC holds (one source, a file name as destination)."""
-    if not words or words[0].rsplit("/", 1)[-1] != "cp":
+def _remember_copy(command: ShellCommand, copies: dict[str, str]) -> None:
+    """``cp [-OPTIONS] SRC DST``: DST holds what SRC holds (one source, a file name as destination). Any other
+    command that names a copy (``sed -i``, ``cat x > DST``, ``mv``) may have changed it: forgotten."""
+    words = command.words
+    if not words:
+        return
+    program = words[0].rsplit("/", 1)[-1]
+    if program != "cp":
+        if (program in _KEEPS_CONTENT or program in SHELLS) and ">" not in command.text:
+            return  # `chmod +x DST`, `bash DST`: the file is the same afterwards
+        named = {posixpath.normpath(word.lstrip(">")) for word in words[1:] if "/" in word}
+        for target in [t for t in copies if t in named or t in command.text]:
+            del copies[target]
         return
     operands = [word for word in words[1:] if not word.startswith("-")]
     if len(operands) == 2 and len(copies) < _MAX_COMMANDS:
         source, target = (posixpath.normpath(word) for word in operands)
         copies[target] = copies.get(source, source)
+
+
+# Commands that leave a file's content as it was (without a redirection in the command).
+_KEEPS_CONTENT = frozenset({"chmod", "chown", "chgrp", "ls", "stat", "test", "[", "file", "head", "tail", "wc", "echo"})
 
 
 def _resolve(path: str, copies: Mapping[str, str]) -> str:

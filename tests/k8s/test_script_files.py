@@ -341,3 +341,45 @@ def test_a_default_is_not_taken_for_a_variable_the_cluster_sets(env: dict[str, A
     found = inspect_container(0, container)
     assert found is not None and "MODEL" in found.unresolved  # KVP032: not checked, instead of the default
     assert found.command is None or found.command.model != "Qwen/Qwen2.5-0.5B-Instruct"
+
+
+def test_the_deepest_mount_wins_and_an_unknown_one_hides_the_file() -> None:
+    from planner.k8s.configfiles import file_reader
+
+    configmaps = {("llm", "scripts"): {"start.sh": "benign"}, ("llm", "other"): {"real.sh": "real"}}
+    pod = {
+        "volumes": [
+            {"name": "scripts", "configMap": {"name": "scripts"}},
+            {"name": "secret", "secret": {"secretName": "s"}},
+            {"name": "other", "configMap": {"name": "other"}},
+        ]
+    }
+
+    def reader(*mounts: dict[str, Any]) -> Any:
+        return file_reader(pod, {"volumeMounts": list(mounts)}, "llm", configmaps)
+
+    base = {"name": "scripts", "mountPath": "/scripts"}
+    assert reader(base)("/scripts/start.sh") == "benign"
+    # a Secret over the file, listed after or before: the runtime applies the deeper mount last
+    secret = {"name": "secret", "mountPath": "/scripts/start.sh", "subPath": "start.sh"}
+    assert reader(base, secret)("/scripts/start.sh") is None
+    assert reader(secret, base)("/scripts/start.sh") is None
+    other = {"name": "other", "mountPath": "/scripts/start.sh", "subPath": "real.sh"}
+    assert reader(base, other)("/scripts/start.sh") == "real"
+    assert reader({**base, "subPathExpr": "$(POD)"})("/scripts/start.sh") is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["cat /scripts/other.sh > /tmp/run.sh", "sed -i s/a/b/ /tmp/run.sh", "mv /scripts/x.sh /tmp/run.sh"],
+    ids=["redirect", "sed", "mv"],
+)
+def test_a_copy_changed_after_it_was_made_is_not_read_as_its_source(change: str) -> None:
+    files = {"/scripts/start.sh": "exec vllm serve small\n"}
+    script = f"cp /scripts/start.sh /tmp/run.sh && {change} && exec bash /tmp/run.sh"
+    commands = container_commands(["sh", "-c", script], {}, files.get)
+    assert commands is not None and all(c.words[:2] != ["vllm", "serve"] for c in commands)
+    unchanged = container_commands(
+        ["sh", "-c", "cp /scripts/start.sh /tmp/run.sh && exec bash /tmp/run.sh"], {}, files.get
+    )
+    assert unchanged is not None and unchanged[-1].words == ["vllm", "serve", "small"]
