@@ -62,6 +62,23 @@ def shape_problem(value: Any, *, max_depth: int = MAX_DEPTH, max_nodes: int = MA
     return None
 
 
+def count_values(value: Any, limit: int) -> int:
+    """How many values ``value`` holds, aliases counted each time they are used; stops past ``limit``
+    (returns ``limit + 1``), so the cost is bounded by the limit, not by what the aliases expand to."""
+    stack: list[Any] = [value]
+    count = 0
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > limit:
+            return count
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return count
+
+
 def _checked(value: Any, source: str) -> Any:
     problem = shape_problem(value)
     if problem is not None:

@@ -21,7 +21,7 @@ import re2
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from planner.untrusted import shape_problem
+from planner.untrusted import MAX_NODES, count_values, shape_problem
 
 _SEPARATOR = re2.compile(r"^---(?:[ \t].*)?$|^\.\.\.[ \t]*$")
 MAX_INPUT_BYTES = 64 * 2**20  # all inputs of one run together; a Helm render of a large platform is ~10 MB
@@ -56,6 +56,11 @@ def _is_blank(chunk: str) -> bool:
     return all(not line.strip() or line.lstrip().startswith("#") for line in chunk.splitlines())
 
 
+# Documents of one input (a file or stdin): thousands in a rendered chart; beyond this it is not a manifest
+# set but a way to make `planner check` hold millions of objects.
+MAX_DOCUMENTS = 20_000
+
+
 def read_documents(text: str, source: str, first_index: int = 0) -> list[Document]:
     """The documents of one input (YAML stream or a JSON document)."""
     stripped = text.lstrip()
@@ -72,9 +77,22 @@ def read_documents(text: str, source: str, first_index: int = 0) -> list[Documen
             pass  # YAML is a superset of JSON: let the YAML reader report the error with a line number
     documents: list[Document] = []
     index = first_index
+    values_left = MAX_NODES  # over the whole input: YAML aliases in many small documents add up
+    read = 0
     for line, chunk in _chunks(text):
         if _is_blank(chunk):
             continue
+        read += 1
+        if read > MAX_DOCUMENTS:
+            documents.append(
+                Document(
+                    index=index,
+                    source=source,
+                    line=line,
+                    error=f"{source}: line {line}: more than {MAX_DOCUMENTS:,} documents: the rest is not read",
+                )
+            )
+            break
         try:
             content = yaml.safe_load(chunk)
         except RecursionError:
@@ -95,11 +113,19 @@ def read_documents(text: str, source: str, first_index: int = 0) -> list[Documen
         else:
             if content is None:
                 continue
-            problem = shape_problem(content)
+            values = count_values(content, values_left)
+            values_left -= values
+            problem = (
+                f"the input holds more than {MAX_NODES:,} values (YAML aliases expanding?): the rest is not read"
+                if values_left < 0
+                else shape_problem(content)
+            )
             if problem is not None:
                 documents.append(
                     Document(index=index, source=source, line=line, error=f"{source}: line {line}: {problem}")
                 )
+                if values_left < 0:
+                    break
             else:
                 documents += _expand(Document(index=index, source=source, line=line, content=content))
         index += 1

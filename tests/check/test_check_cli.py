@@ -329,3 +329,18 @@ def test_huge_integers_and_symlinks_out_of_the_tree(tmp_path: Path) -> None:
     (repo / "zz-values.yaml").symlink_to(secret)
     result = CliRunner().invoke(app, ["check", "-f", str(repo), "-o", "patched"])
     assert result.exit_code == 0 and "SUPER-SECRET" not in result.output, result.output
+
+
+def test_many_documents_and_aliases_across_documents_are_bounded(tmp_path: Path) -> None:
+    """The value bound holds for a whole input, not per document (ten small alias bombs were 13 s of CPU),
+    and an input of more documents than any manifest set stops being read (100,000 `{}` held ~1 GB)."""
+    from planner.policy.manifests import MAX_DOCUMENTS, read_documents
+    from planner.untrusted import MAX_NODES
+
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 10) + "]\n" for i in range(5)
+    )  # 10^6 values once expanded: under the bound alone, past it three times over
+    docs = read_documents("---\n".join([bomb] * 3), "bombs.yaml")
+    assert any(d.error and f"more than {MAX_NODES:,} values" in d.error for d in docs)
+    many = read_documents("---\n{}\n" * (MAX_DOCUMENTS + 50), "many.yaml")
+    assert len(many) <= MAX_DOCUMENTS + 1 and many[-1].error and "documents" in many[-1].error
