@@ -91,13 +91,12 @@ def _warn_suspicious_values(plan: Plan, args: ServingArgs, headroom: float | Non
             f"[yellow]note[/] --kv-cache-memory-bytes {args.kv_cache_memory_bytes} is {args.kv_cache_memory_bytes:,} "
             "bytes (under 1 MiB): vLLM reads a plain number as bytes; write a unit, e.g. 20G or 20GiB."
         )
-    rec = plan.recommendation
-    if rec is not None and headroom and safe_max_num_seqs(plan, rec.max_model_len, headroom) < 1:
+    length, rec = plan.kv_cache.max_model_len, plan.recommendation
+    if headroom and rec is not None and rec.max_model_len < length and safe_max_num_seqs(plan, length, headroom) < 1:
         err_console.print(
             f"[yellow]note[/] --headroom {headroom:g} keeps {headroom:.0%} of the KV blocks free, which leaves no room "
-            f"for even one sequence of {rec.max_model_len:,} tokens; the recommended --max-num-seqs "
-            f"{rec.max_num_seqs} uses more of the cache than the headroom allows. Lower --headroom or "
-            "--max-model-len."
+            f"for even one sequence of {length:,} tokens at the low end of the band: the recommended "
+            f"--max-model-len is {rec.max_model_len:,} (a lower --headroom keeps a longer one, where it fits)."
         )
 
 
