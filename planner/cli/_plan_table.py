@@ -106,10 +106,17 @@ def render_plan(console: Console, plan: Plan, args: ServingArgs) -> None:
 
 
 def render_fleet(
-    console: Console, gpu: GpuSpec, args: ServingArgs, rows: Sequence[FleetRow], *, headroom: float
+    console: Console,
+    gpu: GpuSpec,
+    args: ServingArgs,
+    rows: Sequence[FleetRow],
+    *,
+    headroom: float,
+    vllm_version: str | None = None,
 ) -> None:
+    release = f", vLLM {vllm_version or 'unknown (every checked release)'}"
     table = Table(
-        title=f"Catalog models on {args.gpus_per_engine} x {gpu.name} ({_gib(gpu.memory_bytes)} each)",
+        title=f"Catalog models on {args.gpus_per_engine} x {gpu.name} ({_gib(gpu.memory_bytes)} each){release}",
         header_style="bold",
     )
     table.add_column("model", overflow="fold")
@@ -122,9 +129,10 @@ def render_fleet(
         return "-" if value is None else f"{value:,}"
 
     for row in rows:
+        fits = "[green]yes[/]" if row.fits_low else "[yellow]nominal[/]" if row.fits else "[red]no[/]"
         table.add_row(
             row.id,
-            "[green]yes[/]" if row.fits else "[red]no[/]",
+            fits,
             f"{row.max_model_len:,}" if row.max_model_len else "-",
             cell(row.max_num_seqs_4096),
             cell(row.max_num_seqs_32768),
@@ -132,11 +140,13 @@ def render_fleet(
         )
     console.print(table)
     console.print(
-        "fits at full context: vLLM starts with the model's own context length (its config's maximum).\n"
-        "max context: the longest --max-model-len whose sequence fits in the KV cache ('-': the weights do not "
-        "fit at all).\n"
+        "fits at full context: vLLM starts with the model's own context length (its config's maximum); 'nominal': "
+        "only as predicted, not at the low end of the planner's error band.\n"
+        f"max context: the longest --max-model-len that holds at the low end of the error band with one sequence "
+        f"keeping {headroom:.0%} of the KV blocks free ('-': none does).\n"
         f"--max-num-seqs @N: sequences of N tokens that run at once with {headroom:.0%} of the KV blocks kept free "
-        "(--headroom), at the low end of the planner's error band; raw vLLM concurrency is in -o json.\n"
+        "(--headroom), at the low end of the error band of a plan with exactly those flags ('-': none holds); raw "
+        "vLLM concurrency is in -o json.\n"
         f"Next: planner recommend --gpu {gpu.name} --model <model> for one model's full plan, the vLLM "
         "arguments to paste and, when it does not fit, what would.",
         soft_wrap=False,

@@ -260,11 +260,17 @@ def recommend(
         from planner.models.catalog import all_models
         from planner.plan.fleet import fleet_rows
 
+        # The release as `recommend --model` plans it: the newest checked one when none is given (said on
+        # stderr), every checked one for 'unknown'. Each row's limits hold at the low end of its band.
+        planned, release_note = release_to_plan(vllm_version)
+        if release_note is not None:
+            err_console.print(f"[yellow]note[/] {release_note.text}")
         rows = fleet_rows(
-            all_models(), gpu_spec, args, vllm_version=vllm_version, coefficients=coefficients, headroom=headroom
+            all_models(), gpu_spec, args, vllm_version=planned, coefficients=coefficients, headroom=headroom
         )
         payload = {
             "gpu": {"name": gpu_spec.name, "memory_bytes": gpu_spec.memory_bytes, "count": args.gpus_per_engine},
+            "vllm_version": planned or UNKNOWN_RELEASE,
             "headroom": headroom,
             "models": [r.model_dump() for r in rows],
         }
@@ -275,7 +281,7 @@ def recommend(
         else:
             from planner.cli._plan_table import render_fleet
 
-            render_fleet(console, gpu_spec, args, rows, headroom=headroom)
+            render_fleet(console, gpu_spec, args, rows, headroom=headroom, vllm_version=planned)
         return
     if emit is not None and workload is None:
         raise PlannerInputError("--emit needs --workload: the thresholds come from the request-length profile")

@@ -129,6 +129,34 @@ def test_f7_an_unknown_release_recommends_limits_that_start_on_every_checked_rel
     assert any(t.name == "unknown_release" and t.low_bytes > 0 for t in band.terms)
 
 
+# F8: the catalog table had no margin.
+def test_f8_the_catalog_table_holds_at_the_low_end_and_matches_recommend() -> None:
+    from planner.plan.fleet import fleet_rows
+
+    card = lookup_gpu("H100-80GB")
+    specs = [lookup_model(LLAMA_8B), lookup_model("Qwen/Qwen3-32B")]
+    rows = {row.id: row for row in fleet_rows(specs, card, ServingArgs(), vllm_version="0.33.0")}
+    for spec in specs:
+        row = rows[spec.id]
+        full = make_plan(spec, card, ServingArgs(), vllm_version="0.33.0", with_alternatives=False).recommendation
+        assert full is not None
+        assert (row.max_model_len, row.max_num_seqs_max) == (full.max_model_len, full.max_num_seqs)
+        for length, value in ((4096, row.max_num_seqs_4096), (32768, row.max_num_seqs_32768)):
+            rec = make_plan(
+                spec, card, ServingArgs(max_model_len=length), vllm_version="0.33.0", with_alternatives=False
+            ).recommendation
+            want = rec.max_num_seqs if rec is not None and rec.max_model_len == length else None
+            assert value == want, (spec.id, length)
+        emitted = [(4096, row.max_num_seqs_4096), (32768, row.max_num_seqs_32768)]
+        for length, seqs in [*emitted, (row.max_model_len, row.max_num_seqs_max)]:
+            if seqs is not None and length is not None:
+                assert seqs >= 1
+                assert holds(spec, card, ServingArgs(max_model_len=length, max_num_seqs=seqs), "0.33.0", 0.1) == []
+    llama = rows[LLAMA_8B]
+    assert (llama.max_num_seqs_4096, llama.max_num_seqs_32768, llama.max_num_seqs_max) == (94, 11, 2)
+    assert rows["Qwen/Qwen3-32B"].max_num_seqs_max != 0
+
+
 # F9: when the margin leaves nothing, say so.
 def test_f9_no_safe_limits_is_said_and_alternatives_are_offered() -> None:
     spec, card, args, plan = _plan(LLAMA_70B, "A100-40GB", "0.10.1", max_model_len=8192, tensor_parallel_size=4)
@@ -213,3 +241,27 @@ def test_every_emitted_limit_holds_on_a_grid(version: str | None) -> None:
 @pytest.mark.parametrize("version", ["0.6.4", "0.8.0", "0.10.1", "0.13.0", "0.19.0", "0.26.0", "0.33.0", None])
 def test_every_emitted_limit_holds_on_the_whole_grid(version: str | None) -> None:
     _grid(_KINDS, ["T4", "L4", "A100-40GB", "H100-80GB", "MI300X"], [version], _SETTINGS)
+
+
+@pytest.mark.parametrize("version", ["0.10.1", "0.33.0", None])
+def test_every_catalog_table_limit_holds(version: str | None) -> None:
+    from planner.models.catalog import all_models
+    from planner.plan.fleet import fleet_rows
+
+    models = list(all_models())[:: 12 if version is None else 4]
+    found = []
+    for gpu in ("L4", "H100-80GB"):
+        card = lookup_gpu(gpu)
+        for row, spec in zip(fleet_rows(models, card, ServingArgs(), vllm_version=version), models, strict=True):
+            for length, seqs in (
+                (4096, row.max_num_seqs_4096),
+                (32768, row.max_num_seqs_32768),
+                (row.max_model_len, row.max_num_seqs_max),
+            ):
+                if length is None or seqs is None:
+                    continue
+                flags = ServingArgs(max_model_len=length, max_num_seqs=seqs)
+                wrong = holds(spec, card, flags, version, 0.1)
+                if wrong or seqs < 1:
+                    found.append(f"{spec.id} on {gpu} @{length}: {seqs} {wrong}")
+    assert not found, "\n".join(found)
