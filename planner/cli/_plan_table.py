@@ -49,13 +49,17 @@ def render_plan(console: Console, plan: Plan, args: ServingArgs) -> None:
     kv_text = band.describe() if band is not None and band.kv_cache_bytes > 0 else _gib(mem.kv_cache_bytes)
     budget.add_row("[bold]= KV cache[/]", f"[bold]{kv_text}[/]")
     console.print(budget)
+    rec = plan.recommendation
+    own = rec is not None and not rec.basis.startswith("alternative")  # limits of this deployment
     if band is not None and band.kv_cache_bytes > 0 and band.down_bytes > 0:
         largest = sorted((t for t in band.terms if t.low_bytes), key=lambda t: -t.low_bytes)[:3]
         parts = ", ".join(f"{t.name.replace('_', ' ')} {t.low_bytes / GiB:.2f}" for t in largest)
-        console.print(
-            f"  margin: the limits below hold if vLLM finds as little as {_gib(band.low_bytes)} "
-            f"(the planner's measured error; largest: {parts} GiB)"
+        holds = (
+            "the limits below hold if vLLM finds as little as"
+            if own
+            else "no limits of this deployment hold if vLLM finds as little as"
         )
+        console.print(f"  margin: {holds} {_gib(band.low_bytes)} (the planner's measured error; largest: {parts} GiB)")
 
     cache = Table(title="KV cache", show_header=False)
     cache.add_column("what")
@@ -75,11 +79,15 @@ def render_plan(console: Console, plan: Plan, args: ServingArgs) -> None:
     cache.add_row("longest single sequence", f"{kv.estimated_max_model_len:,} tokens")
     console.print(cache)
 
-    if plan.fits:
+    if plan.fits and own:
         console.print("[green]fits:[/] vLLM's startup check passes")
+    elif plan.fits:
+        console.print(
+            "[red]no safe limits:[/] vLLM's startup check passes as predicted, but no limits hold at the low end "
+            "of the band (see the warning" + (" and what would fit)" if plan.alternatives else ")")
+        )
     else:
         console.print(f"[red]does not fit:[/] {plan.fit_error}")
-    rec = plan.recommendation
     if rec is not None:
         console.print(
             f"recommended ({rec.basis}): --max-model-len {rec.max_model_len} --max-num-seqs {rec.max_num_seqs}"

@@ -68,18 +68,31 @@ def _bigger_gpus(gpu: GpuSpec) -> list[GpuSpec]:
     return sorted(candidates, key=lambda g: g.memory_bytes)
 
 
+def safe_as_asked(plan: Plan) -> bool:
+    """The deployment as asked has limits that hold at the low end of its KV band (README's exit 0): vLLM's
+    startup check passes and the recommendation is this deployment's, not another setup's."""
+    rec = plan.recommendation
+    return plan.fits and rec is not None and not rec.basis.startswith("alternative")
+
+
 def _print_args(plan: Plan) -> None:
     """``-o args``: only arguments for the deployment as asked. When it needs another setup (more GPUs, a
     bigger card, fp8 KV), stdout stays empty so a script cannot paste a setup nobody asked for."""
     rec = plan.recommendation
+    as_asked = (
+        "this deployment does not fit as asked"
+        if not plan.fits
+        else "this deployment has no safe limits as asked (vLLM's startup check passes as predicted, but not "
+        "when the prediction errs by its measured error)"
+    )
     if rec is None:
-        raise CapacityError("nothing fits: no safe arguments to print (see --output table)")
+        raise CapacityError(f"{as_asked}, and no option fits: no safe arguments to print (see --output table)")
     if rec.basis.startswith("alternative"):
         change = rec.basis.removeprefix("alternative:").strip()
         raise CapacityError(
-            "this deployment does not fit as asked, so there are no arguments to print; the first option that "
-            f"fits is a different setup ({change}): {' '.join(rec.vllm_args)}. Rerun with those flags to get "
-            "its arguments, or see --output table."
+            f"{as_asked}, so there are no arguments to print; the first option that fits is a different setup "
+            f"({change}): {' '.join(rec.vllm_args)}. Rerun with those flags to get its arguments, or see "
+            "--output table."
         )
     typer.echo(" ".join(rec.vllm_args))
 
@@ -329,8 +342,8 @@ def recommend(
         )
         return
     _emit(plan, args, output)
-    if not plan.fits:
-        raise typer.Exit(EXIT_FAILED)
+    if not safe_as_asked(plan):
+        raise typer.Exit(EXIT_FAILED)  # it does not fit, or no limits hold at the low end of its band
 
 
 def release_to_plan(given: str | None) -> tuple[str | None, Finding | None]:

@@ -167,6 +167,22 @@ def test_f9_no_safe_limits_is_said_and_alternatives_are_offered() -> None:
     assert problems(spec, card, args, plan, "0.10.1", 0.1) == []
 
 
+@pytest.mark.parametrize("output", ["table", "json", "args"])
+def test_f9_the_cli_exits_1_without_safe_limits(output: str) -> None:
+    from typer.testing import CliRunner
+
+    from planner.cli import app
+
+    words = ["recommend", "--gpu", "A100-40GB", "--model", LLAMA_70B, "--max-model-len", "8192"]
+    words += ["--vllm-version", "0.10.1", "-tp", "4", "-o", output]
+    result = CliRunner().invoke(app, words)
+    assert result.exit_code == 1, result.output
+    if output == "table":
+        assert "no safe limits" in result.output
+    if output == "args":
+        assert "no safe limits as asked" in result.output
+
+
 # Smaller: one sequence that does not keep the headroom.
 def test_one_sequence_keeps_the_headroom_or_the_context_gives_way() -> None:
     spec, card = lookup_model(QWEN_14B), lookup_gpu("A100-40GB")
