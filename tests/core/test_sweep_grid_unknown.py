@@ -14,8 +14,9 @@ from tests.core.test_sweep import assert_bigger_gpu_search_is_the_loop, assert_s
 
 @pytest.mark.slow
 def test_every_catalog_gpu_class_with_an_unknown_release() -> None:
+    # (a stride of 6: every limit plans each checked release, V0 rows included, with its own flags)
     points = grid(
-        models(4), gpus_of_every_class(100), tensor_parallel_sizes=(1, 2, 4, 8), kv_cache_dtypes=("auto", "fp8")
+        models(6), gpus_of_every_class(100), tensor_parallel_sizes=(1, 2, 4, 8), kv_cache_dtypes=("auto", "fp8")
     )
     assert_same(points, None)
 
@@ -25,7 +26,7 @@ def test_every_catalog_gpu_class_with_an_unknown_release() -> None:
     ("versions", "step"),
     # An unknown release plans every checked release for each option's limits (their own flags, their own
     # spread): a stride of the models there.
-    [(["0.33.0", "0.10.1"], 1), ([None], 3)],
+    [(["0.33.0", "0.10.1"], 1), ([None], 6)],
 )
 def test_the_bigger_gpu_search_on_every_model(
     monkeypatch: pytest.MonkeyPatch, versions: list[str | None], step: int
