@@ -409,6 +409,14 @@ class Code(str, Enum):
         'each request holds window-capped KV blocks whatever its length: the logged "GPU KV cache size" '
         "(concurrency x max_model_len) is not a per-token capacity",
     )
+    NO_SAFE_LIMITS = (
+        "KVP115",
+        _WARN,
+        "vLLM's startup check passes as predicted, but no limits hold at the low end of the KV band (the "
+        "planner's measured error): no safe limits",
+        "a higher `--gpu-memory-utilization`, an fp8 KV cache, more GPUs or a bigger GPU (`planner recommend` "
+        "lists what would fit)",
+    )
     ENCODER_PROFILE = (
         "KVP130",
         _INFO,

@@ -181,7 +181,9 @@ def margin_tables(records: list[StartupRecord]) -> None:
         cost = 1 - band.num_gpu_blocks_low / plan.kv_cache.num_gpu_blocks
         costs.append(cost)
         longest_args = args.model_copy(update={"max_model_len": 4 * record.kv_cache_tokens})
-        longest = make_plan(spec, gpu, longest_args, vllm_version=record.vllm_version, with_alternatives=False)
+        longest = make_plan(
+            spec, gpu, longest_args, vllm_version=record.vllm_version, headroom=0.0, with_alternatives=False
+        )
         nominal = round_context(longest.kv_cache.estimated_max_model_len, longest.kv_cache.block_size)
         safe = longest.recommendation.max_model_len if longest.recommendation else 0
         print(

@@ -49,13 +49,17 @@ def render_plan(console: Console, plan: Plan, args: ServingArgs) -> None:
     kv_text = band.describe() if band is not None and band.kv_cache_bytes > 0 else _gib(mem.kv_cache_bytes)
     budget.add_row("[bold]= KV cache[/]", f"[bold]{kv_text}[/]")
     console.print(budget)
+    rec = plan.recommendation
+    own = rec is not None and not rec.basis.startswith("alternative")  # limits of this deployment
     if band is not None and band.kv_cache_bytes > 0 and band.down_bytes > 0:
         largest = sorted((t for t in band.terms if t.low_bytes), key=lambda t: -t.low_bytes)[:3]
         parts = ", ".join(f"{t.name.replace('_', ' ')} {t.low_bytes / GiB:.2f}" for t in largest)
-        console.print(
-            f"  margin: the limits below hold if vLLM finds as little as {_gib(band.low_bytes)} "
-            f"(the planner's measured error; largest: {parts} GiB)"
+        holds = (
+            "the limits below hold if vLLM finds as little as"
+            if own
+            else "no limits of this deployment hold if vLLM finds as little as"
         )
+        console.print(f"  margin: {holds} {_gib(band.low_bytes)} (the planner's measured error; largest: {parts} GiB)")
 
     cache = Table(title="KV cache", show_header=False)
     cache.add_column("what")
@@ -75,11 +79,15 @@ def render_plan(console: Console, plan: Plan, args: ServingArgs) -> None:
     cache.add_row("longest single sequence", f"{kv.estimated_max_model_len:,} tokens")
     console.print(cache)
 
-    if plan.fits:
+    if plan.fits and own:
         console.print("[green]fits:[/] vLLM's startup check passes")
+    elif plan.fits:
+        console.print(
+            "[red]no safe limits:[/] vLLM's startup check passes as predicted, but no limits hold at the low end "
+            "of the band (see the warning" + (" and what would fit)" if plan.alternatives else ")")
+        )
     else:
         console.print(f"[red]does not fit:[/] {plan.fit_error}")
-    rec = plan.recommendation
     if rec is not None:
         console.print(
             f"recommended ({rec.basis}): --max-model-len {rec.max_model_len} --max-num-seqs {rec.max_num_seqs}"
@@ -106,10 +114,17 @@ def render_plan(console: Console, plan: Plan, args: ServingArgs) -> None:
 
 
 def render_fleet(
-    console: Console, gpu: GpuSpec, args: ServingArgs, rows: Sequence[FleetRow], *, headroom: float
+    console: Console,
+    gpu: GpuSpec,
+    args: ServingArgs,
+    rows: Sequence[FleetRow],
+    *,
+    headroom: float,
+    vllm_version: str | None = None,
 ) -> None:
+    release = f", vLLM {vllm_version or 'unknown (every checked release)'}"
     table = Table(
-        title=f"Catalog models on {args.gpus_per_engine} x {gpu.name} ({_gib(gpu.memory_bytes)} each)",
+        title=f"Catalog models on {args.gpus_per_engine} x {gpu.name} ({_gib(gpu.memory_bytes)} each){release}",
         header_style="bold",
     )
     table.add_column("model", overflow="fold")
@@ -122,9 +137,10 @@ def render_fleet(
         return "-" if value is None else f"{value:,}"
 
     for row in rows:
+        fits = "[green]yes[/]" if row.fits_low else "[yellow]nominal[/]" if row.fits else "[red]no[/]"
         table.add_row(
             row.id,
-            "[green]yes[/]" if row.fits else "[red]no[/]",
+            fits,
             f"{row.max_model_len:,}" if row.max_model_len else "-",
             cell(row.max_num_seqs_4096),
             cell(row.max_num_seqs_32768),
@@ -132,11 +148,13 @@ def render_fleet(
         )
     console.print(table)
     console.print(
-        "fits at full context: vLLM starts with the model's own context length (its config's maximum).\n"
-        "max context: the longest --max-model-len whose sequence fits in the KV cache ('-': the weights do not "
-        "fit at all).\n"
+        "fits at full context: vLLM starts with the model's own context length (its config's maximum); 'nominal': "
+        "only as predicted, not at the low end of the planner's error band.\n"
+        f"max context: the longest --max-model-len that holds at the low end of the error band with one sequence "
+        f"keeping {headroom:.0%} of the KV blocks free ('-': none does).\n"
         f"--max-num-seqs @N: sequences of N tokens that run at once with {headroom:.0%} of the KV blocks kept free "
-        "(--headroom), at the low end of the planner's error band; raw vLLM concurrency is in -o json.\n"
+        "(--headroom), at the low end of the error band of a plan with exactly those flags ('-': none holds); raw "
+        "vLLM concurrency is in -o json.\n"
         f"Next: planner recommend --gpu {gpu.name} --model <model> for one model's full plan, the vLLM "
         "arguments to paste and, when it does not fit, what would.",
         soft_wrap=False,

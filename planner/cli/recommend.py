@@ -69,18 +69,31 @@ def _bigger_gpus(gpu: GpuSpec) -> list[GpuSpec]:
     return sorted(candidates, key=lambda g: g.memory_bytes)
 
 
+def safe_as_asked(plan: Plan) -> bool:
+    """The deployment as asked has limits that hold at the low end of its KV band (README's exit 0): vLLM's
+    startup check passes and the recommendation is this deployment's, not another setup's."""
+    rec = plan.recommendation
+    return plan.fits and rec is not None and not rec.basis.startswith("alternative")
+
+
 def _print_args(plan: Plan) -> None:
     """``-o args``: only arguments for the deployment as asked. When it needs another setup (more GPUs, a
     bigger card, fp8 KV), stdout stays empty so a script cannot paste a setup nobody asked for."""
     rec = plan.recommendation
+    as_asked = (
+        "this deployment does not fit as asked"
+        if not plan.fits
+        else "this deployment has no safe limits as asked (vLLM's startup check passes as predicted, but not "
+        "when the prediction errs by its measured error)"
+    )
     if rec is None:
-        raise CapacityError("nothing fits: no safe arguments to print (see --output table)")
+        raise CapacityError(f"{as_asked}, and no option fits: no safe arguments to print (see --output table)")
     if rec.basis.startswith("alternative"):
         change = rec.basis.removeprefix("alternative:").strip()
         raise CapacityError(
-            "this deployment does not fit as asked, so there are no arguments to print; the first option that "
-            f"fits is a different setup ({change}): {' '.join(rec.vllm_args)}. Rerun with those flags to get "
-            "its arguments, or see --output table."
+            f"{as_asked}, so there are no arguments to print; the first option that fits is a different setup "
+            f"({change}): {' '.join(rec.vllm_args)}. Rerun with those flags to get its arguments, or see "
+            "--output table."
         )
     typer.echo(" ".join(rec.vllm_args))
 
@@ -92,13 +105,12 @@ def _warn_suspicious_values(plan: Plan, args: ServingArgs, headroom: float | Non
             f"[yellow]note[/] --kv-cache-memory-bytes {args.kv_cache_memory_bytes} is {args.kv_cache_memory_bytes:,} "
             "bytes (under 1 MiB): vLLM reads a plain number as bytes; write a unit, e.g. 20G or 20GiB."
         )
-    rec = plan.recommendation
-    if rec is not None and headroom and safe_max_num_seqs(plan, rec.max_model_len, headroom) < 1:
+    length, rec = plan.kv_cache.max_model_len, plan.recommendation
+    if headroom and rec is not None and rec.max_model_len < length and safe_max_num_seqs(plan, length, headroom) < 1:
         err_console.print(
             f"[yellow]note[/] --headroom {headroom:g} keeps {headroom:.0%} of the KV blocks free, which leaves no room "
-            f"for even one sequence of {rec.max_model_len:,} tokens; the recommended --max-num-seqs "
-            f"{rec.max_num_seqs} uses more of the cache than the headroom allows. Lower --headroom or "
-            "--max-model-len."
+            f"for even one sequence of {length:,} tokens at the low end of the band: the recommended "
+            f"--max-model-len is {rec.max_model_len:,} (a lower --headroom keeps a longer one, where it fits)."
         )
 
 
@@ -268,11 +280,17 @@ def recommend(
         from planner.models.catalog import all_models
         from planner.plan.fleet import fleet_rows
 
+        # The release as `recommend --model` plans it: the newest checked one when none is given (said on
+        # stderr), every checked one for 'unknown'. Each row's limits hold at the low end of its band.
+        planned, release_note = release_to_plan(vllm_version)
+        if release_note is not None:
+            err_console.print(f"[yellow]note[/] {release_note.text}")
         rows = fleet_rows(
-            all_models(), gpu_spec, args, vllm_version=vllm_version, coefficients=coefficients, headroom=headroom
+            all_models(), gpu_spec, args, vllm_version=planned, coefficients=coefficients, headroom=headroom
         )
         payload = {
             "gpu": {"name": gpu_spec.name, "memory_bytes": gpu_spec.memory_bytes, "count": args.gpus_per_engine},
+            "vllm_version": planned or UNKNOWN_RELEASE,
             "headroom": headroom,
             "models": [r.model_dump() for r in rows],
         }
@@ -283,7 +301,7 @@ def recommend(
         else:
             from planner.cli._plan_table import render_fleet
 
-            render_fleet(console, gpu_spec, args, rows, headroom=headroom)
+            render_fleet(console, gpu_spec, args, rows, headroom=headroom, vllm_version=planned)
         return
     if emit is not None and workload is None:
         raise PlannerInputError("--emit needs --workload: the thresholds come from the request-length profile")
@@ -334,8 +352,8 @@ def recommend(
         )
         return
     _emit(plan, args, output)
-    if not plan.fits:
-        raise typer.Exit(EXIT_FAILED)
+    if not safe_as_asked(plan):
+        raise typer.Exit(EXIT_FAILED)  # it does not fit, or no limits hold at the low end of its band
 
 
 def _apply_overrides(loaded: "LoadedModel", text: str, vllm_version: str | None) -> Finding | None:

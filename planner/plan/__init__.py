@@ -17,16 +17,20 @@ from planner.plan.build import Prediction, plan_without_recommendation
 from planner.plan.engine import TermCorrections
 from planner.plan.models import Plan
 from planner.plan.recommend import (
+    PlanView,
+    Replanner,
     alternatives,
     check_headroom,
+    no_safe_limits,
     recommendation,
     recommendation_from_alternative,
     safe_cache,
-    verified_context,
+    worst_case_seqs,
 )
 from planner.vllm.args import ServingArgs
 
 if TYPE_CHECKING:
+    from planner.workload.concurrency import LimitAdvice
     from planner.workload.profile import WorkloadProfile
 
 __all__ = ["Plan", "make_plan"]
@@ -83,78 +87,92 @@ def make_plan(
         # (a shallow copy: below, fields are replaced, never changed in place, except the findings list,
         # which later steps such as make_shared_plan append to)
         plan, prediction = base[0].model_copy(update={"findings": list(base[0].findings)}), base[1]
-    workload_limit: int | None = None
-    basis: str | None = None
-    notes: list[str] = []
-    if workload is not None and plan.fits:
-        from planner.workload.concurrency import risk_bounded_limit  # numpy: only with a workload
+    first = PlanView(plan, prediction, args)
 
-        # The blocks the recommendation may count on: the low end of the KV band (planner/plan/margin.py).
-        advice = risk_bounded_limit(
-            safe_cache(plan),
-            workload,
-            headroom=headroom,
-            max_model_len=plan.kv_cache.max_model_len,
-            with_average_risk=average_risk,
-        )
-        workload_limit, basis = advice.max_num_seqs, "workload"
-        average = f"average request ({advice.average_request_tokens:,} tokens): {advice.average_max_num_seqs} sequences"
-        notes = [
-            f"risk-bounded: {advice.max_num_seqs} sequences, P(needing more blocks than exist) = "
-            f"{advice.risk:.2%} (target {advice.target_risk:.2%}, {headroom:.0%} headroom)",
-            f"worst case (every request at {plan.kv_cache.max_model_len:,} tokens): "
-            f"{advice.worst_case_max_num_seqs} sequences",
-            average if advice.average_risk is None else f"{average}, P(overflow) = {advice.average_risk:.1%}",
-        ]
-    spread = (
-        next((t.low_bytes for t in plan.margin.terms if t.name == "unknown_release"), None) if plan.margin else None
-    )
-
-    def replan(m: ModelSpec, g: GpuSpec, a: ServingArgs) -> Plan:
+    def plan_fn(m: ModelSpec, g: GpuSpec, a: ServingArgs) -> tuple[Plan, Prediction]:
+        # Every plan of other flags gets its own band, the unknown release's spread included (it follows the
+        # context in V0, the count, the GPUs): limits are checked with the flags they will run with.
         return plan_without_recommendation(
-            m,
-            g,
-            a,
-            vllm_version=vllm_version,
-            coefficients=coefficients,
-            corrections=corrections,
-            draft=draft,
-            spread_hint=spread,
-        )[0]
+            m, g, a, vllm_version=vllm_version, coefficients=coefficients, corrections=corrections, draft=draft
+        )
 
-    plan.recommendation = recommendation(
-        plan, prediction, args, headroom=headroom, workload_limit=workload_limit, workload_basis=basis
+    def plans(g: GpuSpec, a: ServingArgs) -> Replanner:
+        return Replanner(model, g, a, plan_fn)
+
+    limit: Callable[[PlanView, int], int] | None = None
+    advices: list[LimitAdvice] = []
+    if workload is not None and plan.fits:
+        limit = _workload_limit(workload, headroom, average_risk, advices)
+    found = recommendation(
+        first, plans(gpu, args), headroom=headroom, limit=limit, basis="worst-case" if limit is None else "workload"
     )
-    rec = plan.recommendation
-    if rec is not None and plan.fits and rec.max_model_len != plan.kv_cache.max_model_len:
-        # A shorter context than planned is checked by planning it (V0's profile batch grows when the
-        # context drops to 32K or below): the limits come from the plan of the context recommended.
-        verified, checked = verified_context(plan, rec.max_model_len, args, model, gpu, replan)
-        if verified != rec.max_model_len:
-            plan.recommendation = (
-                None
-                if verified is None
-                else recommendation(
-                    checked, prediction, args, headroom=headroom, workload_limit=workload_limit, workload_basis=basis
-                )
-            )
-    if plan.recommendation is not None and workload_limit is not None:
-        plan.recommendation.notes = notes
-    if with_alternatives:
+    plan.recommendation = None if found is None else found[0]
+    if plan.recommendation is not None and advices:
+        notes = _workload_notes(advices[-1], plan.recommendation.max_model_len, headroom)
+        plan.recommendation.notes = [*notes, *plan.recommendation.notes]
+    if plan.fits and plan.recommendation is None and not plan.memory.given_kv_overflows:
+        plan.findings.append(no_safe_limits(plan, headroom))
+    if with_alternatives and (not plan.fits or plan.recommendation is None):
         search: Callable[[Sequence[GpuSpec]], int | None] | None = None
-        if corrections is None and draft is None and bigger_gpus and not plan.fits:
+        if corrections is None and draft is None and bigger_gpus:
             # The bigger GPUs through the batched sweep (which takes no corrections or draft model).
             from planner.plan.sweep import first_fitting_gpu
 
             def search(gpus: Sequence[GpuSpec]) -> int | None:
                 return first_fitting_gpu(
-                    model, gpus, args, vllm_version=vllm_version, coefficients=coefficients, spread_hint=spread
+                    model, gpus, args, vllm_version=vllm_version, coefficients=coefficients, headroom=headroom
                 )
 
-        options = alternatives(plan, model, gpu, args, replan=replan, bigger_gpus=bigger_gpus, first_fitting=search)
+        options = alternatives(
+            first, model, gpu, args, plans=plans, headroom=headroom, bigger_gpus=bigger_gpus, first_fitting=search
+        )
         plan.alternatives = [alt for alt, _ in options]
         if plan.recommendation is None or not plan.fits:
             fitting = next(((alt, alt_plan) for alt, alt_plan in options if alt.fits), None)
             if fitting is not None:
                 plan.recommendation = recommendation_from_alternative(*fitting)
     return plan
+
+
+def _workload_limit(
+    workload: WorkloadProfile, headroom: float, average_risk: bool, advices: list[LimitAdvice]
+) -> Callable[[PlanView, int], int]:
+    """The risk-bounded ``--max-num-seqs`` of a plan at a context, at the low end of its band (appending each
+    computed advice to ``advices``). A plan with at least the blocks of one already asked, in the same
+    layout, keeps that answer (the overflow risk only falls with more blocks): the replan of the emitted
+    count rarely costs another convolution."""
+    from planner.workload.concurrency import risk_bounded_limit  # numpy: only with a workload
+
+    known: list[tuple[tuple[object, ...], int, int]] = []
+
+    def limit(view: PlanView, max_len: int) -> int:
+        kv = safe_cache(view.plan)
+        shape = (
+            max_len,
+            kv.block_size,
+            tuple(tuple(group.model_dump().values()) for group in kv.groups),
+        )
+        for seen, blocks, count in known:
+            if seen == shape and blocks <= kv.num_gpu_blocks:
+                return count
+        advice = risk_bounded_limit(
+            kv, workload, headroom=headroom, max_model_len=max_len, with_average_risk=average_risk
+        )
+        advices.append(advice)
+        # Never below the worst case (every sequence at the full context fits by construction), which the risk
+        # search can miss when it counts blocks in coarse units and one sequence nearly fills the pool.
+        count = max(advice.max_num_seqs, worst_case_seqs(kv.num_gpu_blocks, kv.blocks_for_sequence(max_len), headroom))
+        known.append((shape, kv.num_gpu_blocks, count))
+        return count
+
+    return limit
+
+
+def _workload_notes(advice: LimitAdvice, max_len: int, headroom: float) -> list[str]:
+    average = f"average request ({advice.average_request_tokens:,} tokens): {advice.average_max_num_seqs} sequences"
+    return [
+        f"risk-bounded: {advice.max_num_seqs} sequences, P(needing more blocks than exist) = "
+        f"{advice.risk:.2%} (target {advice.target_risk:.2%}, {headroom:.0%} headroom)",
+        f"worst case (every request at {max_len:,} tokens): {advice.worst_case_max_num_seqs} sequences",
+        average if advice.average_risk is None else f"{average}, P(overflow) = {advice.average_risk:.1%}",
+    ]

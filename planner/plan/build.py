@@ -420,9 +420,12 @@ def version_spread(
     corrections: TermCorrections | None,
     draft: ModelSpec | None = None,
 ) -> int:
-    """How much less KV memory (limiting stage) any checked V1 release computes for the same flags than
-    the release planned: the uncertainty of a plan whose vLLM version is unknown. The utilization is
-    pinned to the planned one, since the recommended flags spell it out."""
+    """How much less KV memory (limiting stage) any checked release computes for the same flags than the
+    release planned: the uncertainty of a plan whose vLLM version is unknown. The utilization is pinned to
+    the planned one, since the recommended flags spell it out. The V0 rows count too (``--vllm-version
+    unknown`` promises limits that hold on every checked release): V0 profiles a batch as long as the context
+    up to 32K tokens, so their figure follows the flags' ``--max-model-len`` (a plan of another context has
+    its own spread)."""
     utilization = prediction.resolved.gpu_memory_utilization
     fixed = release_fixed_bytes(
         model, gpu, args, utilization, coefficients=coefficients, corrections=corrections, draft=draft
@@ -441,15 +444,14 @@ def release_fixed_bytes(
     corrections: TermCorrections | None,
     draft: ModelSpec | None = None,
 ) -> list[tuple[bool, int]]:
-    """Per checked V1 release that takes these flags: (budget rounded up, the most memory any stage needs
-    besides the KV cache). A stage's KV memory is the budget minus that, so :func:`spread_from_fixed` gives
-    the spread for any GPU whose memory is all that differs (planner/plan/sweep.py)."""
+    """Per checked release that takes these flags (V0 rows included): (budget rounded up, the most memory
+    any stage needs besides the KV cache). A stage's KV memory is the budget minus that, so
+    :func:`spread_from_fixed` gives the spread for any GPU whose memory is all that differs
+    (planner/plan/sweep.py)."""
     pinned = args.model_copy(update={"gpu_memory_utilization": utilization})
     out = []
     seen: dict[tuple[object, ...], tuple[bool, int] | None] = {}
     for row in RELEASES:
-        if not row.v1_default:
-            continue
         # Rows that differ only in their release number (0.15/0.16, 0.22-0.24) compute the same stage unless
         # the number itself changes something: the derived context, the architecture's support, a drafter,
         # the release thresholds the engine stage compares the number with (_NUMBER_THRESHOLDS).

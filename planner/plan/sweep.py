@@ -49,11 +49,19 @@ from planner.plan.build import (
 )
 from planner.plan.engine import EngineLayout, kv_layout, memory_budget
 from planner.plan.margin import activation_kind, band_terms
-from planner.plan.recommend import _VERIFY_STEPS, check_headroom, round_context, safe_context, worst_case_seqs
+from planner.plan.recommend import (
+    Replan,
+    alternative_context,
+    check_headroom,
+    round_context,
+    safe_context,
+    seqs_cap,
+    settle,
+)
 from planner.units import cdiv
 from planner.vllm.args import ServingArgs
 from planner.vllm.checks import derived_length
-from planner.vllm.defaults import ResolvedArgs, batch_defaults
+from planner.vllm.defaults import ResolvedArgs, batch_defaults, resolve_args
 from planner.vllm.releases import RELEASES, Release, Version, resolve_release
 
 if TYPE_CHECKING:
@@ -271,11 +279,11 @@ class _Sweeper:
         self.with_margin = with_margin
         _, planned, _ = resolve_release(vllm_version)
         # The releases whose batch defaults an engine stage may read: the planned one, and for an unknown
-        # release every checked V1 release of the spread.
-        self.releases = [planned] if self.version_known else [planned, *(r for r in RELEASES if r.v1_default)]
+        # release every checked release of the spread.
+        self.releases = [planned] if self.version_known else [planned, *RELEASES]
         self.classes: dict[int, tuple[GpuSpec, tuple[object, ...]]] = {}
         self.templates: dict[tuple[int, int, tuple[object, ...]], _Template | KvPlannerError] = {}
-        self.shorter: dict[tuple[int, int], ServingArgs] = {}
+        self.limited: dict[tuple[int, int, int | None], ServingArgs] = {}
         self.band_memo: dict[tuple[object, ...], tuple[int, int]] = {}
         self.keep: list[object] = []  # objects whose id() keys the dictionaries above
 
@@ -422,55 +430,103 @@ class _Sweeper:
         return out
 
     def plan(self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs, spread_hint: int | None = None) -> PointPlan:
-        """A point with make_plan's recommendation (no workload, no alternatives)."""
+        """A point with make_plan's recommendation (no workload, no alternatives): recommend.settle over the
+        sweep's points, so the limits are planned again with their own flags just as make_plan's are."""
         out = self.point(model, gpu, args, spread_hint)
-        if out.error is not None or not self.with_margin or out._safe_len is None:
+        if out.error is not None or not self.with_margin:
             return out
-        if out._given_over:
-            return out  # recommend.recommendation: no context helps a cache the card cannot hold
-        t = out._template
-        assert t is not None
-        rec_len: int | None = out._safe_len
-        checked = out
-        if out.fits and rec_len != out.max_model_len:
-            # make_plan's verified_context: the shorter context is planned, stepping down until it fits at the
-            # low end of its own band; the replans reuse the spread (make_plan's spread_hint).
-            hint = None if out.version_spread_bytes is None else max(0, out.version_spread_bytes)
-            verified, replanned = self._verified(out, rec_len, hint)
-            # make_plan keeps the limits of the plan itself when the context holds, else takes the replan's.
-            if verified != rec_len:
-                rec_len, checked = (None if verified is None else replanned._safe_len), replanned
-        if rec_len is not None:
-            worst = worst_case_seqs(checked._safe_blocks, checked.sequence_blocks(rec_len), self.headroom)
-            out.recommended_max_model_len = rec_len
-            out.recommended_max_num_seqs = max(1, min(worst, t.resolved.max_num_seqs))
+        settled = settle(_View(out), self.replan(model, gpu, args), self.headroom)
+        if settled is not None:
+            out.recommended_max_model_len = settled.max_model_len
+            out.recommended_max_num_seqs = settled.max_num_seqs
         return out
 
-    def _verified(self, plan: PointPlan, max_len: int | None, hint: int | None) -> tuple[int | None, PointPlan]:
-        current = plan
-        for _ in range(_VERIFY_STEPS):
-            assert max_len is not None
-            if max_len == current.max_model_len and current.fits:
-                return max_len, current
-            current = self.point(plan.model, plan.gpu, self._with_context(plan.args, max_len), hint)
-            if current.error is not None:
-                return None, current
-            found = current._safe_len
-            if found == max_len and current.fits:
-                return max_len, current
-            if found is None or found >= max_len:
-                return None, current
-            max_len = found
-        return None, current
+    def replan(self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs) -> Replan[_View]:
+        """recommend.Replanner for sweep points: ``args`` with ``--max-model-len`` (and ``--max-num-seqs``) set,
+        each planned with its own band (no spread hint: an unknown release's spread follows the flags)."""
 
-    def _with_context(self, args: ServingArgs, max_len: int) -> ServingArgs:
-        key = (id(args), max_len)
-        found = self.shorter.get(key)
+        def planned(max_len: int, seqs: int | None, base: _View) -> _View | None:
+            t = base.point._template
+            if t is not None and self.same_run(t, base.point.args, gpu, base.context, max_len, seqs):
+                return base
+            point = self.point(model, gpu, self._with_limits(args, max_len, seqs))
+            return None if point.error is not None else _View(point)
+
+        return planned
+
+    def same_run(
+        self, t: _Template, args: ServingArgs, gpu: GpuSpec, context: int, max_len: int, seqs: int | None
+    ) -> bool:
+        """``args`` (planned from template ``t`` on ``gpu``, the context in force ``context``) with
+        ``--max-model-len max_len`` and ``--max-num-seqs seqs`` set plan exactly as ``args`` did: the same
+        flags (the context spelled out), or — the release known — flags vLLM resolves to the same values
+        (the engine stage reads the count and the context only through them; an unknown release's spread
+        reads every release's defaults, so there only the same flags do)."""
+        if max_len != context or t.auto or args.max_model_len not in (None, max_len):
+            return False
+        if seqs is None or seqs == args.max_num_seqs:
+            return True
+        if not self.version_known:
+            return False
+        flags = self._with_limits(args, max_len, seqs)
+        try:
+            return resolve_args(flags, t.model, gpu, t.release, max_len) == t.resolved
+        except KvPlannerError:
+            return False
+
+    def _with_limits(self, args: ServingArgs, max_len: int, seqs: int | None) -> ServingArgs:
+        key = (id(args), max_len, seqs)
+        found = self.limited.get(key)
         if found is None:
-            found = args.model_copy(update={"max_model_len": max_len})
+            update: dict[str, int] = {"max_model_len": max_len}
+            if seqs is not None:
+                update["max_num_seqs"] = seqs
+            found = args.model_copy(update=update)
             self.keep.append(args)
-            self.shorter[key] = found
+            self.limited[key] = found
         return found
+
+
+@dataclass(frozen=True)
+class _View:
+    """A sweep point as recommend.settle reads it (recommend.PlanView's figures)."""
+
+    point: PointPlan
+
+    @property
+    def fits(self) -> bool:
+        return self.point.fits
+
+    @property
+    def context(self) -> int:
+        return self.point.max_model_len
+
+    @property
+    def safe_len(self) -> int | None:
+        return None if self.point._given_over else self.point._safe_len
+
+    @property
+    def safe_blocks(self) -> int:
+        return self.point._safe_blocks
+
+    @property
+    def block_size(self) -> int:
+        return self.point.block_size
+
+    @property
+    def seqs_cap(self) -> int:
+        t = self.point._template
+        return 0 if t is None else seqs_cap(t.resolved)
+
+    @property
+    def nominal_context(self) -> int | None:
+        p = self.point
+        if p.estimated_max_model_len <= 0 or p.num_gpu_blocks <= 0:
+            return None
+        return round_context(p.estimated_max_model_len, p.block_size)
+
+    def sequence_blocks(self, tokens: int) -> int:
+        return self.point.sequence_blocks(tokens)
 
 
 Point = tuple[ModelSpec, GpuSpec, ServingArgs]
@@ -483,30 +539,34 @@ def first_fitting_gpu(
     *,
     vllm_version: str | None,
     coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+    headroom: float = 0.1,
     spread_hint: int | None = None,
 ) -> int | None:
-    """The index of the first GPU on which the flags fit, alone or with the shorter context vLLM's estimate
-    allows — what ``recommend.alternatives`` offers as a bigger GPU (``offer(..., quiet=True)``: a GPU before
-    it adds nothing) —, or None. The GPUs are planned in order by one sweeper (the GPUs of a class share a
-    template), as sweep points rather than Plans; make_plan then plans that one GPU's alternative itself."""
-    sweeper = _Sweeper(vllm_version, headroom=0.0, coefficients=coefficients, with_margin=True)
+    """The index of the first GPU on which the flags have safe limits, alone or with the shorter context
+    their plan allows — what ``recommend.alternatives`` offers as a bigger GPU (``offer(..., quiet=True)``: a
+    GPU before it adds nothing) —, or None. The GPUs are planned in order by one sweeper (the GPUs of a class
+    share a template), as sweep points rather than Plans, with make_plan's search for the limits
+    (recommend.settle); make_plan then plans that one GPU's alternative itself. ``spread_hint``: an unknown
+    release's spread for the flags as given (the limits' own plans compute theirs)."""
+    sweeper = _Sweeper(vllm_version, headroom=headroom, coefficients=coefficients, with_margin=True)
     for index, gpu in enumerate(gpus):
         plan = sweeper.point(model, gpu, args, spread_hint)
         if plan.error is not None:
             continue
-        if plan.fits:
+        first = _View(plan)
+        settled = settle(first, sweeper.replan(model, gpu, args), headroom)
+        if settled is not None and settled.max_model_len == first.context:
             return index
-        if plan.estimated_max_model_len > 0 and plan.num_gpu_blocks > 0:
-            shorter = round_context(plan.estimated_max_model_len, plan.block_size)
-            combined = sweeper.point(model, gpu, sweeper._with_context(args, shorter), spread_hint)
-            if combined.error is not None or not combined.fits:
-                continue
-            # recommend._try: a context the band calls unsafe is planned again (verified_context).
-            safe = combined._safe_len
-            if safe is None or safe == combined.max_model_len:
-                return index
-            if sweeper._verified(combined, safe, spread_hint)[0] is not None:
-                return index
+        shorter = alternative_context(first, settled, headroom)
+        if shorter is None:
+            continue
+        # recommend.offer: the change together with the context it allows, its limits settled again.
+        combined_args = sweeper._with_limits(args, shorter, None)
+        combined = sweeper.point(model, gpu, combined_args)
+        if combined.error is not None:
+            continue
+        if settle(_View(combined), sweeper.replan(model, gpu, combined_args), headroom) is not None:
+            return index
     return None
 
 

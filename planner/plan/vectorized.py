@@ -6,9 +6,10 @@ the recommended limits — is the same integer arithmetic as ``kv_layout`` / ``K
 ``startup_fit`` / ``capacity`` / ``band_low_end`` / ``safe_context``, over arrays of points. A stage's
 need is the sum of terms of :class:`planner.kv.capacity.FitTerms`; vLLM's binary search for the longest
 context is the guess of ``FitTerms.longest`` proven by two evaluations of the need, and the binary
-search itself for the points where the guess fails. A context recommended shorter than the one planned
-is planned again (make_plan's ``verified_context``) by the Python sweep, as are the recommended
-``--max-num-seqs`` (a float product and floor, kept in Python's own arithmetic). Points whose KV groups are
+search itself for the points where the guess fails. The recommended limits are settled by the Python sweep
+(recommend.settle: a shorter context, or a ``--max-num-seqs`` vLLM would run differently, is planned again
+with its own flags) except where the context holds as planned and the count runs as planned; the count is a
+float product and floor, kept in Python's own arithmetic. Points whose KV groups are
 packed (DeepSeek-V4, vLLM 0.29+) are planned by the Python sweep too: a packed group's need is the most any
 of its members needs, which is not a sum of terms.
 
@@ -25,7 +26,7 @@ import numpy as np
 from planner.errors import KvPlannerError
 from planner.kv.capacity import FitTerms
 from planner.plan.engine import kv_layout
-from planner.plan.recommend import worst_case_seqs
+from planner.plan.recommend import seqs_cap, worst_case_seqs
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -427,7 +428,6 @@ def evaluate(sweeper: _Sweeper, points: list[tuple[ModelSpec, GpuSpec, ServingAr
         "estimated_max_model_len": estimated,
         "derived_max_model_len": derived,
     }
-    verify: list[int] = []
     if sweeper.with_margin:
         spread_on = np.zeros(n, bool)
         spread = np.zeros(n, _INT)
@@ -469,17 +469,21 @@ def evaluate(sweeper: _Sweeper, points: list[tuple[ModelSpec, GpuSpec, ServingAr
             version_spread_bytes=spread,
             has_version_spread=spread_on,
         )
-        rec_len = np.where(has_safe, safe_len, 0)
+        rec_len = np.zeros(n, _INT)
         rec_seqs = np.zeros(n, _INT)
-        seqs_default = np.array([t.resolved.max_num_seqs for t in templates], _INT)[lay.tid]
         headroom = sweeper.headroom
-        verify_mask = has_safe & fits & (safe_len != max_len)
-        for j in np.flatnonzero(has_safe & ~verify_mask).tolist():
-            worst = worst_case_seqs(int(safe_blocks[j]), int(sequence[j]), headroom)
-            rec_seqs[j] = max(1, min(worst, int(seqs_default[j])))
-        verify = np.flatnonzero(verify_mask).tolist()
-        for j in verify:  # a shorter context than planned: make_plan plans it again (verified_context)
+        for j in range(n):
+            # recommend.settle: the context holds as planned and its count runs as planned (the same flags, or
+            # the same resolved values) — else the Python sweep plans the limits again with their own flags.
             model, gpu, args = points[int(live[j])]
+            t = templates[int(lay.tid[j])]
+            length = int(safe_len[j])
+            if has_safe[j] and keep[j]:
+                worst = worst_case_seqs(int(safe_blocks[j]), int(sequence[j]), headroom)
+                seqs = min(worst, seqs_cap(t.resolved))
+                if worst >= 1 and sweeper.same_run(t, args, gpu, int(max_len[j]), length, seqs):
+                    rec_len[j], rec_seqs[j] = length, seqs
+                    continue
             checked = sweeper.plan(model, gpu, args)
             rec_len[j] = checked.recommended_max_model_len or 0
             rec_seqs[j] = checked.recommended_max_num_seqs or 0
