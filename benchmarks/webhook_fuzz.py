@@ -192,7 +192,9 @@ def mutate(obj: dict[str, Any], rng: random.Random) -> None:
         elif where == "gpu" and isinstance(meta, dict):
             meta["annotations"] = {"kv-planner.io/gpu": text}
         elif where == "selector":
-            spec = obj.get("spec", {}).get("template", {}).get("spec") if isinstance(obj.get("spec"), dict) else None
+            outer = obj.get("spec")
+            template = outer.get("template") if isinstance(outer, dict) else None
+            spec = template.get("spec") if isinstance(template, dict) else None  # (KAITO: a template list)
             if isinstance(spec, dict):
                 spec["nodeSelector"] = {"nvidia.com/gpu.product": text}
         elif where == "image":
