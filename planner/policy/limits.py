@@ -258,13 +258,9 @@ def _context_edits(
     given = args.max_model_len is not None
     blocks = f"{kv.blocks_per_request} KV blocks > {kv.usable_blocks} on {ctx.gpu_name}"
     if fit is not None and (clamp if given else fill):
-        fix = fix_args(["--max-model-len", str(fit)])
-        if given:
-            text = f"lowered --max-model-len {kv.max_model_len} -> {fit}: {blocks}"
-            edits.add("max_model_len", str(fit), finding(Code.CLAMPED_MAX_MODEL_LEN, name, text, fix))
-        else:
-            text = f"added --max-model-len {fit}: default {kv.max_model_len} needs {blocks}"
-            edits.add("max_model_len", str(fit), finding(Code.FILLED_MAX_MODEL_LEN, name, text, fix))
+        _edit_context(
+            edits, name, given, kv.max_model_len, fit, f"{blocks}", f"default {kv.max_model_len} needs {blocks}"
+        )
         return None
     what = f"--max-model-len {kv.max_model_len}" if given else f"default context {kv.max_model_len}"
     first = f"--max-model-len {fit}" if fit else None
@@ -352,13 +348,9 @@ def _fits_only_as_predicted(
     else:
         why = f"it fits only as predicted: {_low_end_text(plan)}"
     if fit is not None and (clamp if given else fill):
-        fix = fix_args(["--max-model-len", str(fit)])
-        if given:
-            text = f"lowered --max-model-len {kv.max_model_len} -> {fit}: {why}"
-            edits.add("max_model_len", str(fit), finding(Code.CLAMPED_MAX_MODEL_LEN, name, text, fix))
-        else:
-            text = f"added --max-model-len {fit}: the default {kv.max_model_len} is too long, {why}"
-            edits.add("max_model_len", str(fit), finding(Code.FILLED_MAX_MODEL_LEN, name, text, fix))
+        _edit_context(
+            edits, name, given, kv.max_model_len, fit, why, f"the default {kv.max_model_len} is too long, {why}"
+        )
         return
     what = f"--max-model-len {kv.max_model_len}" if given else f"default context {kv.max_model_len}"
     first = f"--max-model-len {fit}" if fit else None
@@ -562,3 +554,16 @@ def _without_parenthetical(text: str) -> str:
     """``text`` without a trailing ``(...)`` remark (no regex: the module reads manifest values)."""
     start = text.find("(")
     return text[:start].rstrip() if start != -1 and text.endswith(")") else text
+
+
+def _edit_context(
+    edits: _Edits, name: str, given: bool, current: int, fit: int, clamp_reason: str, fill_reason: str
+) -> None:
+    """Lower a given ``--max-model-len`` to ``fit`` (KVP024), or add it where the default is too long (KVP020)."""
+    fix = fix_args(["--max-model-len", str(fit)])
+    if given:
+        text = f"lowered --max-model-len {current} -> {fit}: {clamp_reason}"
+        edits.add("max_model_len", str(fit), finding(Code.CLAMPED_MAX_MODEL_LEN, name, text, fix))
+    else:
+        text = f"added --max-model-len {fit}: {fill_reason}"
+        edits.add("max_model_len", str(fit), finding(Code.FILLED_MAX_MODEL_LEN, name, text, fix))

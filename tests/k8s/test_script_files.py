@@ -16,6 +16,7 @@ from planner.policy.check import check_policy, run_check
 from planner.policy.decide import WorkloadEntry
 from planner.policy.manifests import read_documents
 from planner.policy.planning import CoreBackend
+from tests.work import python_calls
 
 POLICY = check_policy({"modelLookup": {"offline": True, "timeoutSeconds": 1}})
 BACKEND = CoreBackend()
@@ -270,24 +271,11 @@ def test_positional_parameters_follow_set_and_shift_and_defaults(script: str, ar
     assert found is not None and found.command is not None and found.command.model == model
 
 
-def test_many_expansions_cost_linear_work(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_many_expansions_cost_linear_work() -> None:
     # (a regular expression matched at an offset re-read the whole command each time: quadratic)
-    import sys
-
     def calls(count: int) -> int:
-        total = 0
-
-        def tally(frame: object, event: str, arg: object) -> None:
-            nonlocal total
-            if event in ("call", "c_call"):
-                total += 1
-
-        sys.setprofile(tally)
-        try:
-            parse_script("vllm serve " + "$a" * count + " ${b:-${c:-x}}" * (count // 8), {"a": ""})
-        finally:
-            sys.setprofile(None)
-        return total
+        script = "vllm serve " + "$a" * count + " ${b:-${c:-x}}" * (count // 8)
+        return python_calls(parse_script, script, {"a": ""})
 
     assert calls(16_000) <= 4.5 * calls(4_000) + 100
 

@@ -10,14 +10,13 @@ what the command line does not say) is unreadable: None, never a guess.
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from planner.vllm.argv import find, locate, parse_command
 from planner.vllm.launchers import MAX_SPLITS, split_string, unwrap
+from tests.work import python_calls
 
 M = "Qwen/Qwen2.5-7B-Instruct"
 API = "vllm.entrypoints.openai.api_server"
@@ -416,19 +415,7 @@ def test_split_strings_in_a_chain_count_towards_the_bound() -> None:
 # Bounds: every path stays linear in the command line (a manifest author chooses it). Work is counted, not
 # timed (the machines are shared: speed belongs in benchmarks): the Python calls one reading makes.
 def _calls(argv: list[str]) -> int:
-    count = 0
-
-    def tally(frame: object, event: str, arg: object) -> None:
-        nonlocal count
-        if event in ("call", "c_call"):
-            count += 1
-
-    sys.setprofile(tally)
-    try:
-        find(argv, {"X": "y"})
-    finally:
-        sys.setprofile(None)
-    return count
+    return python_calls(find, argv, {"X": "y"})
 
 
 @pytest.mark.parametrize(

@@ -214,8 +214,8 @@ def _role_view(
         words = ["vllm", "serve", model, "--served-model-name", served]
         words += _parallel_words(own_parallelism, data_parallel=worker is not None and data_parallel)
         if pipeline:
-            # No pipeline-parallel preset ships with KServe (config_merge.go: "FIXME move those presets to
-            # well-known"): planned as vLLM needs it run, over the group's pods.
+            # KServe ships no pipeline-parallel preset (config_merge.go lists only the single-node, worker and
+            # data-parallel ones): planned as vLLM needs it run, over the group's pods.
             words += _pipeline_words(merged_parallelism)
         extra = next((e for e in env if e.get("name") == ADDITIONAL_ARGS), None)
         if extra is not None and isinstance(extra.get("value"), str):
