@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -48,8 +49,13 @@ class KvGroup:
         """Blocks one request of ``tokens`` tokens holds in this group: a packed group's members share the
         group's block table, so the most any member needs (``UniformTypeKVCacheSpecs.max_memory_usage_pages``)."""
         if self.members:
-            return max(m.blocks_for(tokens, in_flight=in_flight, dcp=dcp) for m in set(self.members))
+            return max(m.blocks_for(tokens, in_flight=in_flight, dcp=dcp) for m in self.distinct_members)
         return self.spec.blocks_for(tokens, in_flight=in_flight, dcp=dcp)
+
+    @functools.cached_property
+    def distinct_members(self) -> tuple[LayerCache, ...]:
+        """The members' distinct specs (hashed once: a context search asks :meth:`blocks_for` many times)."""
+        return tuple(dict.fromkeys(self.members))
 
 
 @dataclass

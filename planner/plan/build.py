@@ -15,6 +15,7 @@ from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.models.spec import ModelSpec
 from planner.plan.engine import (
     EngineLayout,
+    EngineMemo,
     StageMemory,
     TermCorrections,
     compute_engine,
@@ -143,9 +144,12 @@ def _engine_stage(
     coefficients: MemoryCoefficients,
     corrections: TermCorrections | None,
     draft: ModelSpec | None,
+    memo: EngineMemo | None = None,
 ) -> tuple[Version, Release, list[Finding], int, bool, ResolvedArgs, EngineLayout]:
     """Everything of :func:`predict` that can refuse the flags, up to the per-stage memory terms (the
-    KV layout and the fit check come after and never refuse): the release spread needs only this."""
+    KV layout and the fit check come after and never refuse): the release spread needs only this.
+    ``memo``: the engine stages of flags that differ from these only in the batch sizes and the context, on
+    GPUs alike but in memory (the sweep's; no corrections, no drafter model)."""
     version, release, warnings = resolve_release(vllm_version)
     warnings += check_architecture(model.architecture, version)
     check_parallelism(model, args)
@@ -163,9 +167,12 @@ def _engine_stage(
         if corrections is not None
         else None
     )
-    engine = compute_engine(
-        model, gpu, args, release, resolved, coefficients=coefficients, deltas=deltas, version=version, draft=draft
-    )
+    if memo is not None and deltas is None and draft is None:
+        engine = memo.engine(model, gpu, args, release, resolved, coefficients=coefficients, version=version)
+    else:
+        engine = compute_engine(
+            model, gpu, args, release, resolved, coefficients=coefficients, deltas=deltas, version=version, draft=draft
+        )
     warnings += engine.warnings + _unmodelled_warnings(args, release, engine.kv_dtype.name)
     warnings += speculative_notes(engine.drafter)
     if deltas is not None:

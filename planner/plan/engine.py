@@ -624,6 +624,86 @@ def _native_fp8(gpu: GpuSpec) -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class EngineBase:
+    """The part of an engine stage that reads neither vLLM's batch sizes nor the context: the KV specs and
+    their grouping, the drafter, the weights per stage, the MXFP4 kernel, NCCL's buffers at init. The engine
+    reads ``--max-num-seqs``, ``--max-num-batched-tokens`` and ``--max-model-len`` only through
+    :class:`ResolvedArgs`' batch fields (``max_num_seqs``, ``max_num_batched_tokens``, ``max_model_len``),
+    and those only in :func:`engine_with_batch`; so flags that differ in them alone, with the other resolved
+    fields equal (:func:`base_fields`), share one base (the sweep's replans: planner/plan/sweep.py)."""
+
+    model: ModelSpec
+    """The model as the engine runs it (online quantization and text-only applied)."""
+    kv_dtype: KvDtype
+    rank: RankLayout
+    grouping: Grouping
+    partition: tuple[int, ...]
+    hybrid_manager: bool
+    notes: tuple[Finding, ...]
+    drafter: DrafterCost | None
+    drafter_layers: int
+    model_runner_v2: bool
+    async_scheduling: bool
+    parameters: int
+    weights_estimated: bool
+    weights_per_stage: tuple[int, ...]
+    """Each stage's weights, padding and allocator blocks (the drafter's on the last), before DeepStack's
+    buffers (which read max_num_batched_tokens)."""
+    mxfp4: BackendChoice
+    mxfp4_spread_bytes: int
+    nccl_at_init_bytes: int
+    mamba_bytes: tuple[int, int]
+
+
+@dataclass
+class EngineMemo:
+    """Engine stages of one model and one set of flags but the batch sizes and the context, on GPUs alike but
+    in memory (their vendor, architecture, compute capability and interconnect: the engine reads the memory
+    only for the budget, which :class:`StageMemory` figures do not depend on beyond ``budget_bytes``), with no
+    corrections: the bases by :func:`base_fields`, the engines by those and the batch values they read."""
+
+    bases: dict[tuple[object, ...], EngineBase] = field(default_factory=dict)
+    engines: dict[tuple[object, ...], EngineLayout] = field(default_factory=dict)
+
+    def engine(
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        args: ServingArgs,
+        release: Release,
+        resolved: ResolvedArgs,
+        *,
+        coefficients: MemoryCoefficients,
+        version: Version | None,
+    ) -> EngineLayout:
+        fields = base_fields(resolved)
+        base = self.bases.get(fields)
+        if base is None:
+            base = self.bases[fields] = engine_base(
+                model, gpu, args, release, resolved, coefficients=coefficients, version=version
+            )
+        # The context reaches the memory terms only through the vision encoder's profile.
+        context = resolved.max_model_len if base.model.vision is not None else None
+        key = (fields, resolved.gpu_memory_utilization, resolved.max_num_batched_tokens, resolved.max_num_seqs, context)
+        found = self.engines.get(key)
+        if found is None:
+            found = self.engines[key] = engine_with_batch(base, gpu, args, release, resolved, coefficients=coefficients)
+        return found
+
+
+def base_fields(resolved: ResolvedArgs) -> tuple[object, ...]:
+    """The resolved values :func:`engine_base` reads (every field but the batch sizes and the context)."""
+    return (
+        resolved.engine,
+        resolved.dtype,
+        resolved.block_size,
+        resolved.block_size_given,
+        resolved.enable_prefix_caching,
+        resolved.async_scheduling,
+    )
+
+
 def compute_engine(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -635,8 +715,28 @@ def compute_engine(
     deltas: TermDeltas | None = None,
     version: Version | None = None,
     draft: ModelSpec | None = None,
+    base: EngineBase | None = None,
 ) -> EngineLayout:
-    """``version`` and ``draft`` (the resolved drafter) size ``--speculative-config``."""
+    """``version`` and ``draft`` (the resolved drafter) size ``--speculative-config``. ``base``: this engine's
+    :func:`engine_base`, already computed for flags that differ from ``args`` only in the batch sizes and the
+    context (with the same :func:`base_fields`)."""
+    if base is None:
+        base = engine_base(model, gpu, args, release, resolved, coefficients=coefficients, version=version, draft=draft)
+    return engine_with_batch(base, gpu, args, release, resolved, coefficients=coefficients, deltas=deltas)
+
+
+def engine_base(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    args: ServingArgs,
+    release: Release,
+    resolved: ResolvedArgs,
+    *,
+    coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+    version: Version | None = None,
+    draft: ModelSpec | None = None,
+) -> EngineBase:
+    """The engine stage's :class:`EngineBase` (raises what vLLM refuses about the model and these flags)."""
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     quantized_online = model.quantization is None and with_online_quantization(model, args) is not model
     model = with_online_quantization(model, args)
@@ -768,6 +868,51 @@ def compute_engine(
         first += count
     if drafter is not None:
         per_stage[-1] += drafter.weights_bytes  # loaded by the runner with the target (last stage)
+    nccl_at_init = nccl_at_init_bytes(
+        gpu,
+        tp=args.tensor_parallel_size,
+        buffers_at_init=release.nccl_buffers_at_init,
+        env=args.env,
+        across_nodes=args.tensor_parallel_across_nodes,
+        coefficients=coefficients,
+    )
+    return EngineBase(
+        model=model,
+        kv_dtype=kv_dtype,
+        rank=rank,
+        grouping=grouping,
+        partition=tuple(partition),
+        hybrid_manager=hybrid,
+        notes=tuple(notes),
+        drafter=drafter,
+        drafter_layers=drafter_layers,
+        model_runner_v2=runner_v2,
+        async_scheduling=asynchronous,
+        parameters=weights.parameters,
+        weights_estimated=estimated,
+        weights_per_stage=tuple(per_stage),
+        mxfp4=mxfp4,
+        mxfp4_spread_bytes=spread,
+        nccl_at_init_bytes=nccl_at_init,
+        mamba_bytes=mamba_state_dtype_bytes(model, args, resolved.dtype, release),
+    )
+
+
+def engine_with_batch(
+    base: EngineBase,
+    gpu: GpuSpec,
+    args: ServingArgs,
+    release: Release,
+    resolved: ResolvedArgs,
+    *,
+    coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+    deltas: TermDeltas | None = None,
+) -> EngineLayout:
+    """The engine stage of ``base`` with these batch sizes and this context: DeepStack's buffers, the vision
+    encoder's profile and every stage's memory terms."""
+    model, runner_v2 = base.model, base.model_runner_v2
+    per_stage = list(base.weights_per_stage)
+    partition = list(base.partition)
     dtype_bytes = DTYPE_BYTES[resolved.dtype]
     per_stage[0] += deepstack_buffer_bytes(model, resolved.max_num_batched_tokens, dtype_bytes, model.hidden_size)
     encoder, encoder_notes = multimodal_profile(
@@ -782,15 +927,6 @@ def compute_engine(
         runner_v2=runner_v2,
         engine=resolved.engine,
     )
-    notes += encoder_notes
-    nccl_at_init = nccl_at_init_bytes(
-        gpu,
-        tp=args.tensor_parallel_size,
-        buffers_at_init=release.nccl_buffers_at_init,
-        env=args.env,
-        across_nodes=args.tensor_parallel_across_nodes,
-        coefficients=coefficients,
-    )
     memory = stage_memory(
         model,
         gpu,
@@ -803,27 +939,27 @@ def compute_engine(
         deltas=deltas,
         runner_v2=runner_v2,
         encoder=encoder,
-        nccl_at_init=nccl_at_init,
+        nccl_at_init=base.nccl_at_init_bytes,
     )
     return EngineLayout(
-        kv_dtype=kv_dtype,
-        rank=rank,
-        grouping=grouping,
+        kv_dtype=base.kv_dtype,
+        rank=base.rank,
+        grouping=base.grouping,
         partition=partition,
-        hybrid_manager=hybrid,
-        mamba_bytes=mamba_state_dtype_bytes(model, args, resolved.dtype, release),
-        parameters=weights.parameters,
-        weights_estimated=estimated,
+        hybrid_manager=base.hybrid_manager,
+        mamba_bytes=base.mamba_bytes,
+        parameters=base.parameters,
+        weights_estimated=base.weights_estimated,
         memory=memory,
-        warnings=[*notes, *grouping.warnings],
-        mxfp4=mxfp4 if mxfp4.backend is not None else None,
-        mxfp4_spread_bytes=spread,
-        drafter=drafter,
-        drafter_layers=drafter_layers,
+        warnings=[*base.notes, *encoder_notes, *base.grouping.warnings],
+        mxfp4=base.mxfp4 if base.mxfp4.backend is not None else None,
+        mxfp4_spread_bytes=base.mxfp4_spread_bytes,
+        drafter=base.drafter,
+        drafter_layers=base.drafter_layers,
         model_runner_v2=runner_v2,
-        async_scheduling=asynchronous,
+        async_scheduling=base.async_scheduling,
         encoder=encoder,
-        nccl_at_init_bytes=nccl_at_init,
+        nccl_at_init_bytes=base.nccl_at_init_bytes,
     )
 
 

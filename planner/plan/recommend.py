@@ -22,7 +22,7 @@ limits are planned again with those flags (:func:`settle`) and stepped down unti
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
@@ -207,6 +207,22 @@ C = TypeVar("C", bound=Candidate)
 # argument is the plan these flags came from (a plan of the very same flags may be returned as is). None
 # when vLLM refuses the flags.
 Replan = Callable[[int, int | None, C], C | None]
+R = TypeVar("R")
+# A search for limits that asks for each plan it needs: it yields a Replan's arguments (the context, the
+# count or None, the plan the flags came from), is sent that plan (None: vLLM refuses the flags), and returns
+# its result. One driver plans one search (run_steps); the batched sweep answers a round of many at once.
+Steps = Generator[tuple[int, int | None, C], C | None, R]
+
+
+def run_steps(steps: Steps[C, R], replan: Replan[C]) -> R:
+    """The result of ``steps`` with ``replan`` planning each request in turn."""
+    try:
+        request = next(steps)
+        while True:
+            request = steps.send(replan(*request))
+    except StopIteration as done:
+        result: R = done.value
+        return result
 
 
 def target_context(plan: Candidate, headroom: float) -> int | None:
@@ -233,7 +249,7 @@ def target_context(plan: Candidate, headroom: float) -> int | None:
     return round_context(low, plan.block_size) if low > 0 else None
 
 
-def settle_context(first: C, replan: Replan[C], headroom: float) -> tuple[int, C] | None:
+def settle_context_steps(first: C, headroom: float) -> Steps[C, tuple[int, C] | None]:
     """The longest context, up to the one ``first`` plans, that holds at the low end of its own plan's band
     with one sequence keeping the headroom (:func:`target_context` of the plan made with it): (the context,
     its plan), None when none does.
@@ -242,7 +258,8 @@ def settle_context(first: C, replan: Replan[C], headroom: float) -> tuple[int, C
     prefill off at or below 32K tokens, so its profile batch becomes the context itself (vLLM #10517 on an
     RTX 3090: 20K and 35K start, 29K does not; an unknown release's spread holds V0's rows). So the search
     steps down to what each plan's band allows, halves the context when a band allows nothing, and when a
-    shorter context left more memory than a longer one that failed, bisects between the two."""
+    shorter context left more memory than a longer one that failed, bisects between the two. Each plan is
+    asked for (:data:`Steps`): :func:`settle_context` answers with a :data:`Replan`."""
     if first.fits and target_context(first, headroom) == first.context:
         return first.context, first
 
@@ -255,7 +272,7 @@ def settle_context(first: C, replan: Replan[C], headroom: float) -> tuple[int, C
     for _ in range(_VERIFY_STEPS):
         if candidate is None:
             return None
-        plan = replan(candidate, None, first)
+        plan = yield (candidate, None, first)
         if plan is None:
             return None
         if holds(plan, candidate):
@@ -276,12 +293,17 @@ def settle_context(first: C, replan: Replan[C], headroom: float) -> tuple[int, C
         middle = round_context((length + failed) // 2, plan.block_size)
         if not length < middle < failed:
             break
-        tried = replan(middle, None, first)
+        tried = yield (middle, None, first)
         if tried is not None and holds(tried, middle):
             length, plan = middle, tried
         else:
             failed = middle
     return length, plan
+
+
+def settle_context(first: C, replan: Replan[C], headroom: float) -> tuple[int, C] | None:
+    """:func:`settle_context_steps` with ``replan`` planning each context."""
+    return run_steps(settle_context_steps(first, headroom), replan)
 
 
 def _shorter(plan: Candidate, max_len: int, headroom: float) -> int | None:
@@ -310,17 +332,19 @@ class Settled(Generic[C]):
     """The plan of the flags emitted, ``--max-num-seqs`` included."""
 
 
-def settle(
-    first: C, replan: Replan[C], headroom: float, limit: Callable[[C, int], int] | None = None
-) -> Settled[C] | None:
+def settle_steps(
+    first: C, headroom: float, limit: Callable[[C, int], int] | None = None
+) -> Steps[C, Settled[C] | None]:
     """Safe ``--max-model-len`` and ``--max-num-seqs`` for the deployment ``first`` plans, or None.
 
     The context is :func:`settle_context`'s. The count is ``limit`` (a workload's risk-bounded count; default
     the worst case: every sequence at the full context, ``headroom`` of the blocks free) at the low end of
     the band, capped by :func:`seqs_cap`. Then the flags as emitted — ``--max-num-seqs`` set changes what
     vLLM profiles (activation peak, sampler, CUDA-graph capture sizes, the defaulted batch budget) — are
-    planned again, and the count lowered until it holds at the low end of that plan's own band."""
-    found = settle_context(first, replan, headroom)
+    planned again, and the count lowered until it holds at the low end of that plan's own band. Each plan
+    is asked for (:data:`Steps`): :func:`settle` answers with a :data:`Replan`, the batched sweep answers
+    many searches' requests at once (planner/plan/vectorized.py)."""
+    found = yield from settle_context_steps(first, headroom)
     if found is None:
         return None
     max_len, at = found
@@ -337,7 +361,7 @@ def settle(
     for _ in range(_VERIFY_STEPS):
         if seqs < 1:
             return None
-        emitted = replan(max_len, seqs, at)
+        emitted = yield (max_len, seqs, at)
         if emitted is None or not emitted.fits or emitted.safe_len != max_len:
             return None
         holds = allowed(emitted)
@@ -345,6 +369,13 @@ def settle(
             return Settled(max_len, seqs, at, emitted)
         seqs = holds
     return None
+
+
+def settle(
+    first: C, replan: Replan[C], headroom: float, limit: Callable[[C, int], int] | None = None
+) -> Settled[C] | None:
+    """:func:`settle_steps` with ``replan`` planning each request."""
+    return run_steps(settle_steps(first, headroom, limit), replan)
 
 
 def alternative_context(first: Candidate, settled: Settled[C] | None, headroom: float) -> int | None:

@@ -26,8 +26,10 @@ that does not fit gets no alternatives here (they are other deployments: plan on
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -47,7 +49,7 @@ from planner.plan.build import (
     spread_from_fixed,
     startup_fit,
 )
-from planner.plan.engine import EngineLayout, kv_layout, memory_budget
+from planner.plan.engine import EngineLayout, EngineMemo, kv_layout, memory_budget
 from planner.plan.margin import activation_kind, band_terms
 from planner.plan.recommend import (
     Replan,
@@ -65,7 +67,7 @@ from planner.vllm.defaults import ResolvedArgs, batch_defaults, resolve_args
 from planner.vllm.releases import RELEASES, Release, Version, resolve_release
 
 if TYPE_CHECKING:
-    from planner.plan.vectorized import SweepTable
+    from planner.plan.vectorized import SweepTable, _Shape
 
 __all__ = ["PointPlan", "first_fitting_gpu", "grid", "sweep_plans", "sweep_table"]
 
@@ -140,10 +142,11 @@ class PointPlan:
         t, layout = self._template, self._layout
         if t is None or layout is None:
             return 0
-        return _sequence_blocks(t.engine.grouping, layout.in_flight, tokens)
+        return sequence_blocks(t.engine.grouping, layout.in_flight, tokens)
 
 
-def _sequence_blocks(grouping: Grouping, in_flight: int, tokens: int) -> int:
+def sequence_blocks(grouping: Grouping, in_flight: int, tokens: int) -> int:
+    """Blocks one sequence of ``tokens`` tokens holds over every group of ``grouping``."""
     # KvGroupReport.blocks_for over the groups kv_report reports (no decode-context split: the report's view).
     total = 0
     for spec, count in grouping.spec_counts:
@@ -254,15 +257,13 @@ def gpu_class_key(gpu: GpuSpec, releases: Sequence[Release]) -> tuple[object, ..
     ``releases`` (they depend on the memory). The compute capability picks the MXFP4 kernel, the vision
     encoder's attention backend, the SM10x capture ceiling, the FP8 MoE workspace and DeepSeek-V4's
     support; NVLink and native FP8 are read nowhere there today and kept so that a new reader stays exact."""
-    return (
-        gpu.vendor,
-        gpu.architecture,
-        gpu.compute_capability,
-        gpu.nvlink,
-        gpu.nvswitch_multicast,
-        gpu.fp8,
-        tuple(batch_defaults(gpu, release) for release in releases),
-    )
+    return (*gpu_base_key(gpu), tuple(batch_defaults(gpu, release) for release in releases))
+
+
+def gpu_base_key(gpu: GpuSpec) -> tuple[object, ...]:
+    """What GPUs share an engine base by (planner/plan/engine.py ``EngineBase``): :func:`gpu_class_key`
+    without the batch defaults, which the base does not read."""
+    return (gpu.vendor, gpu.architecture, gpu.compute_capability, gpu.nvlink, gpu.nvswitch_multicast, gpu.fp8)
 
 
 class _Sweeper:
@@ -284,7 +285,12 @@ class _Sweeper:
         self.classes: dict[int, tuple[GpuSpec, tuple[object, ...]]] = {}
         self.templates: dict[tuple[int, int, tuple[object, ...]], _Template | KvPlannerError] = {}
         self.limited: dict[tuple[int, int, int | None], ServingArgs] = {}
+        self.roots: dict[int, ServingArgs] = {}
+        """Flags with limits set (:meth:`_with_limits`) -> the flags they were set on."""
+        self.engines: dict[tuple[int, int, tuple[object, ...]], EngineMemo] = {}
         self.band_memo: dict[tuple[object, ...], tuple[int, int]] = {}
+        self.shapes: dict[tuple[object, ...], _Shape] = {}
+        """The batched sweep's KV layout shapes (planner/plan/vectorized.py ``_Shape``) by ``_shape_key``."""
         self.keep: list[object] = []  # objects whose id() keys the dictionaries above
 
     def gpu_class(self, gpu: GpuSpec) -> tuple[object, ...]:
@@ -312,6 +318,13 @@ class _Sweeper:
         return found
 
     def _build(self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs) -> _Template | KvPlannerError:
+        # Flags with other limits, and GPUs of another class with the same base key, share the engine base.
+        root = self.roots.get(id(args), args)
+        memo_key = (id(model), id(root), gpu_base_key(gpu))
+        memo = self.engines.get(memo_key)
+        if memo is None:
+            self.keep.append(root)
+            memo = self.engines[memo_key] = EngineMemo()
         try:
             version, release, _, max_len, auto, resolved, engine = _engine_stage(
                 model,
@@ -321,9 +334,12 @@ class _Sweeper:
                 coefficients=self.coefficients,
                 corrections=None,
                 draft=None,
+                memo=memo,
             )
         except KvPlannerError as error:
-            return error
+            # Kept without its traceback: the traceback's frames hold this sweeper, which holds the error, and
+            # that cycle would keep every template alive until a full garbage collection.
+            return error.with_traceback(None)
         heaviest = max(engine.memory, key=lambda stage: stage.weights_bytes)
         return _Template(
             model=model,
@@ -482,8 +498,9 @@ class _Sweeper:
             if seqs is not None:
                 update["max_num_seqs"] = seqs
             found = args.model_copy(update=update)
-            self.keep.append(args)
+            self.keep += (args, found)
             self.limited[key] = found
+            self.roots[id(found)] = self.roots.get(id(args), args)
         return found
 
 
@@ -584,7 +601,8 @@ def sweep_plans(
     ``with_margin`` False skips the KV band and the recommendation (the catalog table's view);
     ``spread_hint``: an unknown release's spread already known for these points (make_plan's replans)."""
     sweeper = _Sweeper(vllm_version, headroom=headroom, coefficients=coefficients, with_margin=with_margin)
-    return [sweeper.plan(model, gpu, args, spread_hint) for model, gpu, args in points]
+    with collector_paused():
+        return [sweeper.plan(model, gpu, args, spread_hint) for model, gpu, args in points]
 
 
 def sweep_table(
@@ -600,7 +618,23 @@ def sweep_table(
     from planner.plan.vectorized import evaluate
 
     sweeper = _Sweeper(vllm_version, headroom=headroom, coefficients=coefficients, with_margin=with_margin)
-    return evaluate(sweeper, list(points))
+    with collector_paused():
+        return evaluate(sweeper, list(points))
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for one sweep, as it was after. A sweep allocates hundreds of
+    thousands of small objects (templates, flags, layouts) that all live until it returns; each full
+    collection walks every one of them again, which cost a quarter of a catalog sweep's CPU
+    (docs/benchmarks.md). What the sweep leaves unreachable is collected at the next collection after."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def grid(

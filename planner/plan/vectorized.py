@@ -25,8 +25,9 @@ import numpy as np
 
 from planner.errors import KvPlannerError
 from planner.kv.capacity import FitTerms
-from planner.plan.engine import kv_layout
-from planner.plan.recommend import seqs_cap, worst_case_seqs
+from planner.plan.engine import in_flight_tokens, kv_layout
+from planner.plan.recommend import Settled, Steps, round_context, seqs_cap, settle_steps
+from planner.plan.sweep import sequence_blocks
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -99,36 +100,114 @@ def _guess_parts(fit: FitTerms) -> tuple[int, int, int, int]:
     return 1, rest, weight, div * block
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """What a template's KV layout is made of besides its memory: per stage the bytes per block and vLLM's fit
+    check terms, the per-request and per-sequence terms, and the layout's constants. Templates of one engine
+    base whose flags differ only in the limits mostly share one (the sweep's replans)."""
+
+    stages: int
+    bytes_per_block: tuple[int, ...]
+    check: tuple[FitTerms, ...]
+    guess: tuple[tuple[int, int, int, int], ...]
+    per_request: FitTerms
+    sequence: FitTerms
+    in_flight: int
+    scalars: tuple[int, ...]
+    """block_size, v0, override (-1: none), override in the fit check, null-block check, first-group check,
+    the tokens formula, groups, the smallest group block, dcp, stages."""
+
+    @classmethod
+    def of(cls, t: _Template) -> _Shape:
+        layout = kv_layout(t.engine, t.release, t.resolved, t.args, [0] * len(t.fixed))
+        fits = tuple(layout.fit_terms(stage) for stage in layout.stages)
+        grouping = t.engine.grouping
+        counts = list(grouping.spec_counts)
+        override = layout.num_gpu_blocks_override
+        return cls(
+            stages=len(layout.stages),
+            bytes_per_block=tuple(stage.bytes_per_block for stage in layout.stages),
+            check=fits,
+            guess=tuple(_guess_parts(fit) for fit in fits),
+            per_request=FitTerms.of(counts, in_flight=layout.in_flight, dcp=layout.dcp),
+            sequence=FitTerms.of(counts, in_flight=layout.in_flight, dcp=1),
+            in_flight=layout.in_flight,
+            scalars=(
+                layout.block_size,
+                layout.v0,
+                -1 if override is None else override,
+                layout.override_in_fit_check,
+                layout.fit_check == "all_groups_null_block",
+                layout.fit_check == "first_group_global",
+                _FORMULAS[t.release.tokens_formula],
+                max(1, len(grouping.groups)),
+                min((g.spec.block_size for g in grouping.groups), default=layout.block_size),
+                layout.dcp,
+                len(layout.stages),
+            ),
+        )
+
+
+def _shape_key(t: _Template) -> tuple[object, ...]:
+    """Every input of ``kv_layout`` but the memory (the grouping by identity: the sweeper keeps it alive)."""
+    engine, resolved, args = t.engine, t.resolved, t.args
+    in_flight = in_flight_tokens(
+        t.release, resolved, args.pipeline_parallel_size, engine.model_runner_v2, engine.async_scheduling
+    )
+    return (
+        id(engine.grouping),
+        tuple(engine.partition),
+        engine.drafter_layers,
+        engine.rank.block_size,
+        id(engine.rank),  # its raw layers (and block size) by identity, like the grouping
+        in_flight,
+        id(t.release),
+        args.decode_context_parallel_size,
+        args.num_gpu_blocks_override,
+        resolved.engine,
+    )
+
+
 class _Layouts:
     """The per-stage constants of every template, and vLLM's layout arithmetic over points."""
 
     def __init__(
-        self, templates: list[_Template], tid: Array, band_memo: dict[tuple[object, ...], tuple[int, int]]
+        self,
+        templates: list[_Template],
+        tid: Array,
+        band_memo: dict[tuple[object, ...], tuple[int, int]],
+        shapes: dict[tuple[object, ...], _Shape],
     ) -> None:
-        stages = max(len(t.fixed) for t in templates)
         count = len(templates)
-        self.stages = stages
-        # Per template and stage: active, fixed, bytes per block, weights, activation, non-torch, graphs,
-        # band down, band up (padding stages: inactive zeros, checked nowhere, never limiting).
-        per_stage: list[tuple[int, ...]] = []
-        pad = (0,) * 9
-        scalars: list[tuple[Any, ...]] = []
-        check: list[FitTerms] = []
-        guess: list[tuple[int, int, int, int]] = []
-        per_request: list[FitTerms] = []
-        sequence: list[FitTerms] = []
-        empty = FitTerms(0, ())
+        # Distinct shapes (``shapes``: the sweep's, by _shape_key), and each template's.
+        shape_index: dict[int, int] = {}
+        distinct: list[_Shape] = []
+        of_template: list[int] = []
         for t in templates:
-            layout = kv_layout(t.engine, t.release, t.resolved, t.args, [0] * len(t.fixed))
-            n = len(layout.stages)
-            for s, stage in enumerate(layout.stages):
-                memory = t.engine.memory[s]
-                down, up = t.offsets(s, band_memo)
+            key = _shape_key(t)
+            shape = shapes.get(key)
+            if shape is None:
+                shape = shapes[key] = _Shape.of(t)
+            j = shape_index.get(id(shape))
+            if j is None:
+                j = shape_index[id(shape)] = len(distinct)
+                distinct.append(shape)
+            of_template.append(j)
+        stages = max(shape.stages for shape in distinct)
+        self.stages = stages
+        # Per template and stage: fixed, weights, activation, non-torch, graphs, band down, band up (padding
+        # stages: zeros, inactive by their shape, never limiting).
+        per_stage: list[tuple[int, ...]] = []
+        pad = (0,) * 7
+        scalars: list[tuple[Any, ...]] = []
+        for t, j in zip(templates, of_template, strict=True):
+            n = distinct[j].stages
+            for stage in range(n):
+                memory = t.engine.memory[stage]
+                down, up = t.offsets(stage, band_memo)
                 per_stage.append(
                     (
-                        1,
-                        t.fixed[s],
-                        stage.bytes_per_block,
+                        t.fixed[stage],
                         memory.weights_bytes,
                         memory.activation_peak_bytes,
                         memory.non_torch_bytes,
@@ -137,18 +216,7 @@ class _Layouts:
                         up,
                     )
                 )
-                fit = layout.fit_terms(stage)
-                check.append(fit)
-                guess.append(_guess_parts(fit))
-            for _ in range(n, stages):
-                per_stage.append(pad)
-                check.append(empty)
-                guess.append((0, 0, 1, 1))
-            grouping = t.engine.grouping
-            counts = list(grouping.spec_counts)
-            per_request.append(FitTerms.of(counts, in_flight=layout.in_flight, dcp=layout.dcp))
-            sequence.append(FitTerms.of(counts, in_flight=layout.in_flight, dcp=1))
-            override = layout.num_gpu_blocks_override
+            per_stage.extend([pad] * (stages - n))
             scalars.append(
                 (
                     t.resolved.gpu_memory_utilization,
@@ -158,37 +226,35 @@ class _Layouts:
                     t.max_len,
                     t.auto,
                     t.derived,
-                    layout.block_size,
-                    layout.v0,
-                    -1 if override is None else override,
-                    layout.override_in_fit_check,
-                    layout.fit_check == "all_groups_null_block",
-                    layout.fit_check == "first_group_global",
-                    _FORMULAS[t.release.tokens_formula],
-                    max(1, len(grouping.groups)),
-                    min((g.spec.block_size for g in grouping.groups), default=layout.block_size),
-                    layout.dcp,
-                    n,
                     t.engine.memory[0].cuda_graph_counted,
                 )
             )
-        table = np.array(per_stage, _INT).reshape(count, stages, 9)
-        self.active = table[:, :, 0] == 1
-        self.fixed, self.bpb, self.weights, self.activation = (
+        table = np.array(per_stage, _INT).reshape(count, stages, 7)
+        self.fixed, self.weights, self.activation, self.non_torch = (
+            table[:, :, 0],
             table[:, :, 1],
             table[:, :, 2],
             table[:, :, 3],
-            table[:, :, 4],
         )
-        self.non_torch, self.graphs, self.down, self.up = table[:, :, 5], table[:, :, 6], table[:, :, 7], table[:, :, 8]
-        names = (
-            "util",
-            "ceil",
-            "given",
-            "heavy",
-            "max_len",
-            "auto",
-            "derived",
+        self.graphs, self.down, self.up = table[:, :, 4], table[:, :, 5], table[:, :, 6]
+        # Per shape and stage.
+        empty = FitTerms(0, ())
+        bpb = np.zeros((len(distinct), stages), _INT)
+        active = np.zeros((len(distinct), stages), bool)
+        check: list[FitTerms] = []
+        guess: list[tuple[int, int, int, int]] = []
+        for j, shape in enumerate(distinct):
+            bpb[j, : shape.stages] = shape.bytes_per_block
+            active[j, : shape.stages] = True
+            check += [*shape.check, *[empty] * (stages - shape.stages)]
+            guess += [*shape.guess, *[(0, 0, 1, 1)] * (stages - shape.stages)]
+        sid = np.array(of_template, _INT)[tid]
+        self.tid = tid
+        self.in_flight = [distinct[j].in_flight for j in sid.tolist()]
+        # Per point: the template's and its shape's constants.
+        names = ("util", "ceil", "given", "heavy", "max_len", "auto", "derived", "counted")
+        self.s = {name: np.array(values)[tid] for name, values in zip(names, zip(*scalars, strict=True), strict=True)}
+        shape_names = (
             "block_size",
             "v0",
             "override",
@@ -200,27 +266,26 @@ class _Layouts:
             "min_block",
             "dcp",
             "n_stages",
-            "counted",
         )
-        columns = list(zip(*scalars, strict=True))
-        self.tid = tid
-        # Per point: the template's constants.
-        self.s = {name: np.array(values)[tid] for name, values in zip(names, columns, strict=True)}
+        shape_columns = zip(*(shape.scalars for shape in distinct), strict=True)
+        self.s.update({name: np.array(values)[sid] for name, values in zip(shape_names, shape_columns, strict=True)})
+        for name in ("v0", "override_fit", "null_block", "global_first"):
+            self.s[name] = self.s[name].astype(bool)
         self.point_fixed = self.fixed[tid]
-        self.point_bpb = self.bpb[tid]
-        self.point_active = self.active[tid]
+        self.point_bpb = bpb[sid]
+        self.point_active = active[sid]
         self.checked = self.point_active & (self.point_bpb > 0)
-        rows = (tid[:, None] * stages + np.arange(stages)[None, :]).reshape(-1)
+        rows = (sid[:, None] * stages + np.arange(stages)[None, :]).reshape(-1)
         self.check = _pack(check).take(rows)
-        parts = np.array(guess, _INT).reshape(count, stages, 4)[tid]
+        parts = np.array(guess, _INT).reshape(len(distinct), stages, 4)[sid]
         self.guess_mode, self.guess_rest, self.guess_weight, self.guess_step = (
             parts[:, :, 0],
             parts[:, :, 1],
             parts[:, :, 2],
             parts[:, :, 3],
         )
-        self.per_request = _pack(per_request).take(tid)
-        self.sequence = _pack(sequence).take(tid)
+        self.per_request = _pack([shape.per_request for shape in distinct]).take(sid)
+        self.sequence = _pack([shape.sequence for shape in distinct]).take(sid)
         self.templates = templates
 
     def spread_needs(self) -> tuple[Array, Array, Array, Array]:
@@ -330,105 +395,148 @@ class SweepTable:
 def evaluate(sweeper: _Sweeper, points: list[tuple[ModelSpec, GpuSpec, ServingArgs]]) -> SweepTable:
     count = len(points)
     errors: list[str | None] = [None] * count
-    index: dict[int, int] = {}
-    templates: list[_Template] = []
-    tid = np.zeros(count, _INT)
-    memory = np.zeros(count, _INT)
     ok = np.ones(count, bool)
     packed: list[int] = []
+    found: list[_Template | None] = []
     for i, (model, gpu, args) in enumerate(points):
-        found = sweeper.template(model, gpu, args)
-        memory[i] = gpu.memory_bytes
-        if isinstance(found, KvPlannerError):
-            errors[i] = str(found)
+        template = sweeper.template(model, gpu, args)
+        if isinstance(template, KvPlannerError):
+            errors[i] = str(template)
             ok[i] = False
-            continue
-        if found.engine.grouping.packed:
+            found.append(None)
+        elif template.engine.grouping.packed:
             ok[i] = False
             packed.append(i)
-            continue
-        j = index.get(id(found))
-        if j is None:
-            j = index[id(found)] = len(templates)
-            templates.append(found)
-        tid[i] = j
+            found.append(None)
+        else:
+            found.append(template)
     live = np.flatnonzero(ok)
     columns: dict[str, Array] = {}
-    if not templates:
+    if not len(live):
         if packed:
             _fill_from_plans(columns, sweeper, points, packed, list(_PLAN_COLUMNS))
             for name in ("vllm_version", "kv_cache_dtype"):
                 columns[name] = columns[name].astype(str)
         return SweepTable(points, errors, columns, sweeper)
-    lay = _Layouts(templates, tid[live], sweeper.band_memo)
-    s = lay.s
-    mem = memory[live]
-    product = mem.astype(np.float64) * s["util"]
-    budget_ceil = np.ceil(product).astype(_INT)
-    budget_floor = np.floor(product).astype(_INT)
-    budget = np.where(s["ceil"], budget_ceil, budget_floor)
-    given = s["given"]
-    available = np.where(given[:, None] >= 0, given[:, None], budget[:, None] - lay.point_fixed)
-    available = np.where(lay.point_active, available, _BIG)
-    limiting, blocks = lay.blocks(available)
-    n = len(live)
-    pick = np.arange(n)
-    least_available = available.min(axis=1)
-    # startup_fit
-    weights_fail = s["heavy"] >= budget
-    memory_fail = ~weights_fail & (least_available <= 0)
-    max_len = s["max_len"].astype(_INT)
-    auto = s["auto"] & ~weights_fail & ~memory_fail
-    fit = np.zeros(n, _INT)
-    if auto.any():
-        fit = lay.longest(available, blocks, max_len)
-    fits_plain = lay.fits(available, blocks, max_len)
-    fits = ~weights_fail & ~memory_fail & np.where(s["auto"], fit > 0, fits_plain)
-    # models.kv_past_card for a given cache, the limiting stage's figures (build.given_kv_overflows)
-    resident = lay.weights[lay.tid, limiting] + lay.non_torch[lay.tid, limiting]
-    given_over = (given >= 0) & (resident + np.maximum(given, 0) > mem)
-    fits &= ~given_over
-    max_len = np.where(auto & (fit > 0), np.minimum(max_len, fit), max_len)
-    # capacity
-    block_size = s["block_size"]
-    per_request = lay.per_request.needed(max_len)
-    concurrency = blocks / np.maximum(1, per_request)
-    formula = s["formula"]
-    by_blocks = (formula == 0) | s["v0"]
-    tokens = np.where(
-        by_blocks,
-        blocks * block_size,
-        np.where(
-            formula == 1,
-            blocks // s["groups"] * s["min_block"] * s["dcp"],
-            (concurrency * max_len).astype(_INT),
-        ),
-    )
-    concurrency = np.where(by_blocks, (blocks * block_size) / max_len, concurrency)
-    kv = np.maximum(0, available[pick, limiting])
-    derived = s["derived"]
-    estimated = lay.longest(available, blocks, np.maximum(derived, max_len))
-    out = {
-        "fits": fits,
-        "gpu_memory_utilization": s["util"],
-        "budget_bytes": budget,
-        "weights_bytes": lay.weights[lay.tid, limiting],
-        "activation_peak_bytes": lay.activation[lay.tid, limiting],
-        "non_torch_bytes": lay.non_torch[lay.tid, limiting],
-        "cuda_graph_bytes": lay.graphs[lay.tid, limiting],
-        "cuda_graph_counted": s["counted"],
-        "kv_cache_bytes": kv,
-        "block_size": block_size,
-        "bytes_per_block": lay.point_bpb[pick, limiting],
-        "num_gpu_blocks": blocks,
-        "tokens": tokens,
-        "max_concurrency": concurrency,
-        "max_model_len": max_len,
-        "blocks_per_request": per_request,
-        "estimated_max_model_len": estimated,
-        "derived_max_model_len": derived,
-    }
+    live_points = [points[i] for i in live.tolist()]
+    figures = _Figures(sweeper, [t for t in found if t is not None], live_points)
+    out = figures.columns
     if sweeper.with_margin:
+        settled = _settle_all(sweeper, live_points, figures.rows())
+        rec_len = np.array([0 if one is None else one.max_model_len for one in settled], _INT)
+        rec_seqs = np.array([0 if one is None else one.max_num_seqs for one in settled], _INT)
+        out.update(
+            recommended_max_model_len=rec_len,
+            recommended_max_num_seqs=rec_seqs,
+            has_recommendation=rec_len > 0,
+        )
+    for name, values in out.items():
+        column = np.zeros(count, values.dtype)
+        column[live] = values
+        columns[name] = column
+    for name, strings in (
+        ("vllm_version", [str(t.version) if t is not None else "" for t in found]),
+        ("kv_cache_dtype", [t.engine.kv_dtype.name if t is not None else "" for t in found]),
+    ):
+        columns[name] = np.array(strings, dtype=object)
+    if packed:
+        _fill_from_plans(columns, sweeper, points, packed, list(columns))
+    for name in ("vllm_version", "kv_cache_dtype"):
+        columns[name] = columns[name].astype(str)
+    return SweepTable(points, errors, columns, sweeper)
+
+
+class _Figures:
+    """Every point's figures (a PointPlan's, as columns) from its template, which is neither refused nor
+    packed: ``templates[i]`` is the template of ``points[i]``."""
+
+    def __init__(
+        self, sweeper: _Sweeper, templates: list[_Template], points: list[tuple[ModelSpec, GpuSpec, ServingArgs]]
+    ) -> None:
+        index: dict[int, int] = {}
+        distinct: list[_Template] = []
+        tid = np.zeros(len(points), _INT)
+        for i, t in enumerate(templates):
+            j = index.get(id(t))
+            if j is None:
+                j = index[id(t)] = len(distinct)
+                distinct.append(t)
+            tid[i] = j
+        self.templates = templates
+        self.points = points
+        lay = _Layouts(distinct, tid, sweeper.band_memo, sweeper.shapes)
+        self.in_flight = lay.in_flight
+        s = lay.s
+        mem = np.array([gpu.memory_bytes for _, gpu, _ in points], _INT)
+        product = mem.astype(np.float64) * s["util"]
+        budget_ceil = np.ceil(product).astype(_INT)
+        budget_floor = np.floor(product).astype(_INT)
+        budget = np.where(s["ceil"], budget_ceil, budget_floor)
+        given = s["given"]
+        available = np.where(given[:, None] >= 0, given[:, None], budget[:, None] - lay.point_fixed)
+        available = np.where(lay.point_active, available, _BIG)
+        limiting, blocks = lay.blocks(available)
+        n = len(points)
+        pick = np.arange(n)
+        least_available = available.min(axis=1)
+        # startup_fit
+        weights_fail = s["heavy"] >= budget
+        memory_fail = ~weights_fail & (least_available <= 0)
+        max_len = s["max_len"].astype(_INT)
+        auto = s["auto"] & ~weights_fail & ~memory_fail
+        fit = np.zeros(n, _INT)
+        if auto.any():
+            fit = lay.longest(available, blocks, max_len)
+        fits_plain = lay.fits(available, blocks, max_len)
+        fits = ~weights_fail & ~memory_fail & np.where(s["auto"], fit > 0, fits_plain)
+        # models.kv_past_card for a given cache, the limiting stage's figures (build.given_kv_overflows)
+        resident = lay.weights[lay.tid, limiting] + lay.non_torch[lay.tid, limiting]
+        given_over = (given >= 0) & (resident + np.maximum(given, 0) > mem)
+        fits &= ~given_over
+        max_len = np.where(auto & (fit > 0), np.minimum(max_len, fit), max_len)
+        # capacity
+        block_size = s["block_size"]
+        per_request = lay.per_request.needed(max_len)
+        concurrency = blocks / np.maximum(1, per_request)
+        formula = s["formula"]
+        by_blocks = (formula == 0) | s["v0"]
+        tokens = np.where(
+            by_blocks,
+            blocks * block_size,
+            np.where(
+                formula == 1,
+                blocks // s["groups"] * s["min_block"] * s["dcp"],
+                (concurrency * max_len).astype(_INT),
+            ),
+        )
+        concurrency = np.where(by_blocks, (blocks * block_size) / max_len, concurrency)
+        kv = np.maximum(0, available[pick, limiting])
+        derived = s["derived"]
+        estimated = lay.longest(available, blocks, np.maximum(derived, max_len))
+        self.columns: dict[str, Array] = {
+            "fits": fits,
+            "gpu_memory_utilization": s["util"],
+            "budget_bytes": budget,
+            "weights_bytes": lay.weights[lay.tid, limiting],
+            "activation_peak_bytes": lay.activation[lay.tid, limiting],
+            "non_torch_bytes": lay.non_torch[lay.tid, limiting],
+            "cuda_graph_bytes": lay.graphs[lay.tid, limiting],
+            "cuda_graph_counted": s["counted"],
+            "kv_cache_bytes": kv,
+            "block_size": block_size,
+            "bytes_per_block": lay.point_bpb[pick, limiting],
+            "num_gpu_blocks": blocks,
+            "tokens": tokens,
+            "max_concurrency": concurrency,
+            "max_model_len": max_len,
+            "blocks_per_request": per_request,
+            "estimated_max_model_len": estimated,
+            "derived_max_model_len": derived,
+        }
+        self.safe_len: Array | None = None
+        self.safe_blocks: Array | None = None
+        if not sweeper.with_margin:
+            return
         spread_on = np.zeros(n, bool)
         spread = np.zeros(n, _INT)
         if not sweeper.version_known:
@@ -457,10 +565,10 @@ def evaluate(sweeper: _Sweeper, points: list[tuple[ModelSpec, GpuSpec, ServingAr
         )
         keep = fits & fits_low
         shorter = ~keep & (longest > 0) & (safe_blocks > 0)
-        safe_len = np.where(keep, max_len, np.where(shorter, np.minimum(max_len, rounded), 0))
         has_safe = (keep | shorter) & ~given_over  # recommend.recommendation: no context helps
-        sequence = lay.sequence.needed(np.where(has_safe, safe_len, 1))
-        out.update(
+        self.safe_len = np.where(has_safe, np.where(keep, max_len, np.minimum(max_len, rounded)), -1)
+        self.safe_blocks = safe_blocks
+        self.columns.update(
             band_low_bytes=low,
             band_high_bytes=kv + lay.up[lay.tid, limiting],
             num_gpu_blocks_low=low_blocks,
@@ -469,45 +577,127 @@ def evaluate(sweeper: _Sweeper, points: list[tuple[ModelSpec, GpuSpec, ServingAr
             version_spread_bytes=spread,
             has_version_spread=spread_on,
         )
-        rec_len = np.zeros(n, _INT)
-        rec_seqs = np.zeros(n, _INT)
-        headroom = sweeper.headroom
-        for j in range(n):
-            # recommend.settle: the context holds as planned and its count runs as planned (the same flags, or
-            # the same resolved values) — else the Python sweep plans the limits again with their own flags.
-            model, gpu, args = points[int(live[j])]
-            t = templates[int(lay.tid[j])]
-            length = int(safe_len[j])
-            if has_safe[j] and keep[j]:
-                worst = worst_case_seqs(int(safe_blocks[j]), int(sequence[j]), headroom)
-                seqs = min(worst, seqs_cap(t.resolved))
-                if worst >= 1 and sweeper.same_run(t, args, gpu, int(max_len[j]), length, seqs):
-                    rec_len[j], rec_seqs[j] = length, seqs
-                    continue
-            checked = sweeper.plan(model, gpu, args)
-            rec_len[j] = checked.recommended_max_model_len or 0
-            rec_seqs[j] = checked.recommended_max_num_seqs or 0
-        out.update(
-            recommended_max_model_len=rec_len,
-            recommended_max_num_seqs=rec_seqs,
-            has_recommendation=rec_len > 0,
-        )
-    for name, values in out.items():
-        column = np.zeros(count, values.dtype)
-        column[live] = values
-        columns[name] = column
-    for name, values in (
-        ("vllm_version", [str(t.version) for t in templates]),
-        ("kv_cache_dtype", [t.engine.kv_dtype.name for t in templates]),
-    ):
-        strings = np.array(values, dtype=object)[tid]
-        strings[~ok] = ""
-        columns[name] = strings
-    if packed:
-        _fill_from_plans(columns, sweeper, points, packed, list(columns))
-    for name in ("vllm_version", "kv_cache_dtype"):
-        columns[name] = columns[name].astype(str)
-    return SweepTable(points, errors, columns, sweeper)
+
+    def rows(self) -> list[_Row]:
+        """Each point as recommend.settle reads it (the sweep has its band)."""
+        assert self.safe_len is not None and self.safe_blocks is not None
+        c = self.columns
+        estimated, blocks = c["estimated_max_model_len"].tolist(), c["num_gpu_blocks"].tolist()
+        return [
+            _Row(
+                fits=fits,
+                context=context,
+                safe_len=None if safe < 0 else safe,
+                safe_blocks=safe_blocks,
+                block_size=block_size,
+                nominal_context=round_context(estimate, block_size) if estimate > 0 and count > 0 else None,
+                template=t,
+                args=point[2],
+                in_flight=in_flight,
+            )
+            for fits, context, safe, safe_blocks, block_size, estimate, count, t, point, in_flight in zip(
+                c["fits"].tolist(),
+                c["max_model_len"].tolist(),
+                self.safe_len.tolist(),
+                self.safe_blocks.tolist(),
+                c["block_size"].tolist(),
+                estimated,
+                blocks,
+                self.templates,
+                self.points,
+                self.in_flight,
+                strict=True,
+            )
+        ]
+
+
+@dataclass(slots=True)
+class _Row:
+    """One point as recommend.settle reads it (sweep._View's figures, from the columns)."""
+
+    fits: bool
+    context: int
+    safe_len: int | None
+    safe_blocks: int
+    block_size: int
+    nominal_context: int | None
+    template: _Template
+    args: ServingArgs
+    in_flight: int
+
+    @property
+    def seqs_cap(self) -> int:
+        return seqs_cap(self.template.resolved)
+
+    def sequence_blocks(self, tokens: int) -> int:
+        return sequence_blocks(self.template.engine.grouping, self.in_flight, tokens)
+
+
+def _settle_all(
+    sweeper: _Sweeper, points: list[tuple[ModelSpec, GpuSpec, ServingArgs]], firsts: list[_Row]
+) -> list[Settled[_Row] | None]:
+    """recommend.settle for every point, the searches run side by side: each round plans every search's
+    request at once (the Python sweep's replan: the same flags, or flags vLLM resolves alike, answer with the
+    plan they came from; others are planned with their own template), as columns."""
+    results: list[Settled[_Row] | None] = [None] * len(points)
+    searches: dict[int, Steps[_Row, Settled[_Row] | None]] = {}
+    requests: dict[int, tuple[int, int | None, _Row]] = {}
+    for i, first in enumerate(firsts):
+        steps = settle_steps(first, sweeper.headroom)
+        try:
+            requests[i] = next(steps)
+        except StopIteration as done:
+            results[i] = done.value
+            continue
+        searches[i] = steps
+    while requests:
+        answers: dict[int, _Row | None] = {}
+        asked: list[int] = []
+        templates: list[_Template] = []
+        planned: list[tuple[ModelSpec, GpuSpec, ServingArgs]] = []
+        for i, (max_len, seqs, base) in requests.items():
+            model, gpu, args = points[i]
+            if sweeper.same_run(base.template, base.args, gpu, base.context, max_len, seqs):
+                answers[i] = base
+                continue
+            flags = sweeper._with_limits(args, max_len, seqs)
+            template = sweeper.template(model, gpu, flags)
+            if isinstance(template, KvPlannerError):
+                answers[i] = None
+            elif template.engine.grouping.packed:  # not reached from the sweep's own points; kept exact
+                answers[i] = _row_of_point(sweeper.point(model, gpu, flags))
+            else:
+                asked.append(i)
+                templates.append(template)
+                planned.append((model, gpu, flags))
+        if planned:
+            answers.update(zip(asked, _Figures(sweeper, templates, planned).rows(), strict=True))
+        requests = {}
+        for i, answer in answers.items():
+            try:
+                requests[i] = searches[i].send(answer)
+            except StopIteration as done:
+                results[i] = done.value
+                del searches[i]
+    return results
+
+
+def _row_of_point(point: PointPlan) -> _Row | None:
+    t = point._template
+    if point.error is not None or t is None or point._layout is None:
+        return None
+    nominal = point.estimated_max_model_len > 0 and point.num_gpu_blocks > 0
+    return _Row(
+        fits=point.fits,
+        context=point.max_model_len,
+        safe_len=None if point._given_over else point._safe_len,
+        safe_blocks=point._safe_blocks,
+        block_size=point.block_size,
+        nominal_context=round_context(point.estimated_max_model_len, point.block_size) if nominal else None,
+        template=t,
+        args=point.args,
+        in_flight=point._layout.in_flight,
+    )
 
 
 # Every column a sweep with its band fills (the names of PointPlan fields, plus two flags).

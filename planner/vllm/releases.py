@@ -6,7 +6,7 @@ the older row's behaviour (a change may have landed in any of them). ``docs/vllm
 same table for humans, with the file and function behind every field.
 """
 
-from functools import lru_cache, total_ordering
+from functools import lru_cache
 from typing import Literal
 
 import re2
@@ -33,7 +33,6 @@ MmItemsRule = Literal["cdiv_limit_1", "floor_limit_999"]
 MropeCache = Literal["x1", "x4", "x4_qwen3_x1"]
 
 
-@total_ordering
 class Version(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -64,10 +63,27 @@ class Version(BaseModel):
     def key(self) -> tuple[int, int, int]:
         return (self.major, self.minor, self.patch)
 
+    # All four spelled out (not functools.total_ordering's derived ones): every plan compares releases many
+    # times, and the derived comparisons cost a call and a negation each.
     def __lt__(self, other: object) -> bool:
         if not isinstance(other, Version):
             return NotImplemented
         return self.key() < other.key()
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, Version):
+            return NotImplemented
+        return self.key() <= other.key()
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, Version):
+            return NotImplemented
+        return self.key() > other.key()
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, Version):
+            return NotImplemented
+        return self.key() >= other.key()
 
 
 @lru_cache(maxsize=1024)
