@@ -1,0 +1,121 @@
+"""What the batched sweep shares between points stays exact and leaves nothing behind: engine stages shared
+through planner/plan/engine.py ``EngineMemo`` (flags that differ only in the limits, GPUs alike but in memory)
+are the stages planned alone; a sweep leaves no reference cycle for the collector; the collector is as it was
+after a sweep."""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import itertools
+
+import pytest
+
+from planner.errors import KvPlannerError
+from planner.gpus.catalog import lookup_gpu
+from planner.memory.coefficients import DEFAULT_COEFFICIENTS
+from planner.models.spec import ModelSpec
+from planner.plan.build import _engine_stage
+from planner.plan.engine import EngineLayout, EngineMemo
+from planner.plan.sweep import collector_paused, gpu_base_key, grid, sweep_plans, sweep_table
+from planner.vllm.args import ServingArgs
+from tests.core.sweep_grid import MODELS
+
+# A text model, a vision model (its encoder profile reads the context), MXFP4 MoE, packed KV groups,
+# a recurrent state, and a model whose TP 3 is refused.
+_SHARED_MODELS = (
+    "meta-llama/Llama-3.1-8B-Instruct",
+    "Qwen/Qwen2.5-VL-7B-Instruct",
+    "openai/gpt-oss-20b",
+    "deepseek-ai/DeepSeek-V4-Flash",
+    "moonshotai/Kimi-Linear-48B-A3B-Instruct",
+)
+# GPUs with one base key and different memory (and batch defaults), and another architecture.
+_GPUS = ("H100-80GB", "H100-NVL-94GB", "H200-141GB", "A100-40GB", "A100-80GB", "L4", "B200")
+
+
+def _model(model_id: str) -> ModelSpec:
+    return next(m for m in MODELS if m.id == model_id)
+
+
+def _comparable(engine: EngineLayout) -> EngineLayout:
+    # A shared stage keeps the budget of the GPU it was first planned on: every other figure is the GPU's own.
+    return dataclasses.replace(engine, memory=[dataclasses.replace(s, budget_bytes=0) for s in engine.memory])
+
+
+_ROOTS = {
+    "defaults": ServingArgs(),
+    "tp2-fp8": ServingArgs(tensor_parallel_size=2, kv_cache_dtype="fp8"),
+    "ngram-eager": ServingArgs(
+        speculative_config='{"method": "ngram", "num_speculative_tokens": 3}', enforce_eager=True
+    ),
+}
+# DeepSeek-V4 with a drafter is refused (not modelled): its refusals are compared by the other cases.
+_CASES = [
+    (model_id, name)
+    for model_id in _SHARED_MODELS
+    for name in _ROOTS
+    if not (model_id == "deepseek-ai/DeepSeek-V4-Flash" and name == "ngram-eager")
+]
+
+
+@pytest.mark.parametrize(("model_id", "root_name"), _CASES)
+def test_shared_engine_stages_are_the_stages_planned_alone(model_id: str, root_name: str) -> None:
+    model, root = _model(model_id), _ROOTS[root_name]
+    memos: dict[tuple[object, ...], EngineMemo] = {}
+    limits = itertools.product((None, 2048, 8192), (None, 1, 8, 96, 512))
+    checked = 0
+    for (max_len, seqs), gpu_name in itertools.product(limits, _GPUS):
+        gpu = lookup_gpu(gpu_name)
+        flags = root.model_copy(update={"max_model_len": max_len, "max_num_seqs": seqs})
+        memo = memos.setdefault(gpu_base_key(gpu), EngineMemo())
+        common = dict(vllm_version="0.33.0", coefficients=DEFAULT_COEFFICIENTS, corrections=None, draft=None)
+        try:
+            alone = _engine_stage(model, gpu, flags, **common)  # type: ignore[arg-type]
+        except KvPlannerError as error:
+            with pytest.raises(type(error)):
+                _engine_stage(model, gpu, flags, memo=memo, **common)  # type: ignore[arg-type]
+            continue
+        shared = _engine_stage(model, gpu, flags, memo=memo, **common)  # type: ignore[arg-type]
+        assert shared[:6] == alone[:6]
+        assert _comparable(shared[6]) == _comparable(alone[6]), (model_id, gpu_name, max_len, seqs)
+        checked += 1
+    assert checked >= len(_GPUS)  # the flags are planned, not refused everywhere
+    # Something was shared: fewer engine bases than GPU base keys x distinct flags.
+    assert sum(len(memo.bases) for memo in memos.values()) < checked
+
+
+def test_a_sweep_leaves_no_reference_cycle() -> None:
+    """Everything a sweep allocates is freed when its result is: a refusal kept with its traceback held the
+    sweeper (a frame's ``self``), so every template waited for a full collection."""
+    models = [_model("meta-llama/Llama-3.1-8B-Instruct"), _model("Qwen/Qwen2.5-VL-7B-Instruct")]
+    points = grid(models, [lookup_gpu("L4"), lookup_gpu("H100-80GB")], tensor_parallel_sizes=(1, 3))
+    sweep_table(points[:1], vllm_version="0.33.0")  # numpy imported, module memos filled
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        gc.collect()
+        table = sweep_table(points, vllm_version="0.33.0")
+        plans = sweep_plans(points, vllm_version="0.33.0")
+        assert any(error is not None for error in table.errors)  # TP 3 is refused: the case at stake
+        assert any(p.recommended_max_num_seqs for p in plans)
+        del table, plans
+        assert gc.collect() == 0
+    finally:
+        if was:
+            gc.enable()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_is_as_it_was_after_a_sweep(enabled: bool) -> None:
+    was = gc.isenabled()
+    try:
+        gc.enable() if enabled else gc.disable()
+        with collector_paused():
+            assert not gc.isenabled()
+        assert gc.isenabled() is enabled
+        with pytest.raises(RuntimeError), collector_paused():
+            raise RuntimeError("a sweep that fails")
+        assert gc.isenabled() is enabled
+    finally:
+        gc.enable() if was else gc.disable()
