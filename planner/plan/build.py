@@ -153,6 +153,46 @@ def _engine_stage(
     version, release, warnings = resolve_release(vllm_version)
     warnings += check_architecture(model.architecture, version)
     check_parallelism(model, args)
+    max_len, auto, resolved, engine, corrected = limited_stage(
+        model,
+        gpu,
+        args,
+        version,
+        release,
+        coefficients=coefficients,
+        corrections=corrections,
+        draft=draft,
+        memo=memo,
+    )
+    warnings += engine.warnings + _unmodelled_warnings(args, release, engine.kv_dtype.name)
+    warnings += speculative_notes(engine.drafter)
+    if corrected:
+        warnings.append(
+            Finding.of(Code.CORRECTED, "memory terms corrected with measurements from the calibration file")
+        )
+    if engine.weights_estimated:
+        warnings.append(
+            Finding.of(Code.WEIGHTS_ESTIMATED, "weights estimated from the architecture (no exact checkpoint size)")
+        )
+    return version, release, warnings, max_len, auto, resolved, engine
+
+
+def limited_stage(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    args: ServingArgs,
+    version: Version,
+    release: Release,
+    *,
+    coefficients: MemoryCoefficients,
+    corrections: TermCorrections | None,
+    draft: ModelSpec | None,
+    memo: EngineMemo | None = None,
+) -> tuple[int, bool, ResolvedArgs, EngineLayout, bool]:
+    """The part of :func:`_engine_stage` the limits (``--max-model-len``, ``--max-num-seqs``) reach: (the
+    context, auto-fit, the resolved flags, the engine, whether measured corrections were applied). The
+    release, architecture, parallelism and unmodelled-flag checks read no limit: the sweep plans flags that
+    differ from flags it planned only in the limits with this part alone (planner/plan/sweep.py)."""
     check_values(args)
     max_len, auto = resolve_max_model_len(model, args, release, version)
     resolved = resolve_args(args, model, gpu, release, max_len)
@@ -173,17 +213,7 @@ def _engine_stage(
         engine = compute_engine(
             model, gpu, args, release, resolved, coefficients=coefficients, deltas=deltas, version=version, draft=draft
         )
-    warnings += engine.warnings + _unmodelled_warnings(args, release, engine.kv_dtype.name)
-    warnings += speculative_notes(engine.drafter)
-    if deltas is not None:
-        warnings.append(
-            Finding.of(Code.CORRECTED, "memory terms corrected with measurements from the calibration file")
-        )
-    if engine.weights_estimated:
-        warnings.append(
-            Finding.of(Code.WEIGHTS_ESTIMATED, "weights estimated from the architecture (no exact checkpoint size)")
-        )
-    return version, release, warnings, max_len, auto, resolved, engine
+    return max_len, auto, resolved, engine, deltas is not None
 
 
 FitFailure = Literal["", "weights", "no_memory", "auto", "length", "given_kv"]

@@ -18,6 +18,13 @@ the budget, the KV layout of what is left, vLLM's fit check, capacity, the KV ba
 limits, through the functions ``make_plan`` uses, without building the pydantic reports. The spread of an
 unknown release is likewise one engine stage per checked release and template, not per point.
 
+The recommended limits are planned again with their own flags (recommend.settle), which makes most points
+ask for one or two more engine stages: flags that differ from planned ones only in ``--max-model-len`` /
+``--max-num-seqs``. Those read the limits only through vLLM's resolved batch sizes and context, so they
+share the planned flags' engine base (planner/plan/engine.py ``EngineMemo``: KV specs, grouping, weights,
+drafter), and GPUs alike but in memory share it too; only the batch part (activation peak, CUDA graphs,
+encoder profile) is planned for each. The collector is paused for a sweep (:func:`collector_paused`).
+
 A point's figures are those of ``make_plan(model, gpu, args, vllm_version=..., headroom=...,
 with_alternatives=False)`` (tests/core/test_sweep.py checks every field on a broad grid): a deployment
 that does not fit gets no alternatives here (they are other deployments: plan one point with
@@ -45,6 +52,7 @@ from planner.plan.build import (
     band_low_end,
     fit_error_message,
     given_kv_overflows,
+    limited_stage,
     release_fixed_bytes,
     spread_from_fixed,
     startup_fit,
@@ -325,17 +333,33 @@ class _Sweeper:
         if memo is None:
             self.keep.append(root)
             memo = self.engines[memo_key] = EngineMemo()
+        # Flags with limits set on flags planned on this class: only what the limits reach is planned again.
+        parent = self.templates.get((id(model), id(root), self.gpu_class(gpu))) if root is not args else None
         try:
-            version, release, _, max_len, auto, resolved, engine = _engine_stage(
-                model,
-                gpu,
-                args,
-                vllm_version=self.vllm_version,
-                coefficients=self.coefficients,
-                corrections=None,
-                draft=None,
-                memo=memo,
-            )
+            if isinstance(parent, _Template):
+                version, release = parent.version, parent.release
+                max_len, auto, resolved, engine, _ = limited_stage(
+                    model,
+                    gpu,
+                    args,
+                    version,
+                    release,
+                    coefficients=self.coefficients,
+                    corrections=None,
+                    draft=None,
+                    memo=memo,
+                )
+            else:
+                version, release, _, max_len, auto, resolved, engine = _engine_stage(
+                    model,
+                    gpu,
+                    args,
+                    vllm_version=self.vllm_version,
+                    coefficients=self.coefficients,
+                    corrections=None,
+                    draft=None,
+                    memo=memo,
+                )
         except KvPlannerError as error:
             # Kept without its traceback: the traceback's frames hold this sweeper, which holds the error, and
             # that cycle would keep every template alive until a full garbage collection.
@@ -351,7 +375,7 @@ class _Sweeper:
             engine=engine,
             max_len=max_len,
             auto=auto,
-            derived=derived_length(model, version),
+            derived=parent.derived if isinstance(parent, _Template) else derived_length(model, version),
             fixed=[stage.budget_bytes - stage.kv_bytes for stage in engine.memory],
             heaviest_weights=heaviest.weights_bytes,
             coefficients=self.coefficients,
@@ -451,22 +475,21 @@ class _Sweeper:
         out = self.point(model, gpu, args, spread_hint)
         if out.error is not None or not self.with_margin:
             return out
-        settled = settle(_View(out), self.replan(model, gpu, args), self.headroom)
+        first = SearchRow.of(out)
+        settled = None if first is None else settle(first, self.replan(model, gpu, args), self.headroom)
         if settled is not None:
             out.recommended_max_model_len = settled.max_model_len
             out.recommended_max_num_seqs = settled.max_num_seqs
         return out
 
-    def replan(self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs) -> Replan[_View]:
+    def replan(self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs) -> Replan[SearchRow]:
         """recommend.Replanner for sweep points: ``args`` with ``--max-model-len`` (and ``--max-num-seqs``) set,
         each planned with its own band (no spread hint: an unknown release's spread follows the flags)."""
 
-        def planned(max_len: int, seqs: int | None, base: _View) -> _View | None:
-            t = base.point._template
-            if t is not None and self.same_run(t, base.point.args, gpu, base.context, max_len, seqs):
+        def planned(max_len: int, seqs: int | None, base: SearchRow) -> SearchRow | None:
+            if self.same_run(base.template, base.args, gpu, base.context, max_len, seqs):
                 return base
-            point = self.point(model, gpu, self._with_limits(args, max_len, seqs))
-            return None if point.error is not None else _View(point)
+            return SearchRow.of(self.point(model, gpu, self._with_limits(args, max_len, seqs)))
 
         return planned
 
@@ -504,46 +527,50 @@ class _Sweeper:
         return found
 
 
-@dataclass(frozen=True)
-class _View:
-    """A sweep point as recommend.settle reads it (recommend.PlanView's figures)."""
+@dataclass(slots=True)
+class SearchRow:
+    """One planned point as recommend.settle's search reads it (a :class:`recommend.Candidate`): from a
+    :class:`PointPlan` (:meth:`of`) or from the batched sweep's columns (planner/plan/vectorized.py)."""
 
-    point: PointPlan
+    fits: bool
+    context: int
+    safe_len: int | None
+    safe_blocks: int
+    block_size: int
+    nominal_context: int | None
+    template: _Template
+    args: ServingArgs
+    in_flight: int
 
-    @property
-    def fits(self) -> bool:
-        return self.point.fits
-
-    @property
-    def context(self) -> int:
-        return self.point.max_model_len
-
-    @property
-    def safe_len(self) -> int | None:
-        return None if self.point._given_over else self.point._safe_len
-
-    @property
-    def safe_blocks(self) -> int:
-        return self.point._safe_blocks
-
-    @property
-    def block_size(self) -> int:
-        return self.point.block_size
+    @classmethod
+    def of(cls, point: PointPlan) -> SearchRow | None:
+        """None for a refused point."""
+        t, layout = point._template, point._layout
+        if point.error is not None or t is None or layout is None:
+            return None
+        return cls(
+            fits=point.fits,
+            context=point.max_model_len,
+            safe_len=None if point._given_over else point._safe_len,
+            safe_blocks=point._safe_blocks,
+            block_size=point.block_size,
+            nominal_context=nominal_context(point.estimated_max_model_len, point.num_gpu_blocks, point.block_size),
+            template=t,
+            args=point.args,
+            in_flight=layout.in_flight,
+        )
 
     @property
     def seqs_cap(self) -> int:
-        t = self.point._template
-        return 0 if t is None else seqs_cap(t.resolved)
-
-    @property
-    def nominal_context(self) -> int | None:
-        p = self.point
-        if p.estimated_max_model_len <= 0 or p.num_gpu_blocks <= 0:
-            return None
-        return round_context(p.estimated_max_model_len, p.block_size)
+        return seqs_cap(self.template.resolved)
 
     def sequence_blocks(self, tokens: int) -> int:
-        return self.point.sequence_blocks(tokens)
+        return sequence_blocks(self.template.engine.grouping, self.in_flight, tokens)
+
+
+def nominal_context(estimated: int, blocks: int, block_size: int) -> int | None:
+    """recommend.PlanView.nominal_context from a point's figures."""
+    return round_context(estimated, block_size) if estimated > 0 and blocks > 0 else None
 
 
 Point = tuple[ModelSpec, GpuSpec, ServingArgs]
@@ -570,7 +597,9 @@ def first_fitting_gpu(
         plan = sweeper.point(model, gpu, args, spread_hint)
         if plan.error is not None:
             continue
-        first = _View(plan)
+        first = SearchRow.of(plan)
+        if first is None:
+            continue
         settled = settle(first, sweeper.replan(model, gpu, args), headroom)
         if settled is not None and settled.max_model_len == first.context:
             return index
@@ -579,10 +608,10 @@ def first_fitting_gpu(
             continue
         # recommend.offer: the change together with the context it allows, its limits settled again.
         combined_args = sweeper._with_limits(args, shorter, None)
-        combined = sweeper.point(model, gpu, combined_args)
-        if combined.error is not None:
+        combined = SearchRow.of(sweeper.point(model, gpu, combined_args))
+        if combined is None:
             continue
-        if settle(_View(combined), sweeper.replan(model, gpu, combined_args), headroom) is not None:
+        if settle(combined, sweeper.replan(model, gpu, combined_args), headroom) is not None:
             return index
     return None
 

@@ -6,10 +6,13 @@ the recommended limits — is the same integer arithmetic as ``kv_layout`` / ``K
 ``startup_fit`` / ``capacity`` / ``band_low_end`` / ``safe_context``, over arrays of points. A stage's
 need is the sum of terms of :class:`planner.kv.capacity.FitTerms`; vLLM's binary search for the longest
 context is the guess of ``FitTerms.longest`` proven by two evaluations of the need, and the binary
-search itself for the points where the guess fails. The recommended limits are settled by the Python sweep
-(recommend.settle: a shorter context, or a ``--max-num-seqs`` vLLM would run differently, is planned again
-with its own flags) except where the context holds as planned and the count runs as planned; the count is a
-float product and floor, kept in Python's own arithmetic. Points whose KV groups are
+search itself for the points where the guess fails. The recommended limits are recommend.settle's: every
+point's search (``settle_steps``) runs side by side with the others, and each round plans every search's
+request at once — flags with a shorter context or a ``--max-num-seqs`` vLLM would run differently, each
+with its own template — through the same columns (a catalog sweep takes about ten rounds, most searches
+ending after one or two). The count is a float product and floor, kept in Python's own arithmetic (the
+search reads the rows as Python numbers). Templates of one engine base whose flags differ only in the
+limits mostly share their KV layout's shape (:class:`_Shape`). Points whose KV groups are
 packed (DeepSeek-V4, vLLM 0.29+) are planned by the Python sweep too: a packed group's need is the most any
 of its members needs, which is not a sum of terms.
 
@@ -26,8 +29,8 @@ import numpy as np
 from planner.errors import KvPlannerError
 from planner.kv.capacity import FitTerms
 from planner.plan.engine import in_flight_tokens, kv_layout
-from planner.plan.recommend import Settled, Steps, round_context, seqs_cap, settle_steps
-from planner.plan.sweep import sequence_blocks
+from planner.plan.recommend import Settled, Steps, settle_steps
+from planner.plan.sweep import SearchRow, nominal_context
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -578,19 +581,19 @@ class _Figures:
             has_version_spread=spread_on,
         )
 
-    def rows(self) -> list[_Row]:
+    def rows(self) -> list[SearchRow]:
         """Each point as recommend.settle reads it (the sweep has its band)."""
         assert self.safe_len is not None and self.safe_blocks is not None
         c = self.columns
         estimated, blocks = c["estimated_max_model_len"].tolist(), c["num_gpu_blocks"].tolist()
         return [
-            _Row(
+            SearchRow(
                 fits=fits,
                 context=context,
                 safe_len=None if safe < 0 else safe,
                 safe_blocks=safe_blocks,
                 block_size=block_size,
-                nominal_context=round_context(estimate, block_size) if estimate > 0 and count > 0 else None,
+                nominal_context=nominal_context(estimate, count, block_size),
                 template=t,
                 args=point[2],
                 in_flight=in_flight,
@@ -611,37 +614,15 @@ class _Figures:
         ]
 
 
-@dataclass(slots=True)
-class _Row:
-    """One point as recommend.settle reads it (sweep._View's figures, from the columns)."""
-
-    fits: bool
-    context: int
-    safe_len: int | None
-    safe_blocks: int
-    block_size: int
-    nominal_context: int | None
-    template: _Template
-    args: ServingArgs
-    in_flight: int
-
-    @property
-    def seqs_cap(self) -> int:
-        return seqs_cap(self.template.resolved)
-
-    def sequence_blocks(self, tokens: int) -> int:
-        return sequence_blocks(self.template.engine.grouping, self.in_flight, tokens)
-
-
 def _settle_all(
-    sweeper: _Sweeper, points: list[tuple[ModelSpec, GpuSpec, ServingArgs]], firsts: list[_Row]
-) -> list[Settled[_Row] | None]:
+    sweeper: _Sweeper, points: list[tuple[ModelSpec, GpuSpec, ServingArgs]], firsts: list[SearchRow]
+) -> list[Settled[SearchRow] | None]:
     """recommend.settle for every point, the searches run side by side: each round plans every search's
     request at once (the Python sweep's replan: the same flags, or flags vLLM resolves alike, answer with the
     plan they came from; others are planned with their own template), as columns."""
-    results: list[Settled[_Row] | None] = [None] * len(points)
-    searches: dict[int, Steps[_Row, Settled[_Row] | None]] = {}
-    requests: dict[int, tuple[int, int | None, _Row]] = {}
+    results: list[Settled[SearchRow] | None] = [None] * len(points)
+    searches: dict[int, Steps[SearchRow, Settled[SearchRow] | None]] = {}
+    requests: dict[int, tuple[int, int | None, SearchRow]] = {}
     for i, first in enumerate(firsts):
         steps = settle_steps(first, sweeper.headroom)
         try:
@@ -651,7 +632,7 @@ def _settle_all(
             continue
         searches[i] = steps
     while requests:
-        answers: dict[int, _Row | None] = {}
+        answers: dict[int, SearchRow | None] = {}
         asked: list[int] = []
         templates: list[_Template] = []
         planned: list[tuple[ModelSpec, GpuSpec, ServingArgs]] = []
@@ -665,7 +646,7 @@ def _settle_all(
             if isinstance(template, KvPlannerError):
                 answers[i] = None
             elif template.engine.grouping.packed:  # not reached from the sweep's own points; kept exact
-                answers[i] = _row_of_point(sweeper.point(model, gpu, flags))
+                answers[i] = SearchRow.of(sweeper.point(model, gpu, flags))
             else:
                 asked.append(i)
                 templates.append(template)
@@ -680,24 +661,6 @@ def _settle_all(
                 results[i] = done.value
                 del searches[i]
     return results
-
-
-def _row_of_point(point: PointPlan) -> _Row | None:
-    t = point._template
-    if point.error is not None or t is None or point._layout is None:
-        return None
-    nominal = point.estimated_max_model_len > 0 and point.num_gpu_blocks > 0
-    return _Row(
-        fits=point.fits,
-        context=point.max_model_len,
-        safe_len=None if point._given_over else point._safe_len,
-        safe_blocks=point._safe_blocks,
-        block_size=point.block_size,
-        nominal_context=round_context(point.estimated_max_model_len, point.block_size) if nominal else None,
-        template=t,
-        args=point.args,
-        in_flight=point._layout.in_flight,
-    )
 
 
 # Every column a sweep with its band fills (the names of PointPlan fields, plus two flags).
