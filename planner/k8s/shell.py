@@ -1,11 +1,13 @@
 """Read the commands of a shell script the way ``sh -c`` would, far enough to find ``vllm serve``.
 
 Kubernetes manifests often start vLLM through a shell (``command: [sh, -c]``, ``args: ["exec vllm serve
-$MODEL \\ ..."]``). This module splits a script into simple commands at ``;``, ``&&``, ``||``, ``|``,
-``&`` and newlines (respecting quotes, ``\\``-newline continuations and ``#`` comments), expands
-``$VAR`` / ``${VAR}`` / ``${VAR:-default}`` from the container's environment and from assignments made
-earlier in the script, then splits each command into words with :func:`shlex.split` (quote removal).
-Command substitutions (``$(...)``, backticks) cannot be known statically and are kept as written.
+$MODEL \\ ..."]``). :mod:`planner.k8s.shell_scan` splits a script into simple commands at ``;``, ``&&``,
+``||``, ``|``, ``&`` and newlines, and into the subshells ``( ... )`` and brace groups ``{ ...; }`` around
+them (respecting quotes, ``\\``-newline continuations and ``#`` comments). This module reads them in order
+as the shell runs them: it expands ``$VAR`` / ``${VAR}`` / ``${VAR:-default}`` from the container's
+environment and from assignments made earlier in the script (a subshell's own are gone after it), splits
+each command into words with :func:`shlex.split` (quote removal), and follows which ``exec`` ends which
+process. Command substitutions (``$(...)``, backticks) cannot be known statically and are kept as written.
 """
 
 from __future__ import annotations

@@ -76,7 +76,6 @@ class _Open:
     """A construct open while scanning: a group, or a ``case`` (whose patterns end with ``)``)."""
 
     kind: Literal["(", "{", "case"]
-    piece: int = -1  # a group: the index of its opening piece
     phase: Literal["subject", "in", "pattern", "body"] = "subject"  # a case: what comes next
     empty: bool = True  # a group: nothing in it yet (bash rejects `()` and `{ }`)
 
@@ -111,6 +110,7 @@ class _Scanner:
     command_at: int = 0
     words: int = 0
     first_word: str = ""
+    pattern_at: int = 0  # in a case: where the pattern being read starts
     assigning: bool = True  # every word so far is NAME=value: `NAME=(` starts an array
     declaring: bool = False  # the command is declare/local/...: its NAME=( operands are arrays too
     test: bool = False  # inside `[[ ... ]]`: parentheses, `&&`, `||`, `<`, `>` are the test's own
@@ -168,10 +168,7 @@ class _Scanner:
         return self._word() if len(self.text) - self.word_at <= chunks else None
 
     def _word_ends_with(self, chars: str) -> bool:
-        return len(self.text) > self.word_at and self.text[-1][-1:] in tuple(chars)
-
-    def _fail(self, reason: str) -> UnreadableScriptError:
-        return UnreadableScriptError(reason)
+        return len(self.text) > self.word_at and self.text[-1][-1] in chars  # (chunks are never empty)
 
     # -- words: quotes, escapes, $( ) ${ } ` ` <( ) -----------------------------------------------------------
 
@@ -304,8 +301,9 @@ class _Scanner:
             self.test = word != "]]"
         elif case is not None and case.phase == "subject":
             case.phase = "in"  # `case WORD`: `in` comes next
-        elif case is not None and case.phase == "in":
-            case.phase = "pattern" if word == "in" else "in"
+        elif case is not None and case.phase == "in" and word == "in":
+            case.phase = "pattern"
+            self.pattern_at = len(self.text)
         elif case is not None and case.phase == "pattern" and word != "esac":
             pass  # a pattern's words (its `)` ends it)
         elif self._at_command_start():
@@ -321,12 +319,12 @@ class _Scanner:
         if word in _AFTER_A_GROUP:
             self.after_group = False
             return True
-        if self.redirect_target or _REDIRECTION.match(word):
-            bare = _REDIRECTION.match(word)
-            self.redirect_target = not self.redirect_target and bare is not None and bare.end() == len(word)
-            del self.text[self.word_at :]
-            return False
-        raise self._fail(f"a word after a group: `{word[:40]}`")
+        operator = None if self.redirect_target else _REDIRECTION.match(word)
+        if not self.redirect_target and operator is None:
+            raise UnreadableScriptError(f"a word after a group: `{word[:40]}`")
+        self.redirect_target = operator is not None and operator.end() == len(word)  # `> FILE`: FILE next
+        del self.text[self.word_at :]
+        return False
 
     def _command_start_word(self, word: str) -> None:
         """A word where a command may start: `{`, `}`, a reserved word, or the command's first word."""
@@ -371,7 +369,7 @@ class _Scanner:
         """``;`` ``&`` ``|``: a separator, unless part of a redirection (``2>&1``, ``&>log``), a case
         pattern's alternatives (``a|b)``) or a ``[[`` test (``[[ a && b ]]``)."""
         script, ch = self.script, self.script[self.at]
-        if self.test and self._short_word(2) != "]]" and ch != ";":
+        if ch != ";" and self._in_test():
             self._take(1)
             return
         if ch == "&" and (self._word_ends_with("<>") or script[self.at + 1 : self.at + 2] == ">"):
@@ -415,7 +413,7 @@ class _Scanner:
 
     def _new_command(self) -> None:
         self.text = []
-        self.word_at = self.command_at = self.words = 0
+        self.word_at = self.command_at = self.words = self.pattern_at = 0
         self.first_word = ""
         self.assigning, self.declaring, self.test = True, False, False
         self.after_group = self.redirect_target = False
@@ -430,14 +428,14 @@ class _Scanner:
         self._end_command("")
         for construct in self.open:
             if construct.kind != "case":  # (an unclosed `case` is read as far as it goes, as before)
-                raise self._fail(f"`{construct.kind}` is never closed")
+                raise UnreadableScriptError(f"`{construct.kind}` is never closed")
 
     # -- parentheses ---------------------------------------------------------------------------------------------
 
     def _open_parenthesis(self) -> None:
         """``(``: a subshell at a command's start; in a word, an array (``A=(``) or an extended glob (``@(``);
         after a name, a function definition; ``((`` an arithmetic command; elsewhere a syntax error."""
-        if self.test:
+        if self._in_test():
             self._take(1)
             return
         word = self._short_word(_MAX_NAME_CHUNKS)
@@ -461,11 +459,15 @@ class _Scanner:
         if self.words == 1 and _FUNCTION_NAME.match(self.first_word):
             self._function_parentheses()
             return
-        raise self._fail("`(` in the middle of a command")
+        raise UnreadableScriptError("`(` in the middle of a command")
 
     def _enter_word_part_at_parenthesis(self) -> None:
         self.nesting.append(")")
         self._take(1)
+
+    def _in_test(self) -> bool:
+        """Inside ``[[ ... ]]`` (its closing ``]]`` not just read): an operator character is the test's own."""
+        return self.test and self._short_word(2) != "]]"
 
     def _first_word_is(self, *names: str) -> bool:
         return self.words == 1 and self.first_word in names
@@ -476,36 +478,44 @@ class _Scanner:
         script = self.script
         if not script.startswith("((", self.at):
             return False
-        depth = 0
-        limit = min(len(script), self.at + 2 + _MAX_ARITHMETIC_CHARS)
-        for end in range(self.at + 2, limit):
+        depth, end = 0, self.at + 2
+        limit = min(len(script), end + _MAX_ARITHMETIC_CHARS)
+        while end < limit:
             ch = script[end]
-            if ch == "(":
+            if ch in "'\"":  # (a quoted parenthesis is not counted; a quote not closed: not arithmetic)
+                end = script.find(ch, end + 1, limit)
+                if end == -1:
+                    return False
+            elif ch == "(":
                 depth += 1
+            elif ch == ")" and depth:
+                depth -= 1
             elif ch == ")":
-                if depth:
-                    depth -= 1
-                    continue
                 if script[end + 1 : end + 2] != ")":
                     return False
                 self._take(end + 2 - self.at)
                 self._command_word("((")
                 self.word_at = len(self.text)
                 return True
+            end += 1
         return False
 
     def _close_parenthesis(self) -> None:
         """``)``: the end of a case pattern or of the innermost subshell; anything else is a syntax error."""
-        if self.test:
+        if self._in_test():
             self._take(1)
             return
         self._end_word()
         top = self.open[-1] if self.open else None
         if top is not None and top.kind == "case" and top.phase == "pattern":
-            self._take(1)  # (kept in the text: planner.k8s.shell drops `pattern)` before the command)
+            # The pattern (`a | b )`) is left as a lone `)`, which planner.k8s.shell reads as the reserved
+            # word it is: the command that follows is the first word after it.
+            del self.text[self.pattern_at :]
+            self.text.append(" ")
+            self._take(1)
             top.phase = "body"
             self.word_at = self.command_at = len(self.text)
-            self.words = 0
+            self.words, self.first_word, self.assigning, self.declaring = 0, "", True, False
             return
         self.at += 1
         self._close_group("(")
@@ -515,11 +525,11 @@ class _Scanner:
     def _open_group(self, kind: Literal["(", "{"], *, function: bool) -> None:
         """Open a group; the reserved words (or case pattern) before it go with it."""
         if self.groups >= MAX_GROUP_DEPTH:
-            raise self._fail(f"subshells and brace groups nested deeper than {MAX_GROUP_DEPTH}")
+            raise UnreadableScriptError(f"subshells and brace groups nested deeper than {MAX_GROUP_DEPTH}")
         prefix = "".join(self.text).strip()
         self._mark_used()
         self.pieces.append(Piece("open", prefix, group=kind, function=function))
-        self.open.append(_Open(kind, piece=len(self.pieces) - 1))
+        self.open.append(_Open(kind))
         self.groups += 1
         self._new_command()
 
@@ -528,51 +538,47 @@ class _Scanner:
         self._end_command("")
         top = self.open[-1] if self.open else None
         if top is None or top.kind != kind:
-            raise self._fail(f"`{closer}` without its `{kind}`")
+            raise UnreadableScriptError(f"`{closer}` without its `{kind}`")
         if top.empty:
-            raise self._fail(f"an empty `{kind} {closer}`")
+            raise UnreadableScriptError(f"an empty `{kind} {closer}`")
         self.open.pop()
         self.groups -= 1
         self.pieces.append(Piece("close", group=kind))
         self.after_group = True
 
+    def _skip_blanks(self, at: int, blanks: frozenset[str] = _BLANKS) -> int:
+        """The index of the first character at or after ``at`` that is not one of ``blanks``."""
+        while at < len(self.script) and self.script[at] in blanks:
+            at += 1
+        return at
+
     def _function_parentheses(self) -> None:
         """``NAME ()`` (the name already read): the function's body follows."""
         script = self.script
-        at = self.at + 1
-        while at < len(script) and script[at] in _BLANKS:
-            at += 1
+        at = self._skip_blanks(self.at + 1)
         if script[at : at + 1] != ")":
-            raise self._fail("`(` in the middle of a command")
+            raise UnreadableScriptError("`(` in the middle of a command")
         self.at = at + 1
         self._function_body()
 
     def _function_keyword(self) -> None:
-        """``function NAME [()] BODY``."""
+        """``function NAME [()] BODY`` (``function NAME ( list )``: the parenthesis opens the body)."""
         script = self.script
-        at = self.at
-        while at < len(script) and script[at] in _BLANKS:
-            at += 1
-        start = at
+        start = at = self._skip_blanks(self.at)
         while at < len(script) and script[at] not in _WORD_ENDS:
             at += 1
         if not _FUNCTION_NAME.match(script[start:at]):
-            raise self._fail("a function definition kv-planner does not read")
-        while at < len(script) and script[at] in _BLANKS:
-            at += 1
-        if script.startswith("(", at):
-            self.at = at
+            raise UnreadableScriptError("a function definition kv-planner does not read")
+        self.at = at = self._skip_blanks(at)
+        if script.startswith("(", at) and script.startswith(")", self._skip_blanks(at + 1)):
             self._function_parentheses()
-            return
-        self.at = at
-        self._function_body()
+        else:
+            self._function_body()
 
     def _function_body(self) -> None:
         """The body of a function: a ``{ }`` or ``( )`` group, read where it is written, as one that may run."""
         script = self.script
-        at = self.at
-        while at < len(script) and script[at] in " \t\n":
-            at += 1
+        at = self._skip_blanks(self.at, _BLANKS | {"\n"})
         del self.text[self.command_at :]  # (the name: the function's commands are in its body)
         if script.startswith("{", at) and script[at + 1 : at + 2] in (" ", "\t", "\n"):
             self.at = at + 1
@@ -581,4 +587,4 @@ class _Scanner:
             self.at = at + 1
             self._open_group("(", function=True)
         else:
-            raise self._fail("a function whose body is not a `{ }` or `( )` group")
+            raise UnreadableScriptError("a function whose body is not a `{ }` or `( )` group")
