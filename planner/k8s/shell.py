@@ -384,10 +384,14 @@ class _ScriptReader:
                     self.variables[name] = value
             self.params = group.params
 
-    def _assign(self, name: str, value: str) -> None:
+    def _assign(self, name: str, value: str | None) -> None:
+        """Set (or, with None, unset) a variable; inside a group, remember what it was."""
         if len(self.groups) > 1:
             self.undo.append((name, self.variables.get(name)))
-        self.variables[name] = value
+        if value is None:
+            self.variables.pop(name, None)
+        else:
+            self.variables[name] = value
 
     def _end_process(self) -> bool:
         """An ``exec`` on the main line of the innermost group replaces the process that runs it: nothing after
@@ -467,6 +471,11 @@ class _ScriptReader:
         # Leading assignments (`A=1 B=2 cmd`) and `export A=1`: remember them for later commands.
         while words and _ASSIGNMENT.match(words[0]):
             name, _, value = words.pop(0).partition("=")
+            if value.startswith("("):  # `ARGS=(a b)`: an array, to its `)`; not read, so `$ARGS` stays unknown
+                while words and not value.endswith(")"):
+                    value = words.pop(0)
+                self._assign(name, None)
+                continue
             self._assign(name, value)
         if words and words[0] in ("export", "declare", "local", "readonly"):
             for word in words[1:]:
