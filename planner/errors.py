@@ -15,6 +15,7 @@ builtin that says what kind of fault it is, so callers can catch either::
     │   ├── ManifestError                         a Kubernetes manifest that cannot be read
     │   ├── PolicyError                           a policy file that does not validate
     │   ├── InputCapError                         untrusted input over one of its named bounds
+    │   ├── UnreadableScriptError                 a container's shell script kv-planner does not read
     │   └── WorkloadProfileError                  a request-length profile that cannot be used
     ├── CapacityError                             the model cannot be served with these settings
     ├── CatalogDataError (RuntimeError)           an embedded catalog file does not validate (a packaging bug)
@@ -135,6 +136,12 @@ class InputCapError(PlannerInputError):
         self.code = code
         self.limit = limit
         super().__init__(message, hint=hint)
+
+
+class UnreadableScriptError(PlannerInputError):
+    """A shell script kv-planner does not read: syntax the shell itself would reject (an unbalanced ``(``), a
+    construct it does not follow, or nesting past its bound (planner.k8s.shell_scan). The script's commands
+    stay unknown: the container is "cannot read" (KVP037), never guessed."""
 
 
 class WorkloadProfileError(PlannerInputError):

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import re2
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.errors import InvalidArgumentError
+from planner.errors import InvalidArgumentError, UnreadableScriptError
 from planner.k8s.envvars import container_env, expand_all, string_list, unknown_env_names
 from planner.k8s.images import VersionEvidence, image_release
 from planner.k8s.script_files import container_commands
@@ -168,7 +168,10 @@ def inspect_container(
             return VllmContainer(
                 style="shell", command=parsed, parse_error=error, words=split, unresolved=unresolved, **common
             )
-        commands = container_commands(_program_words(words, env), env, read_config, unknown_env_names(container))
+        try:
+            commands = container_commands(_program_words(words, env), env, read_config, unknown_env_names(container))
+        except UnreadableScriptError:
+            return None  # (not read as vLLM: unread_command says why, KVP037)
         if commands is None:
             return None
         servers = script_servers(commands)
@@ -210,25 +213,43 @@ def inspect_container(
 _RAY_WORKER_MARKS = ("$KUBERAY_GEN_RAY_START_CMD", "${KUBERAY_GEN_RAY_START_CMD}", "multi-node-serving.sh worker")
 
 
-def unread_command(container: Mapping[str, Any]) -> list[str] | None:
+class UnreadCommand(BaseModel):
+    """A command line :func:`inspect_container` did not read as vLLM, and why when it is known."""
+
+    model_config = ConfigDict(frozen=True)
+
+    words: list[str]
+    why: str | None = None  # a shell script kv-planner does not read: what it does not read in it
+
+
+def unread_command(container: Mapping[str, Any]) -> UnreadCommand | None:
     """The command line (``command`` + ``args``, expanded) of a container with a vLLM image and a
     ``command``, for one :func:`inspect_container` did not read as vLLM (it runs a script file or another
-    program); None for any other container, and for a Ray worker (``ray start``: it lends its GPUs to the
+    program), or of any container whose shell script names vLLM and cannot be read (a syntax error, a
+    bound); None for any other container, and for a Ray worker (``ray start``: it lends its GPUs to the
     vLLM server of its group, which is read where it runs)."""
     image = container.get("image")
     command = string_list(container.get("command"))
-    if not command or not is_vllm_image(image if isinstance(image, str) else None):
+    if not command:
         return None
+    vllm_image = is_vllm_image(image if isinstance(image, str) else None)
     env = container_env(container)
     words = expand_all(command + (string_list(container.get("args")) or []), env)
+    if not vllm_image and not any("vllm" in word.lower() for word in words):
+        return None
     if any(mark in word for word in words for mark in _RAY_WORKER_MARKS):
         return None
     program = _program_words(words, env)
-    scripted = container_commands(program, env)
+    try:
+        scripted = container_commands(program, env)
+    except UnreadableScriptError as error:
+        return UnreadCommand(words=words, why=error.message)
+    if not vllm_image:
+        return None
     commands = [c.words for c in scripted] if scripted is not None else [program]
     if any(len(c) > 1 and c[0].rsplit("/", 1)[-1] == "ray" and c[1] == "start" for c in commands):
         return None
-    return words
+    return UnreadCommand(words=words)
 
 
 def _program_words(words: list[str], env: Mapping[str, str]) -> list[str]:

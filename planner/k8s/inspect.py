@@ -262,10 +262,11 @@ _IMAGE_WORD = re2.compile(r"[^a-z0-9]+")
 def _unreadable_commands(pod_spec: Mapping[str, Any], read: set[int]) -> list[PlatformNote]:
     """Containers with an accelerator that look like a vLLM server kv-planner could not read: a vLLM
     image whose command is a script file or a wrapper program (production-stack's Ray head copies a script
-    from a ConfigMap and runs it), or another image handed vLLM's own flags (``--max-model-len``, ...) for
-    its entrypoint. A warning, not "no vLLM container": KVP037 with a GPU, KVP064 with a non-GPU
-    accelerator. Without an accelerator such a container is a helper, not a server to plan (LMCache's
-    cache server runs in the vLLM image)."""
+    from a ConfigMap and runs it), any image whose shell script names vLLM but is one kv-planner does not
+    read (the note says why: bash would refuse it, or it nests past a bound), or another image handed
+    vLLM's own flags (``--max-model-len``, ...) for its entrypoint. A warning, not "no vLLM container":
+    KVP037 with a GPU, KVP064 with a non-GPU accelerator. Without an accelerator such a container is a
+    helper, not a server to plan (LMCache's cache server runs in the vLLM image)."""
     containers = pod_spec.get("containers")
     if not isinstance(containers, list):
         return []
@@ -277,7 +278,8 @@ def _unreadable_commands(pod_spec: Mapping[str, Any], read: set[int]) -> list[Pl
         if accelerator is None and not _asks_for_gpu(raw):
             continue
         # (after the cheap checks: unread_command reads the script again)
-        command = unread_command(raw) or _vllm_flags_for_entrypoint(raw)
+        unread = unread_command(raw)
+        command = unread.words if unread is not None else _vllm_flags_for_entrypoint(raw)
         if command is None:
             continue
         shown = _one_line(command)
@@ -287,7 +289,8 @@ def _unreadable_commands(pod_spec: Mapping[str, Any], read: set[int]) -> list[Pl
             text = f"{accelerator}: image {image} runs `{shown}`; kv-planner plans GPUs only, not checked"
             notes.append(PlatformNote(reason="non-gpu-accelerator", where=where, text=text))
             continue
-        text = f"image {image} with a GPU runs `{shown}`, which kv-planner cannot read as vLLM: not checked"
+        why = f" ({_one_line([unread.why], 70)})" if unread is not None and unread.why else ""
+        text = f"image {image} with a GPU runs `{shown}`, which kv-planner cannot read as vLLM{why}: not checked"
         notes.append(PlatformNote(reason="unreadable-command", where=where, text=text))
     return notes
 

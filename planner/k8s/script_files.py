@@ -19,6 +19,7 @@ from __future__ import annotations
 import posixpath
 from collections.abc import Callable, Mapping, Sequence
 
+from planner.errors import UnreadableScriptError
 from planner.k8s.envvars import new_budget
 from planner.k8s.shell import SHELLS, ShellCommand, parse_script
 from planner.vllm.launchers import unwrap
@@ -72,7 +73,9 @@ def container_commands(
     """The simple commands ``words`` (a container's expanded command line) runs, scripts followed; None
     when ``words`` runs neither a shell script nor a script file ``read_file`` can read.
 
-    Raises InputCapError (KVP074) when the expansions pass the container's budget."""
+    Raises InputCapError (KVP074) when the expansions pass the container's budget, and UnreadableScriptError
+    when the container's own script is one kv-planner does not read (a script it runs that is not read
+    stays a command as written)."""
     walk = _Walk(read_file, unknown)
     run = _shell_run(words)
     if run is not None and run.script is not None:
@@ -84,7 +87,8 @@ def container_commands(
     unwrapped = unwrap(words, env)  # (`tini -- /scripts/start.sh`)
     if unwrapped is None or not unwrapped.words:
         return None
-    whole = ShellCommand(words=list(unwrapped.words), text=" ".join(words))
+    # (the container's process itself runs the file: as if exec'd, its exec is the container's last)
+    whole = ShellCommand(words=list(unwrapped.words), text=" ".join(words), execs=True)
     followed = _follow([whole], env, walk, 0)
     return None if followed == [whole] else followed
 
@@ -100,13 +104,26 @@ def _follow(commands: list[ShellCommand], env: Mapping[str, str], walk: _Walk, d
         if inner is None:
             out.append(command)
             continue
+        shares_shell = command.execs or (command.main_line and _sourced(command.words) is not None)
         for found in inner[: _MAX_COMMANDS - len(out)]:
-            # A script run in a branch runs in that branch. (`exec bash FILE`: the file's commands are
-            # the shell's last; the loop stops after them.)
-            out.append(found.model_copy(update={"conditional": True}) if command.conditional else found)
+            out.append(_as_run_by(found, command, shares_shell))
         if command.execs:
             break  # `exec` replaced the shell: nothing after it runs
     return out
+
+
+def _as_run_by(found: ShellCommand, command: ShellCommand, shares_shell: bool) -> ShellCommand:
+    """A command of the script ``command`` runs, as the container runs it. A script run in a branch runs in
+    that branch. An ``exec`` in it ends the container's script only when the script runs in the script's own
+    shell: sourced on its main line (``. FILE``), or exec'd (``exec bash FILE``: the file's commands are the
+    shell's last; the loop stops after them). Run by another shell (``bash FILE``), or sourced in a subshell
+    or a pipeline, its exec replaces that process only, and the container's script goes on after it."""
+    update: dict[str, bool] = {}
+    if command.conditional:
+        update["conditional"] = True
+    if not shares_shell and (found.execs or found.main_line):
+        update["execs"] = update["main_line"] = False
+    return found.model_copy(update=update) if update else found
 
 
 def _inner_commands(
@@ -123,7 +140,10 @@ def _inner_commands(
         script = _script_text(walk.read_file, _resolve(run.path, walk.copies))
     if script is None or not walk.take(script):
         return None
-    commands = parse_script(script, env, walk.budget, run.positional, walk.unknown)
+    try:
+        commands = parse_script(script, env, walk.budget, run.positional, walk.unknown)
+    except UnreadableScriptError:
+        return None  # (the command stays as written: a script that fails to run, or one not read)
     return _follow(commands, env, walk, depth + 1)
 
 

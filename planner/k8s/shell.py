@@ -1,17 +1,20 @@
 """Read the commands of a shell script the way ``sh -c`` would, far enough to find ``vllm serve``.
 
 Kubernetes manifests often start vLLM through a shell (``command: [sh, -c]``, ``args: ["exec vllm serve
-$MODEL \\ ..."]``). This module splits a script into simple commands at ``;``, ``&&``, ``||``, ``|``,
-``&`` and newlines (respecting quotes, ``\\``-newline continuations and ``#`` comments), expands
-``$VAR`` / ``${VAR}`` / ``${VAR:-default}`` from the container's environment and from assignments made
-earlier in the script, then splits each command into words with :func:`shlex.split` (quote removal).
-Command substitutions (``$(...)``, backticks) cannot be known statically and are kept as written.
+$MODEL \\ ..."]``). :mod:`planner.k8s.shell_scan` splits a script into simple commands at ``;``, ``&&``,
+``||``, ``|``, ``&`` and newlines, and into the subshells ``( ... )`` and brace groups ``{ ...; }`` around
+them (respecting quotes, ``\\``-newline continuations and ``#`` comments). This module reads them in order
+as the shell runs them: it expands ``$VAR`` / ``${VAR}`` / ``${VAR:-default}`` from the container's
+environment and from assignments made earlier in the script (a subshell's own are gone after it), splits
+each command into words with :func:`shlex.split` (quote removal), and follows which ``exec`` ends which
+process. Command substitutions (``$(...)``, backticks) cannot be known statically and are kept as written.
 """
 
 from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import re2
@@ -19,11 +22,12 @@ from pydantic import BaseModel, ConfigDict
 
 from planner.errors import InputCapError
 from planner.k8s.envvars import ANY_NAME, ExpansionBudget, new_budget
+from planner.k8s.shell_scan import Piece, scan
 from planner.vllm.launchers import unwrap
 
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
 _ASSIGNMENT = re2.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
-_REDIRECT = re2.compile(r"^(\d*|&)(>>?|<|>\|)(&\d*-?)?(?P<target>.*)$")
+_REDIRECT = re2.compile(r"^(\d*|&)(>>?|<<<|<<-?|<>|<|>\|)(&\d*-?)?(?P<target>.*)$")
 _SPECIAL_OUTSIDE = set("'\"\\;&|()<>$`#")
 # Reserved words before a simple command are control flow, not the command: `if x; then vllm serve ...`,
 # `while true; do vllm serve ...; done`, `{ vllm serve ...; }`, `! cmd`. Openers and closers also track
@@ -47,8 +51,11 @@ class ShellCommand(BaseModel):
     words: list[str]
     text: str  # the command as written (before expansion)
     unresolved: list[str] = []  # variables that had no value (expanded to "")
-    execs: bool = False  # run with `exec`: the shell is replaced by it, nothing after it runs
+    execs: bool = False  # run with `exec` by the script's own shell: it is replaced, nothing after it runs
     conditional: bool = False  # inside `if`/`case`/`while`/`until`/`for`: it may not run, or run alone
+    # Runs in the script's own shell, in sequence, unconditionally (not in a subshell, a pipeline, the
+    # background or a branch): where an `exec` ends the script. A script it sources shares that.
+    main_line: bool = True
 
 
 def shell_script(argv: Sequence[str]) -> str | None:
@@ -74,77 +81,11 @@ def split_commands(script: str) -> list[str]:
 
 def split_with_separators(script: str) -> list[tuple[str, str]]:
     """:func:`split_commands` with the separator after each command (``;``, ``\n``, ``&&``, ``||``, ``|``,
-    ``&``; ``""`` at the end): whether an ``exec`` ends the script depends on it."""
-    commands: list[str] = []
-    separators: list[str] = []
-    current: list[str] = []
-    i = 0
-    quote: str | None = None
-    depth = 0  # inside $( ... )
-    while i < len(script):
-        ch = script[i]
-        if quote == "'":
-            current.append(ch)
-            if ch == "'":
-                quote = None
-            i += 1
-            continue
-        if ch == "\\" and i + 1 < len(script):
-            if script[i + 1] == "\n":  # line continuation
-                i += 2
-                continue
-            current.append(script[i : i + 2])
-            i += 2
-            continue
-        if quote == '"':
-            current.append(ch)
-            if ch == '"':
-                quote = None
-            i += 1
-            continue
-        if ch in ("'", '"'):
-            quote = ch
-            current.append(ch)
-            i += 1
-            continue
-        if ch == "$" and script[i + 1 : i + 2] == "(":
-            depth += 1
-            current.append("$(")
-            i += 2
-            continue
-        if ch == ")" and depth:
-            depth -= 1
-            current.append(ch)
-            i += 1
-            continue
-        if depth:
-            current.append(ch)
-            i += 1
-            continue
-        if ch == "#" and (not current or current[-1][-1:].isspace()):
-            while i < len(script) and script[i] != "\n":
-                i += 1
-            continue
-        redirect = ch == "&" and (
-            (current and current[-1][-1:] in "<>") or script[i + 1 : i + 2] == ">"
-        )  # 2>&1, &>file: part of a redirection, not a separator
-        if ch in ";&|\n" and not redirect:
-            commands.append("".join(current))
-            current = []
-            start = i
-            while i < len(script) and script[i] in ";&|":
-                i += 1
-            separator = script[start:i]
-            if i < len(script) and script[i] == "\n":
-                i += 1
-                separator = separator or "\n"
-            separators.append(separator)
-            continue
-        current.append(ch)
-        i += 1
-    commands.append("".join(current))
-    separators.append("")
-    return [(c.strip(), sep) for c, sep in zip(commands, separators, strict=True) if c.strip()]
+    ``&``; ``""`` at the end of the script or of a group): whether an ``exec`` ends the script depends on it.
+    The commands inside subshells and brace groups are listed in order, without the groups (see
+    :func:`planner.k8s.shell_scan.scan` for those). Raises UnreadableScriptError where bash would refuse
+    the script."""
+    return [(piece.text, piece.separator) for piece in scan(script) if piece.kind == "command"]
 
 
 # Separators after which (and before which) a command runs unconditionally, in the script's own shell.
@@ -339,24 +280,143 @@ def parse_script(
     positional: Sequence[str] | None = None,
     unknown: frozenset[str] = frozenset(),
 ) -> list[ShellCommand]:
-    """The simple commands of ``script``, expanded with ``env``, the script's own assignments and, when
-    given, its positional parameters (``$0`` first).
+    """The simple commands of ``script`` that may run, in order, expanded with ``env``, the script's own
+    assignments and, when given, its positional parameters (``$0`` first).
+
+    Commands inside subshells ``( ... )`` and brace groups ``{ ...; }`` are read as the shell runs them: an
+    assignment, ``set --`` or ``shift`` in a subshell is gone after it, and an ``exec`` ends the process it
+    runs in (a subshell's, or the script's), so the commands after it in that process never run and are
+    not listed.
 
     Raises InputCapError (KVP074) when the expansions pass ``budget`` (one per container) or a command
-    :data:`MAX_COMMAND_CHARS`."""
-    budget = budget or new_budget()
-    variables = dict(env)
-    commands: list[ShellCommand] = []
-    depth = 0  # open if/case/loop constructs
-    params = list(positional) if positional is not None else None
-    before = ""
-    for text, after in split_with_separators(script):
-        # `a && exec b`, `exec b | c`, `exec b &`, `( exec b )`: the exec may not run, or replaces only a
-        # pipeline's, a background job's or a subshell's process; the script goes on after it.
-        sequential = before in _SEQUENTIAL and after in _SEQUENTIAL and not text.startswith("(")
-        chained = before in ("&&", "||") or after in ("&&", "||")
-        before = after
-        expanded, missing = expand(text, variables, budget, params, unknown)
+    :data:`MAX_COMMAND_CHARS`, and UnreadableScriptError where bash would refuse the script or its groups
+    nest deeper than planner.k8s.shell_scan.MAX_GROUP_DEPTH."""
+    reader = _ScriptReader(env, budget or new_budget(), positional, unknown)
+    for piece in scan(script):
+        if piece.kind == "open":
+            reader.open_group(piece)
+        elif piece.kind == "close":
+            reader.close_group(piece)
+        else:
+            reader.command(piece)
+    return reader.commands
+
+
+def _runs_apart(before: str, after: str) -> bool:
+    """A group in a pipeline (``{ ...; } | tee log``) or in the background (``{ ...; } &``) runs in a
+    process of its own, as a subshell does."""
+    return after == "&" or before in ("|", "|&") or after in ("|", "|&")
+
+
+def _chained(before: str, after: str) -> bool:
+    """``a && b``, ``a || b``: each side may run or not (as far as a reader of the script can tell)."""
+    return before in ("&&", "||") or after in ("&&", "||")
+
+
+@dataclass(slots=True)
+class _Group:
+    """A list of commands being read: the script itself, a subshell, a brace group or a function's body."""
+
+    own_process: bool  # the script, a subshell, a group in a pipeline or in the background
+    in_line: bool  # runs where it is written, once, in sequence with the commands around it (unconditionally)
+    conditional: bool  # its commands may not run: in a branch, a loop, after `&&`/`||`, in a function's body
+    base_depth: int  # if/case/loop constructs open around it: deeper ones are branches inside it
+    undo_mark: int  # own_process: where its assignments start in the reader's undo log
+    params: list[str] | None  # own_process: the positional parameters it started with
+    ended: bool = False  # an `exec` ran in it (or in a group in line in it): nothing after runs
+
+
+class _ScriptReader:
+    """The state of a script as :func:`parse_script` reads it, piece by piece (planner.k8s.shell_scan)."""
+
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        budget: ExpansionBudget,
+        positional: Sequence[str] | None,
+        unknown: frozenset[str],
+    ) -> None:
+        self.env = env
+        self.budget = budget
+        self.unknown = unknown
+        self.variables = dict(env)
+        self.params = list(positional) if positional is not None else None
+        # (name, value before) of each assignment made inside a group: a subshell's are undone when it ends
+        self.undo: list[tuple[str, str | None]] = []
+        self.depth = 0  # open if/case/loop constructs
+        self.groups = [_Group(True, True, False, 0, 0, self.params)]  # the script first
+        self.before = ""  # the separator before the next piece
+        self.commands: list[ShellCommand] = []
+
+    # -- groups ------------------------------------------------------------------------------------------------
+
+    def open_group(self, piece: Piece) -> None:
+        parent = self.groups[-1]
+        before, after = self.before, piece.separator  # (an opening piece carries its group's separator)
+        self.before = ""
+        # The reserved words before the group (`if (`, `then {`, `case x in a) (`) open or are inside constructs.
+        prefix = [*_plain_words(piece.text), piece.group]
+        _, self.depth, in_construct = _control_flow(prefix, self.depth, parent.base_depth)
+        sequential = before in _SEQUENTIAL and after in _SEQUENTIAL
+        chained = _chained(before, after)
+        self.groups.append(
+            _Group(
+                own_process=piece.group == "(" or _runs_apart(before, after),
+                in_line=sequential and not (in_construct or chained or piece.function),
+                conditional=parent.conditional or in_construct or chained or piece.function,
+                base_depth=self.depth,
+                undo_mark=len(self.undo),
+                params=self.params,
+                ended=parent.ended,
+            )
+        )
+
+    def close_group(self, piece: Piece) -> None:
+        group = self.groups.pop()
+        self.depth = group.base_depth  # (constructs left open inside a group end with it)
+        self.before = piece.separator
+        if group.own_process:  # what the subshell set is gone
+            while len(self.undo) > group.undo_mark:
+                name, value = self.undo.pop()
+                if value is None:
+                    self.variables.pop(name, None)
+                else:
+                    self.variables[name] = value
+            self.params = group.params
+
+    def _assign(self, name: str, value: str | None) -> None:
+        """Set (or, with None, unset) a variable; inside a group, remember what it was."""
+        if len(self.groups) > 1:
+            self.undo.append((name, self.variables.get(name)))
+        if value is None:
+            self.variables.pop(name, None)
+        else:
+            self.variables[name] = value
+
+    def _end_process(self) -> bool:
+        """An ``exec`` on the main line of the innermost group replaces the process that runs it: nothing after
+        it runs in that group, nor in the groups around it that run in line in the same process. True when
+        that process is the script's own (the exec ends the script)."""
+        for group in reversed(self.groups):
+            group.ended = True
+            if group.own_process or not group.in_line:
+                return group is self.groups[0]
+        return True  # (the script's group is its own process: not reached)
+
+    def _in_script_shell(self) -> bool:
+        """Every group around the current command runs in line in the script's own process."""
+        return all(group.in_line and not group.own_process for group in self.groups[1:])
+
+    # -- commands ----------------------------------------------------------------------------------------------
+
+    def command(self, piece: Piece) -> None:
+        group = self.groups[-1]
+        before, after = self.before, piece.separator
+        self.before = after
+        if group.ended:
+            return  # after an `exec` in the same process: it never runs
+        text = piece.text
+        expanded, missing = expand(text, self.variables, self.budget, self.params, self.unknown)
         if len(expanded) > MAX_COMMAND_CHARS:
             raise InputCapError(
                 f"a command of the shell script expands to {len(expanded)} characters (limit {MAX_COMMAND_CHARS})",
@@ -367,46 +427,78 @@ def parse_script(
             words = shlex.split(expanded, comments=False, posix=True)
         except ValueError:
             words = expanded.split()
-        words, depth, conditional = _control_flow(words, depth)
-        conditional = conditional or chained
-        if words[:1] == ["shift"] and params is not None:  # `shift [n]`: "$@" loses its first n
-            count = int(words[1]) if len(words) > 1 and words[1].isdigit() and len(words[1]) < 6 else 1
-            params = [params[0], *params[1 + count :]]
-            continue
-        if words[:1] == ["set"] and "--" in words:  # `set -- a b`: new positional parameters
-            params = [params[0] if params else "sh", *words[words.index("--") + 1 :]]
-            continue
-        # Leading assignments (`A=1 B=2 cmd`) and `export A=1`: remember them for later commands.
-        while words and _ASSIGNMENT.match(words[0]):
-            name, _, value = words[0].partition("=")
-            variables[name] = value
-            words = words[1:]
-        if words and words[0] in ("export", "declare", "local", "readonly"):
-            for word in words[1:]:
-                if _ASSIGNMENT.match(word):
-                    name, _, value = word.partition("=")
-                    variables[name] = value
-            continue
+        words, self.depth, in_construct = _control_flow(words, self.depth, group.base_depth)
+        chained = _chained(before, after)
+        conditional = group.conditional or in_construct or chained
+        # `a && exec b`, `exec b | c`, `exec b &`, `if x; then exec b; fi`: the exec may not run, or replaces
+        # only a pipeline's or a background job's process; the group goes on after it.
+        main_line = before in _SEQUENTIAL and after in _SEQUENTIAL and not (in_construct or chained)
+        if self._shell_state(words):
+            return
         words = _drop_redirections(words)
-        execs = bool(words) and words[0] == "exec" and sequential and not conditional
+        execs = False
+        if words[:1] == ["exec"] and len(words) > 1 and main_line:  # (`exec >log 2>&1` replaces nothing)
+            execs = self._end_process()
         # Launchers (`exec -a x`, `env A=1`, `nohup`, `timeout 1h`, `env -S '...'` ...): the command they run,
         # read with each one's grammar (planner.vllm.launchers); one that runs nothing, or whose form is not
         # read, stays as written (and is then not vLLM). `${NAME}` in an `env -S` string takes the
         # container's environment (env reads its own environment, not the script's unexported variables).
-        unwrapped = unwrap(words, env) if words else None
+        unwrapped = unwrap(words, self.env) if words else None
         if unwrapped is not None:
             words = list(unwrapped.words)
         if words:
-            commands.append(
-                ShellCommand(words=words, text=text, unresolved=missing, execs=execs, conditional=conditional)
+            self.commands.append(
+                ShellCommand(
+                    words=words,
+                    text=text,
+                    unresolved=missing,
+                    execs=execs,
+                    conditional=conditional,
+                    main_line=main_line and self._in_script_shell() and not group.conditional,
+                )
             )
-    return commands
+
+    def _shell_state(self, words: list[str]) -> bool:
+        """Apply what ``words`` changes in the shell itself: ``shift``, ``set --``, ``export A=1`` (True: nothing
+        is run), and leading ``A=1`` assignments (removed from ``words``)."""
+        if words[:1] == ["shift"] and self.params is not None:  # `shift [n]`: "$@" loses its first n
+            count = int(words[1]) if len(words) > 1 and words[1].isdigit() and len(words[1]) < 6 else 1
+            self.params = [self.params[0], *self.params[1 + count :]]
+            return True
+        if words[:1] == ["set"] and "--" in words:  # `set -- a b`: new positional parameters
+            self.params = [self.params[0] if self.params else "sh", *words[words.index("--") + 1 :]]
+            return True
+        # Leading assignments (`A=1 B=2 cmd`) and `export A=1`: remember them for later commands.
+        while words and _ASSIGNMENT.match(words[0]):
+            name, _, value = words.pop(0).partition("=")
+            if value.startswith("("):  # `ARGS=(a b)`: an array, to its `)`; not read, so `$ARGS` stays unknown
+                while words and not value.endswith(")"):
+                    value = words.pop(0)
+                self._assign(name, None)
+                continue
+            self._assign(name, value)
+        if words and words[0] in ("export", "declare", "local", "readonly"):
+            for word in words[1:]:
+                if _ASSIGNMENT.match(word):
+                    name, _, value = word.partition("=")
+                    self._assign(name, value)
+            return True
+        return False
 
 
-def _control_flow(words: list[str], depth: int) -> tuple[list[str], int, bool]:
+def _plain_words(text: str) -> list[str]:
+    """The words of reserved words and a case pattern written before a group (no expansion needed)."""
+    try:
+        return shlex.split(text, comments=False, posix=True)
+    except ValueError:
+        return text.split()
+
+
+def _control_flow(words: list[str], depth: int, base: int = 0) -> tuple[list[str], int, bool]:
     """``words`` without the reserved words and case patterns in front of the command, the open
-    constructs after them, and whether the command runs inside one."""
-    conditional = depth > 0
+    constructs after them, and whether the command runs inside one opened since ``base`` constructs were
+    open (the group it is in)."""
+    conditional = depth > base
     while words:
         head = words[0]
         if head in _OPENERS:
@@ -415,7 +507,7 @@ def _control_flow(words: list[str], depth: int) -> tuple[list[str], int, bool]:
                 words = words[words.index("in") + 1 :] if "in" in words else []
                 continue
         elif head in _CLOSERS:
-            depth = max(0, depth - 1)
+            depth = max(base, depth - 1)
         elif head not in _RESERVED and not (head.endswith(")") and len(words) > 1 and "$(" not in head):
             break  # (a case pattern `a|b)`, a function's `name()`: the command comes after it)
         words = words[1:]

@@ -371,3 +371,44 @@ def test_a_copy_changed_after_it_was_made_is_not_read_as_its_source(change: str)
         ["sh", "-c", "cp /scripts/start.sh /tmp/run.sh && exec bash /tmp/run.sh"], {}, files.get
     )
     assert unchanged is not None and unchanged[-1].words == ["vllm", "serve", "small"]
+
+
+@pytest.mark.parametrize(
+    ("script", "models"),
+    [
+        # Another shell runs the file: its exec replaces that shell, and the container's script goes on.
+        ("bash /s/start.sh; exec vllm serve big", ["small", "big"]),
+        ("( bash /s/start.sh ); exec vllm serve big", ["small", "big"]),
+        # Sourced in a subshell: the exec replaces the subshell only.
+        ("( . /s/start.sh ); exec vllm serve big", ["small", "big"]),
+        ("{ . /s/start.sh; } | tee /tmp/log; exec vllm serve big", ["small", "big"]),
+        # Sourced on the script's main line (or in a brace group there): the exec replaces the script's shell.
+        (". /s/start.sh; exec vllm serve big", ["small"]),
+        ("{ . /s/start.sh; }; exec vllm serve big", ["small"]),
+    ],
+)
+def test_an_exec_in_a_followed_script_ends_only_the_process_it_runs_in(script: str, models: list[str]) -> None:
+    from planner.k8s.detect import script_servers
+
+    files = {"/s/start.sh": "exec vllm serve small\necho never\n"}
+    commands = container_commands(["sh", "-c", script], {}, files.get)
+    assert commands is not None
+    assert [s.words[2] for s in script_servers(commands)] == models  # the last is read; KVP039 names the others
+
+
+def test_a_bash_c_subshell_inside_a_script_is_read() -> None:
+    container = {
+        "name": "vllm",
+        "image": "example.com/server:1",
+        "command": ["sh", "-c", "set -e; bash -c '(cd /tmp && exec vllm serve Qwen/Qwen2.5-7B-Instruct)' &\nwait"],
+    }
+    found = inspect_container(0, container)
+    assert found is not None and found.command is not None
+    assert found.words == ["vllm", "serve", "Qwen/Qwen2.5-7B-Instruct"]  # (`)` was vLLM's last argument)
+
+
+def test_an_unreadable_script_a_script_runs_stays_a_command_as_written() -> None:
+    # (bash -c fails on its own script there, and the container's script goes on to its server)
+    commands = container_commands(["sh", "-c", "bash -c '(exec vllm serve small'; exec vllm serve big"], {})
+    assert commands is not None and commands[-1].words == ["vllm", "serve", "big"]
+    assert commands[0].words[:2] == ["bash", "-c"]

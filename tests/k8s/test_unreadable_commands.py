@@ -205,3 +205,67 @@ def test_an_init_container_that_ends_is_not_a_server() -> None:
     init = {"name": "fetch", "image": "vllm/vllm-openai:v0.19.0", "command": ["vllm", "serve", "x"]}
     (entry,) = entries(pod_with_sidecar(init))
     assert entry.codes == ["KVP060"]
+
+
+# -- shell scripts with subshells and brace groups ---------------------------------------------------------------
+
+LLAMA = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def a100_server(script: str, image: str = "vllm/vllm-openai:v0.11.0") -> str:
+    pod = {
+        "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB"},
+        "containers": [{"name": "vllm", "image": image, "command": ["bash", "-c", script], "resources": GPU}],
+    }
+    return yaml.safe_dump(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "server", "namespace": "llm"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "s"}},
+                "template": {"metadata": {"labels": {"app": "s"}}, "spec": pod},
+            },
+        }
+    )
+
+
+def enforced(text: str) -> WorkloadEntry:
+    policy = check_policy({"validationAction": "Enforce", "modelLookup": {"offline": True, "timeoutSeconds": 1}})
+    (entry,) = run_check(read_documents(text, "test.yaml"), policy=policy, backend=BACKEND).workloads
+    return entry
+
+
+@pytest.mark.parametrize(
+    ("script", "context"),
+    [
+        (f"(exec vllm serve {LLAMA} --max-model-len 131072)", 131072),  # was KVP037: `(exec` read as the program
+        (f"( exec vllm serve {LLAMA} --max-model-len 131072 )", 131072),  # was KVP043: `)` read as vLLM's argument
+        (f"{{ vllm serve {LLAMA} --max-model-len 8192; }}", 8192),
+        (f"cd /x && (vllm serve {LLAMA} --max-model-len 8192)", 8192),  # was KVP037
+        (f"(cd /x; exec vllm serve {LLAMA} --max-model-len 8192) &", 8192),  # was KVP043: invalid value '8192)'
+        (f"( vllm serve {LLAMA} --max-model-len 8192 ) | tee log", 8192),  # was KVP043
+    ],
+)
+def test_a_server_in_a_subshell_or_brace_group_is_checked(script: str, context: int) -> None:
+    entry = enforced(a100_server(script))
+    assert entry.decision in ("mutate", "warn") and entry.model == LLAMA
+    assert not {"KVP037", "KVP043", "KVP039"} & set(entry.codes), entry.messages
+    assert entry.args.get("max_model_len") == context
+
+
+@pytest.mark.parametrize(
+    ("script", "why"),
+    [
+        (f"(exec vllm serve {LLAMA} --max-model-len 131072", "`(` is never closed"),
+        (f"exec vllm serve {LLAMA} )", "`)` without its `(`"),
+        ("( " * 40 + f"exec vllm serve {LLAMA}" + " )" * 40, "nested deeper than 32"),
+    ],
+    ids=["unclosed", "unopened", "too-deep"],
+)
+def test_a_script_bash_would_refuse_or_nested_past_the_bound_is_cannot_read(script: str, why: str) -> None:
+    for image in ("vllm/vllm-openai:v0.11.0", "example.com/serving:1"):  # (any image: the script names vLLM)
+        entry = enforced(a100_server(script, image))
+        assert entry.decision == "skip" and entry.codes == ["KVP037"], image
+        (finding,) = entry.findings
+        assert finding.severity == "warn" and why in finding.message and len(finding.message) < 300

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+from planner.errors import UnreadableScriptError
 from planner.k8s.gpus import gpu_request
 from planner.k8s.images import image_release
 from planner.k8s.platforms.base import (
@@ -302,7 +303,11 @@ def _vllm_part(command: list[str], args: list[str]) -> tuple[list[str] | None, i
         return words[start:], len(command) - start, None
     if script is None:
         return None, 0, None
-    for shell_command in parse_script(script, {}):
+    try:
+        shell_commands = parse_script(script, {})
+    except UnreadableScriptError:
+        return None, 0, None  # (a script bash would refuse, or nested past the bound: not read)
+    for shell_command in shell_commands:
         begin = _module_start(shell_command.words)
         if begin is not None:
             return list(shell_command.words[begin:]), 0, SHELL_NO_WRITE
