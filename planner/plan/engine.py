@@ -661,10 +661,16 @@ class EngineMemo:
     """Engine stages of one model and one set of flags but the batch sizes and the context, on GPUs alike but
     in memory (their vendor, architecture, compute capability and interconnect: the engine reads the memory
     only for the budget, which :class:`StageMemory` figures do not depend on beyond ``budget_bytes``), with no
-    corrections: the bases by :func:`base_fields`, the engines by those and the batch values they read."""
+    corrections: the bases by :func:`base_fields`, the engines by those and the batch values they read.
+
+    A shared engine keeps the ``budget_bytes`` (so ``kv_bytes``) of the GPU it was first planned on: a reader
+    takes ``budget_bytes - kv_bytes`` (what is not KV) and its own GPU's budget (planner/plan/sweep.py).
+    One memo serves one release, version and set of coefficients, those of its first use; an engine asked
+    for with others is planned unshared."""
 
     bases: dict[tuple[object, ...], EngineBase] = field(default_factory=dict)
     engines: dict[tuple[object, ...], EngineLayout] = field(default_factory=dict)
+    bound: tuple[Release, Version | None, MemoryCoefficients] | None = None
 
     def engine(
         self,
@@ -677,6 +683,10 @@ class EngineMemo:
         coefficients: MemoryCoefficients,
         version: Version | None,
     ) -> EngineLayout:
+        if self.bound is None:
+            self.bound = (release, version, coefficients)
+        elif self.bound[0] is not release or self.bound[1] != version or self.bound[2] is not coefficients:
+            return compute_engine(model, gpu, args, release, resolved, coefficients=coefficients, version=version)
         fields = base_fields(resolved)
         base = self.bases.get(fields)
         if base is None:

@@ -216,13 +216,16 @@ Steps = Generator[tuple[int, int | None, C], C | None, R]
 
 def run_steps(steps: Steps[C, R], replan: Replan[C]) -> R:
     """The result of ``steps`` with ``replan`` planning each request in turn."""
-    try:
-        request = next(steps)
-        while True:
-            request = steps.send(replan(*request))
-    except StopIteration as done:
-        result: R = done.value
-        return result
+    answer: C | None = None
+    started = False
+    while True:
+        try:  # (only the search's own end: a StopIteration out of replan must not pass for it)
+            request = steps.send(answer) if started else next(steps)
+        except StopIteration as done:
+            result: R = done.value
+            return result
+        started = True
+        answer = replan(*request)
 
 
 def target_context(plan: Candidate, headroom: float) -> int | None:

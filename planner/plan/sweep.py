@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -259,6 +260,15 @@ class _Template:
         return self.spread_fixed
 
 
+def _detached(error: KvPlannerError) -> KvPlannerError:
+    """``error`` without what leads back to the frames that raised it: its traceback, and the exceptions it
+    was raised while handling (``raise ... from None`` only hides those when printed). Those frames hold the
+    sweeper, which holds the error: the cycle would keep every template alive until a full collection."""
+    error.__traceback__ = None
+    error.__context__ = error.__cause__ = None
+    return error
+
+
 def gpu_class_key(gpu: GpuSpec, releases: Sequence[Release]) -> tuple[object, ...]:
     """What GPUs share an engine stage by: every GpuSpec field the stage reads but the memory (and the
     name, which words only refusals: see ``_Sweeper.template``), and vLLM's batch defaults at each of
@@ -361,9 +371,7 @@ class _Sweeper:
                     memo=memo,
                 )
         except KvPlannerError as error:
-            # Kept without its traceback: the traceback's frames hold this sweeper, which holds the error, and
-            # that cycle would keep every template alive until a full garbage collection.
-            return error.with_traceback(None)
+            return _detached(error)
         heaviest = max(engine.memory, key=lambda stage: stage.weights_bytes)
         return _Template(
             model=model,
@@ -656,14 +664,38 @@ def collector_paused() -> Iterator[None]:
     """Python's cyclic garbage collector off for one sweep, as it was after. A sweep allocates hundreds of
     thousands of small objects (templates, flags, layouts) that all live until it returns; each full
     collection walks every one of them again, which cost a quarter of a catalog sweep's CPU
-    (docs/benchmarks.md). What the sweep leaves unreachable is collected at the next collection after."""
-    enabled = gc.isenabled()
-    gc.disable()
+    (docs/benchmarks.md). Pauses nest and may overlap across threads: the collector is back on (if it was
+    on before the first) when the last one ends."""
+    _PAUSES.begin()
     try:
         yield
     finally:
-        if enabled:
-            gc.enable()
+        _PAUSES.end()
+
+
+class _CollectorPauses:
+    """The sweeps running now (:func:`collector_paused`), and whether the collector was on before the first."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = 0
+        self.enabled_before = False
+
+    def begin(self) -> None:
+        with self.lock:
+            if self.running == 0:
+                self.enabled_before = gc.isenabled()
+                gc.disable()
+            self.running += 1
+
+    def end(self) -> None:
+        with self.lock:
+            self.running -= 1
+            if self.running == 0 and self.enabled_before:
+                gc.enable()
+
+
+_PAUSES = _CollectorPauses()
 
 
 def grid(

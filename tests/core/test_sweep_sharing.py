@@ -1,7 +1,7 @@
 """What the batched sweep shares between points stays exact and leaves nothing behind: engine stages shared
 through planner/plan/engine.py ``EngineMemo`` (flags that differ only in the limits, GPUs alike but in memory)
 are the stages planned alone; a sweep leaves no reference cycle for the collector; the collector is as it was
-after a sweep."""
+after a sweep; the resumable search the batched sweep drives (recommend.run_steps) ends only when it ends."""
 
 from __future__ import annotations
 
@@ -87,9 +87,14 @@ def test_shared_engine_stages_are_the_stages_planned_alone(model_id: str, root_n
 
 def test_a_sweep_leaves_no_reference_cycle() -> None:
     """Everything a sweep allocates is freed when its result is: a refusal kept with its traceback held the
-    sweeper (a frame's ``self``), so every template waited for a full collection."""
+    sweeper (a frame's ``self``), so every template waited for a full collection; so did a refusal raised
+    while handling another exception (its ``__context__``: a malformed --speculative-config or
+    --limit-mm-per-prompt)."""
     models = [_model("meta-llama/Llama-3.1-8B-Instruct"), _model("Qwen/Qwen2.5-VL-7B-Instruct")]
-    points = grid(models, [lookup_gpu("L4"), lookup_gpu("H100-80GB")], tensor_parallel_sizes=(1, 3))
+    gpus = [lookup_gpu("L4"), lookup_gpu("H100-80GB")]
+    points = grid(models, gpus, tensor_parallel_sizes=(1, 3))
+    points += grid(models, gpus, args=ServingArgs(speculative_config="{oops"))
+    points += grid(models[1:], gpus, args=ServingArgs(limit_mm_per_prompt="image"))
     sweep_table(points[:1], vllm_version="0.33.0")  # numpy imported, module memos filled
     was = gc.isenabled()
     gc.disable()
@@ -97,7 +102,8 @@ def test_a_sweep_leaves_no_reference_cycle() -> None:
         gc.collect()
         table = sweep_table(points, vllm_version="0.33.0")
         plans = sweep_plans(points, vllm_version="0.33.0")
-        assert any(error is not None for error in table.errors)  # TP 3 is refused: the case at stake
+        refused = [error for error in table.errors if error is not None]
+        assert len(refused) >= len(gpus) * 5  # TP 3 on both models, both malformed flags: the cases at stake
         assert any(p.recommended_max_num_seqs for p in plans)
         del table, plans
         assert gc.collect() == 0
@@ -119,3 +125,51 @@ def test_the_collector_is_as_it_was_after_a_sweep(enabled: bool) -> None:
         assert gc.isenabled() is enabled
     finally:
         gc.enable() if was else gc.disable()
+
+
+def test_overlapping_sweeps_keep_the_collector_off_until_the_last_ends() -> None:
+    """Two sweeps in two threads: the first to end leaves the collector off for the other."""
+    was = gc.isenabled()
+    gc.enable()
+    try:
+        first, second = collector_paused(), collector_paused()
+        first.__enter__()
+        second.__enter__()
+        first.__exit__(None, None, None)
+        assert not gc.isenabled()
+        second.__exit__(None, None, None)
+        assert gc.isenabled()
+    finally:
+        gc.enable() if was else gc.disable()
+
+
+def test_a_memo_plans_another_release_unshared() -> None:
+    """An EngineMemo serves the release of its first use; asked for another, it plans that one on its own."""
+    from planner.plan.engine import compute_engine
+    from planner.vllm.defaults import resolve_args
+    from planner.vllm.releases import resolve_release
+
+    model, gpu, args = _model("meta-llama/Llama-3.1-8B-Instruct"), lookup_gpu("H100-80GB"), ServingArgs()
+    memo = EngineMemo()
+    for since in ("0.33.0", "0.10.1"):
+        version, release, _ = resolve_release(since)
+        resolved = resolve_args(args, model, gpu, release, 8192)
+        got = memo.engine(model, gpu, args, release, resolved, coefficients=DEFAULT_COEFFICIENTS, version=version)
+        alone = compute_engine(model, gpu, args, release, resolved, coefficients=DEFAULT_COEFFICIENTS, version=version)
+        assert got == alone, since
+    assert len(memo.bases) == 1
+
+
+def test_a_replan_that_raises_stop_iteration_is_not_the_search_ending() -> None:
+    from planner.plan.recommend import run_steps
+
+    def search():  # type: ignore[no-untyped-def]
+        answer = yield (8192, None, "first")
+        return ("settled", answer)
+
+    def broken_replan(max_len: int, seqs: int | None, base: object) -> object:
+        raise StopIteration  # e.g. next() on an exhausted iterator, deep in a replan
+
+    assert run_steps(search(), lambda *request: "plan") == ("settled", "plan")
+    with pytest.raises(StopIteration):
+        run_steps(search(), broken_replan)
