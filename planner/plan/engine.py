@@ -725,13 +725,10 @@ def compute_engine(
     deltas: TermDeltas | None = None,
     version: Version | None = None,
     draft: ModelSpec | None = None,
-    base: EngineBase | None = None,
 ) -> EngineLayout:
-    """``version`` and ``draft`` (the resolved drafter) size ``--speculative-config``. ``base``: this engine's
-    :func:`engine_base`, already computed for flags that differ from ``args`` only in the batch sizes and the
-    context (with the same :func:`base_fields`)."""
-    if base is None:
-        base = engine_base(model, gpu, args, release, resolved, coefficients=coefficients, version=version, draft=draft)
+    """``version`` and ``draft`` (the resolved drafter) size ``--speculative-config``. :class:`EngineMemo`
+    shares the two parts between flags that differ only in the limits."""
+    base = engine_base(model, gpu, args, release, resolved, coefficients=coefficients, version=version, draft=draft)
     return engine_with_batch(base, gpu, args, release, resolved, coefficients=coefficients, deltas=deltas)
 
 

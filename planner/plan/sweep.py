@@ -304,7 +304,7 @@ class _Sweeper:
         self.templates: dict[tuple[int, int, tuple[object, ...]], _Template | KvPlannerError] = {}
         self.limited: dict[tuple[int, int, int | None], ServingArgs] = {}
         self.roots: dict[int, ServingArgs] = {}
-        """Flags with limits set (:meth:`_with_limits`) -> the flags they were set on."""
+        """Flags with limits set (:meth:`with_limits`) -> the flags they were set on."""
         self.engines: dict[tuple[int, int, tuple[object, ...]], EngineMemo] = {}
         self.band_memo: dict[tuple[object, ...], tuple[int, int]] = {}
         self.shapes: dict[tuple[object, ...], _Shape] = {}
@@ -497,7 +497,7 @@ class _Sweeper:
         def planned(max_len: int, seqs: int | None, base: SearchRow) -> SearchRow | None:
             if self.same_run(base.template, base.args, gpu, base.context, max_len, seqs):
                 return base
-            return SearchRow.of(self.point(model, gpu, self._with_limits(args, max_len, seqs)))
+            return SearchRow.of(self.point(model, gpu, self.with_limits(args, max_len, seqs)))
 
         return planned
 
@@ -515,13 +515,13 @@ class _Sweeper:
             return True
         if not self.version_known:
             return False
-        flags = self._with_limits(args, max_len, seqs)
+        flags = self.with_limits(args, max_len, seqs)
         try:
             return resolve_args(flags, t.model, gpu, t.release, max_len) == t.resolved
         except KvPlannerError:
             return False
 
-    def _with_limits(self, args: ServingArgs, max_len: int, seqs: int | None) -> ServingArgs:
+    def with_limits(self, args: ServingArgs, max_len: int, seqs: int | None) -> ServingArgs:
         key = (id(args), max_len, seqs)
         found = self.limited.get(key)
         if found is None:
@@ -615,7 +615,7 @@ def first_fitting_gpu(
         if shorter is None:
             continue
         # recommend.offer: the change together with the context it allows, its limits settled again.
-        combined_args = sweeper._with_limits(args, shorter, None)
+        combined_args = sweeper.with_limits(args, shorter, None)
         combined = SearchRow.of(sweeper.point(model, gpu, combined_args))
         if combined is None:
             continue

@@ -641,7 +641,7 @@ def _settle_all(
             if sweeper.same_run(base.template, base.args, gpu, base.context, max_len, seqs):
                 answers[i] = base
                 continue
-            flags = sweeper._with_limits(args, max_len, seqs)
+            flags = sweeper.with_limits(args, max_len, seqs)
             template = sweeper.template(model, gpu, flags)
             if isinstance(template, KvPlannerError):
                 answers[i] = None
