@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -52,7 +51,7 @@ class KvGroup:
             return max(m.blocks_for(tokens, in_flight=in_flight, dcp=dcp) for m in self.distinct_members)
         return self.spec.blocks_for(tokens, in_flight=in_flight, dcp=dcp)
 
-    @functools.cached_property
+    @cached_property
     def distinct_members(self) -> tuple[LayerCache, ...]:
         """The members' distinct specs (hashed once: a context search asks :meth:`blocks_for` many times)."""
         return tuple(dict.fromkeys(self.members))

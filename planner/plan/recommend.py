@@ -52,6 +52,12 @@ def round_context(tokens: int, block_size: int) -> int:
     return max(block_size, tokens // block_size * block_size) if tokens >= block_size else tokens
 
 
+def nominal_context(estimated: int, blocks: int, block_size: int) -> int | None:
+    """:attr:`Candidate.nominal_context` from a plan's figures: vLLM's own estimate of the longest context
+    (``estimated``), rounded; None when there is no block or no estimate."""
+    return round_context(estimated, block_size) if estimated > 0 and blocks > 0 else None
+
+
 def worst_case_max_num_seqs(kv: KvCacheReport, headroom: float) -> int:
     """Sequences that fit with every one at ``max_model_len`` and ``headroom`` of the blocks kept free."""
     usable = kv.usable_blocks * (1.0 - headroom)
@@ -432,9 +438,7 @@ class PlanView:
     @property
     def nominal_context(self) -> int | None:
         kv = self.plan.kv_cache
-        if kv.estimated_max_model_len <= 0 or kv.num_gpu_blocks <= 0:
-            return None
-        return round_context(kv.estimated_max_model_len, kv.block_size)
+        return nominal_context(kv.estimated_max_model_len, kv.num_gpu_blocks, kv.block_size)
 
     def sequence_blocks(self, tokens: int) -> int:
         return self.plan.kv_cache.blocks_for_sequence(tokens)

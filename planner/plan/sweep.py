@@ -64,7 +64,7 @@ from planner.plan.recommend import (
     Replan,
     alternative_context,
     check_headroom,
-    round_context,
+    nominal_context,
     safe_context,
     seqs_cap,
     settle,
@@ -347,7 +347,7 @@ class _Sweeper:
         parent = self.templates.get((id(model), id(root), self.gpu_class(gpu))) if root is not args else None
         try:
             if isinstance(parent, _Template):
-                version, release = parent.version, parent.release
+                version, release, derived = parent.version, parent.release, parent.derived
                 max_len, auto, resolved, engine, _ = limited_stage(
                     model,
                     gpu,
@@ -370,6 +370,7 @@ class _Sweeper:
                     draft=None,
                     memo=memo,
                 )
+                derived = derived_length(model, version)
         except KvPlannerError as error:
             return _detached(error)
         heaviest = max(engine.memory, key=lambda stage: stage.weights_bytes)
@@ -383,7 +384,7 @@ class _Sweeper:
             engine=engine,
             max_len=max_len,
             auto=auto,
-            derived=parent.derived if isinstance(parent, _Template) else derived_length(model, version),
+            derived=derived,
             fixed=[stage.budget_bytes - stage.kv_bytes for stage in engine.memory],
             heaviest_weights=heaviest.weights_bytes,
             coefficients=self.coefficients,
@@ -574,11 +575,6 @@ class SearchRow:
 
     def sequence_blocks(self, tokens: int) -> int:
         return sequence_blocks(self.template.engine.grouping, self.in_flight, tokens)
-
-
-def nominal_context(estimated: int, blocks: int, block_size: int) -> int | None:
-    """recommend.PlanView.nominal_context from a point's figures."""
-    return round_context(estimated, block_size) if estimated > 0 and blocks > 0 else None
 
 
 Point = tuple[ModelSpec, GpuSpec, ServingArgs]

@@ -29,8 +29,8 @@ import numpy as np
 from planner.errors import KvPlannerError
 from planner.kv.capacity import FitTerms
 from planner.plan.engine import in_flight_tokens, kv_layout
-from planner.plan.recommend import Settled, Steps, settle_steps
-from planner.plan.sweep import SearchRow, nominal_context
+from planner.plan.recommend import Settled, Steps, nominal_context, settle_steps
+from planner.plan.sweep import SearchRow
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
