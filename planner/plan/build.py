@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -177,6 +178,10 @@ def _engine_stage(
     return version, release, warnings, max_len, auto, resolved, engine
 
 
+Resolver = Callable[[ServingArgs, ModelSpec, GpuSpec, Release, int], ResolvedArgs]
+""":func:`resolve_args`, or a memo of it."""
+
+
 def limited_stage(
     model: ModelSpec,
     gpu: GpuSpec,
@@ -188,14 +193,17 @@ def limited_stage(
     corrections: TermCorrections | None,
     draft: ModelSpec | None,
     memo: EngineMemo | None = None,
+    resolve: Resolver | None = None,
 ) -> tuple[int, bool, ResolvedArgs, EngineLayout, bool]:
     """The part of :func:`_engine_stage` the limits (``--max-model-len``, ``--max-num-seqs``) reach: (the
     context, auto-fit, the resolved flags, the engine, whether measured corrections were applied). The
     release, architecture, parallelism and unmodelled-flag checks read no limit: the sweep plans flags that
-    differ from flags it planned only in the limits with this part alone (planner/plan/sweep.py)."""
+    differ from flags it planned only in the limits with this part alone (planner/plan/sweep.py), and gives
+    its memo of :func:`resolve_args` as ``resolve`` (its search resolves the same flags before replanning
+    them)."""
     check_values(args)
     max_len, auto = resolve_max_model_len(model, args, release, version)
-    resolved = resolve_args(args, model, gpu, release, max_len)
+    resolved = (resolve or resolve_args)(args, model, gpu, release, max_len)
     deltas = (
         corrections.deltas_for(
             model,

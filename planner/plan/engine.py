@@ -54,6 +54,9 @@ class TermDeltas:
     cuda_graph_bytes: int = 0
 
 
+_NO_DELTAS = TermDeltas()
+
+
 class TermCorrections(Protocol):
     """Measured corrections for a deployment, as the plan needs them.
 
@@ -436,7 +439,7 @@ def stage_memory(
     runs the model (its CUDA-graph estimate is 0 before 0.29, so nothing is subtracted; its sampler warm-up
     and sampler state are its own, planner/memory/activation.py). ``nccl_at_init``: the TP communicators' channel
     buffers NCCL allocates at their creation (planner/memory/nontorch.py ``nccl_at_init_bytes``), every stage's."""
-    d = deltas or TermDeltas()
+    d = deltas or _NO_DELTAS
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     budget = memory_budget(gpu.memory_bytes, resolved.gpu_memory_utilization, ceil=release.budget_ceil)
     dtype_bytes = DTYPE_BYTES[resolved.dtype]

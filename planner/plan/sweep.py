@@ -307,6 +307,8 @@ class _Sweeper:
         """Flags with limits set (:meth:`with_limits`) -> the flags they were set on."""
         self.engines: dict[tuple[int, int, tuple[object, ...]], EngineMemo] = {}
         self.band_memo: dict[tuple[object, ...], tuple[int, int]] = {}
+        self.resolved: dict[tuple[int, ...], ResolvedArgs] = {}
+        """:meth:`resolved_args`' memo."""
         self.shapes: dict[tuple[object, ...], _Shape] = {}
         """The batched sweep's KV layout shapes (planner/plan/vectorized.py ``_Shape``) by ``_shape_key``."""
         self.keep: list[object] = []  # objects whose id() keys the dictionaries above
@@ -358,6 +360,7 @@ class _Sweeper:
                     corrections=None,
                     draft=None,
                     memo=memo,
+                    resolve=self.resolved_args,
                 )
             else:
                 version, release, _, max_len, auto, resolved, engine = _engine_stage(
@@ -518,9 +521,21 @@ class _Sweeper:
             return False
         flags = self.with_limits(args, max_len, seqs)
         try:
-            return resolve_args(flags, t.model, gpu, t.release, max_len) == t.resolved
+            return self.resolved_args(flags, t.model, gpu, t.release, max_len) == t.resolved
         except KvPlannerError:
             return False
+
+    def resolved_args(
+        self, args: ServingArgs, model: ModelSpec, gpu: GpuSpec, release: Release, max_len: int
+    ) -> ResolvedArgs:
+        """:func:`resolve_args`, once per flags, model, GPU, release and context: the search asks it in
+        :meth:`same_run` and again when the flags are replanned (``limited_stage``). Only for objects the
+        sweeper keeps (their ids stay theirs)."""
+        key = (id(args), id(model), id(gpu), id(release), max_len)
+        found = self.resolved.get(key)
+        if found is None:
+            found = self.resolved[key] = resolve_args(args, model, gpu, release, max_len)
+        return found
 
     def with_limits(self, args: ServingArgs, max_len: int, seqs: int | None) -> ServingArgs:
         key = (id(args), max_len, seqs)

@@ -11,14 +11,19 @@ import itertools
 
 import pytest
 
+import planner.plan.build as build_module
+import planner.plan.sweep as sweep_module
 from planner.errors import KvPlannerError
 from planner.gpus.catalog import lookup_gpu
+from planner.gpus.spec import GpuSpec
 from planner.memory.coefficients import DEFAULT_COEFFICIENTS
 from planner.models.spec import ModelSpec
 from planner.plan.build import _engine_stage
 from planner.plan.engine import EngineLayout, EngineMemo
 from planner.plan.sweep import collector_paused, gpu_base_key, grid, sweep_plans, sweep_table
 from planner.vllm.args import ServingArgs
+from planner.vllm.defaults import ResolvedArgs, resolve_args
+from planner.vllm.releases import Release
 from tests.core.sweep_grid import MODELS
 
 # A text model, a vision model (its encoder profile reads the context), MXFP4 MoE, packed KV groups,
@@ -83,6 +88,26 @@ def test_shared_engine_stages_are_the_stages_planned_alone(model_id: str, root_n
     assert checked >= len(_GPUS)  # the flags are planned, not refused everywhere
     # Something was shared: fewer engine bases than GPU base keys x distinct flags.
     assert sum(len(memo.bases) for memo in memos.values()) < checked
+
+
+def test_a_sweep_resolves_each_replans_flags_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search asks whether a recommended limit resolves to the flags already planned (``same_run``), then
+    replans the ones that do not (``limited_stage``): both read the sweeper's memo of resolve_args
+    (planner/plan/sweep.py ``resolved_args``), so no (flags, model, GPU, release, context) is resolved twice."""
+    calls: list[tuple[int, ...]] = []
+
+    def counted(args: ServingArgs, model: ModelSpec, gpu: GpuSpec, release: Release, max_len: int) -> ResolvedArgs:
+        calls.append((id(args), id(model), id(gpu), id(release), max_len))
+        return resolve_args(args, model, gpu, release, max_len)
+
+    monkeypatch.setattr(sweep_module, "resolve_args", counted)
+    monkeypatch.setattr(build_module, "resolve_args", counted)
+    models = [_model(model_id) for model_id in _SHARED_MODELS[:3]]
+    points = grid(models, [lookup_gpu(name) for name in _GPUS], tensor_parallel_sizes=(1, 2))
+    table = sweep_table(points, vllm_version="0.33.0")
+    assert int((table["recommended_max_num_seqs"] > 0).sum()) > len(points) // 2  # the search replanned
+    assert len(calls) > len(points)
+    assert len(set(calls)) == len(calls)
 
 
 def test_a_sweep_leaves_no_reference_cycle() -> None:
