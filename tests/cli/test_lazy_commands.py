@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -83,6 +84,16 @@ def test_a_json_plan_of_a_catalog_model_imports_only_what_it_prints() -> None:
     assert not [m for m in loaded if m.startswith(unused)]
     # The table is the one output that needs rich (and the probe sees it).
     assert {"rich.table", "planner.cli._plan_table"} <= _modules_loaded_by(*plan)
+
+
+@pytest.mark.slow
+def test_a_check_without_a_workload_profile_imports_no_numpy() -> None:
+    """The policy imports planner.workload (numpy) only when a policy or an annotation gives a request-length
+    profile (planner/policy/model.py): a plain manifest is checked without it."""
+    manifest = str(Path(__file__).resolve().parents[2] / "examples" / "deployment.yaml")
+    loaded = _modules_loaded_by("check", "-f", manifest, "-o", "json")
+    assert "planner.policy.decide" in loaded
+    assert not [m for m in loaded if m.startswith(("numpy", "planner.workload."))]
 
 
 _ENTRY_POINT_PROBE = """
