@@ -96,6 +96,19 @@ def test_a_check_without_a_workload_profile_imports_no_numpy() -> None:
     assert not [m for m in loaded if m.startswith(("numpy", "planner.workload."))]
 
 
+@pytest.mark.slow
+def test_the_catalog_commands_import_only_their_catalog() -> None:
+    """`planner gpus` and `planner models` share planner/cli/catalog.py: the GPU listing does not import the
+    model catalog, and JSON output builds no rich table."""
+    gpus_json = _modules_loaded_by("gpus", "-o", "json")
+    assert "planner.gpus.catalog" in gpus_json
+    assert not [m for m in gpus_json if m.startswith(("planner.models", "rich"))]
+    assert "rich.table" in _modules_loaded_by("gpus")
+    models_json = _modules_loaded_by("models", "-o", "json")
+    assert "planner.models.catalog" in models_json
+    assert not [m for m in models_json if m.startswith("rich")]
+
+
 _ENTRY_POINT_PROBE = """
 import importlib.metadata, sys
 scans = []
