@@ -109,6 +109,16 @@ def test_the_catalog_commands_import_only_their_catalog() -> None:
     assert not [m for m in models_json if m.startswith("rich")]
 
 
+@pytest.mark.slow
+def test_an_estimate_imports_no_gpu_catalog() -> None:
+    """`planner estimate` needs a model, not a GPU: planner/cli/_lookup.py imports the GPU catalog in gpu_for."""
+    loaded = _modules_loaded_by(
+        "estimate", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--tokens", "32k", "-o", "json"
+    )
+    assert {"planner.cli._lookup", "planner.kv.specs"} <= loaded
+    assert not [m for m in loaded if m.startswith("planner.gpus")]
+
+
 _ENTRY_POINT_PROBE = """
 import importlib.metadata, sys
 scans = []
