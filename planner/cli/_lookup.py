@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.cli._output import err_console
 from planner.errors import (
@@ -13,18 +13,22 @@ from planner.errors import (
     UnknownGPUError,
     UnknownModelError,
 )
-from planner.gpus.catalog import gpu_from_memory, lookup_gpu
-from planner.gpus.spec import GpuSpec
 from planner.hub.progress import hub_progress
 from planner.hub.resolve import resolve_model
 from planner.models.catalog import lookup_model
 from planner.models.spec import ModelSpec
 from planner.units import parse_size
 
+if TYPE_CHECKING:
+    from planner.gpus.spec import GpuSpec
+
 
 def gpu_for(name: str | None, memory: str | None) -> GpuSpec:
     """The catalog GPU, or an ad-hoc one for ``--gpu-memory SIZE`` (a card not in the catalog). With both,
     the catalog card's other facts are kept and only its memory is replaced."""
+    # Imported here: `planner estimate` looks up models only, and the GPU catalog's classes cost it ~5%.
+    from planner.gpus.catalog import gpu_from_memory, lookup_gpu
+
     if memory is not None:
         size = parse_size(memory)
         if size < (1 << 30):

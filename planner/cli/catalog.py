@@ -1,18 +1,22 @@
 """``planner gpus`` and ``planner models``: the embedded catalogs, as tables or JSON."""
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 
 from planner.cli._app import app
 from planner.cli._commands import COMMANDS
 from planner.cli._output import OutputFormat, console, print_json, print_yaml
 from planner.gpus.catalog import all_gpus, instance_types, lookup_gpu
 from planner.gpus.spec import GpuSpec
-from planner.models.catalog import all_models, lookup_model
-from planner.models.spec import ModelSpec
 from planner.units import GiB
+
+# One module serves both commands: `planner gpus` does not import the model catalog (its ModelSpec classes),
+# and -o json / -o yaml do not import rich (tables are built where they are printed).
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from planner.models.spec import ModelSpec
 
 OutputOption = Annotated[OutputFormat, typer.Option("--output", "-o", help="table, json or yaml.")]
 
@@ -26,6 +30,12 @@ def _emit(value: Any, output: OutputFormat) -> bool:
         print_yaml(value)
         return True
     return False
+
+
+def _table(**options: Any) -> "Table":
+    from rich.table import Table
+
+    return Table(**options)
 
 
 def _gpu_record(gpu: GpuSpec) -> dict[str, Any]:
@@ -49,7 +59,7 @@ def gpus(
     if list_instance_types:
         types = instance_types()
         if not _emit(types, output):
-            table = Table(title="Cloud instance types", title_justify="left")
+            table = _table(title="Cloud instance types", title_justify="left")
             for column in ("Provider", "Instance type", "GPU", "GPUs"):
                 table.add_column(column, justify="right" if column == "GPUs" else "left")
             for item in types:
@@ -64,7 +74,7 @@ def gpus(
     specs = all_gpus()
     if _emit([_gpu_record(g) for g in specs], output):
         return
-    table = Table(title="GPU catalog (memory = total CUDA reports)", title_justify="left")
+    table = _table(title="GPU catalog (memory = total CUDA reports)", title_justify="left")
     for column, justify in (
         ("Name", "left"),
         ("GiB", "right"),
@@ -108,7 +118,7 @@ def _print_gpu(gpu: GpuSpec) -> None:
     if gpu.notes:
         console.print(f"  notes      {gpu.notes}")
     if gpu.mig_profiles:
-        table = Table(title="MIG profiles", title_justify="left")
+        table = _table(title="MIG profiles", title_justify="left")
         for column in ("Profile", "Resource", "Memory", "Compute"):
             table.add_column(column)
         for profile in gpu.mig_profiles:
@@ -122,7 +132,7 @@ def _print_gpu(gpu: GpuSpec) -> None:
         console.print(f"  MIG source {gpu.mig_profiles[0].memory_source}")
 
 
-def _params(model: ModelSpec) -> str:
+def _params(model: "ModelSpec") -> str:
     return f"{model.parameters / 1e9:.1f}B" if model.parameters else ""
 
 
@@ -135,6 +145,8 @@ def models(
     model_id: Annotated[str | None, typer.Argument(help="Show one model, by Hugging Face id or alias.")] = None,
     output: OutputOption = OutputFormat.table,
 ) -> None:
+    from planner.models.catalog import all_models, lookup_model
+
     if model_id is not None:
         model = lookup_model(model_id)
         if not _emit(model, output):
@@ -143,7 +155,7 @@ def models(
     entries = all_models()
     if _emit(entries, output):
         return
-    table = Table(title="Model catalog", title_justify="left")
+    table = _table(title="Model catalog", title_justify="left")
     table.add_column("Model", no_wrap=True)
     for column, justify in (
         ("Attention", "left"),
@@ -173,7 +185,7 @@ def models(
     console.print("Checked = verified field by field against a real config.json. Details: planner models ID")
 
 
-def _print_model(model: ModelSpec) -> None:
+def _print_model(model: "ModelSpec") -> None:
     console.print(f"[bold]{model.id}[/bold] ({model.architecture}, {model.attention_design})")
     rows = [
         ("layers", f"{model.num_layers} ({_pattern_summary(model.layer_pattern)})"),

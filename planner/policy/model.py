@@ -33,7 +33,6 @@ from pydantic.alias_generators import to_camel
 from planner.errors import PlannerInputError, PolicyError, WorkloadProfileError
 from planner.policy.caps import InputCaps
 from planner.untrusted import load_yaml
-from planner.workload import parse_workload
 
 ValidationAction = Literal["Enforce", "Audit"]
 Mutation = Literal["off", "fill", "clamp"]
@@ -52,6 +51,10 @@ def _check_workload(value: Any) -> Any:
     """Validate a workload profile with planner.workload (the one owner of that schema)."""
     if value is None:
         return None
+    # Imported here, not at the top: planner.workload imports numpy (~0.1 s), which a policy without a
+    # workload profile (most, and every `planner check` of a plain manifest) never needs.
+    from planner.workload import parse_workload
+
     try:
         parse_workload(value, source="workload")
     except WorkloadProfileError as error:

@@ -32,7 +32,6 @@ from planner.vllm.args import ServingArgs
 from planner.vllm.defaults import resolve_args
 from planner.vllm.hf_overrides import Overridden, apply_hf_overrides
 from planner.vllm.releases import resolve_release
-from planner.workload import parse_workload
 
 DEFAULT_HUB_LIMITS = HubLimits()
 _MODEL_TTL = 600.0  # seconds a resolved model is reused (the Hub layer has its own cache as well)
@@ -221,6 +220,10 @@ class CoreBackend:
         hit = self._profiles.get(key)
         if hit is not None:
             return hit
+        # Imported on the first profile (numpy: see planner/policy/model.py); the webhook's fork server
+        # imports it before forking (admission/webhook/worker.py warm_profiles).
+        from planner.workload import parse_workload
+
         profile = parse_workload(data, source="workload")  # a frozen model: safe to share
         self._profiles.put(key, profile, ttl=None)
         return profile

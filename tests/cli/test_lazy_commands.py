@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -83,6 +84,39 @@ def test_a_json_plan_of_a_catalog_model_imports_only_what_it_prints() -> None:
     assert not [m for m in loaded if m.startswith(unused)]
     # The table is the one output that needs rich (and the probe sees it).
     assert {"rich.table", "planner.cli._plan_table"} <= _modules_loaded_by(*plan)
+
+
+@pytest.mark.slow
+def test_a_check_without_a_workload_profile_imports_no_numpy() -> None:
+    """The policy imports planner.workload (numpy) only when a policy or an annotation gives a request-length
+    profile (planner/policy/model.py): a plain manifest is checked without it."""
+    manifest = str(Path(__file__).resolve().parents[2] / "examples" / "deployment.yaml")
+    loaded = _modules_loaded_by("check", "-f", manifest, "-o", "json")
+    assert "planner.policy.decide" in loaded
+    assert not [m for m in loaded if m.startswith(("numpy", "planner.workload."))]
+
+
+@pytest.mark.slow
+def test_the_catalog_commands_import_only_their_catalog() -> None:
+    """`planner gpus` and `planner models` share planner/cli/catalog.py: the GPU listing does not import the
+    model catalog, and JSON output builds no rich table."""
+    gpus_json = _modules_loaded_by("gpus", "-o", "json")
+    assert "planner.gpus.catalog" in gpus_json
+    assert not [m for m in gpus_json if m.startswith(("planner.models", "rich"))]
+    assert "rich.table" in _modules_loaded_by("gpus")
+    models_json = _modules_loaded_by("models", "-o", "json")
+    assert "planner.models.catalog" in models_json
+    assert not [m for m in models_json if m.startswith("rich")]
+
+
+@pytest.mark.slow
+def test_an_estimate_imports_no_gpu_catalog() -> None:
+    """`planner estimate` needs a model, not a GPU: planner/cli/_lookup.py imports the GPU catalog in gpu_for."""
+    loaded = _modules_loaded_by(
+        "estimate", "--model", "meta-llama/Llama-3.1-8B-Instruct", "--tokens", "32k", "-o", "json"
+    )
+    assert {"planner.cli._lookup", "planner.kv.specs"} <= loaded
+    assert not [m for m in loaded if m.startswith("planner.gpus")]
 
 
 _ENTRY_POINT_PROBE = """
