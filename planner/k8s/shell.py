@@ -311,6 +311,7 @@ def expand(
     arrays: Mapping[str, Array | None] | None = None,
     runtime: list[str] | None = None,
     runtime_of: Mapping[str, Sequence[str]] | None = None,
+    in_double: bool = False,
 ) -> tuple[str, list[str]]:
     """Expand ``$VAR``, ``${VAR}``, ``${VAR:-default}``, ``${VAR-default}`` outside single quotes.
 
@@ -324,7 +325,8 @@ def expand(
     modelled (an array that is not, ``"--x=${A[@]}"``, ``${A[@]:1}``), stay as written, each one unit of its
     word, and are added to ``runtime``; so are the ones ``runtime_of`` says a variable expanded here holds.
     Returns the text (still quoted, ready for :func:`shlex.split`) and the names that had no value. Each
-    value put in is charged to ``budget`` (InputCapError KVP074 past it) before it is added.
+    value put in is charged to ``budget`` (InputCapError KVP074 past it) before it is added. ``in_double``:
+    ``text`` is inside double quotes (a default in ``"${X:-...}"``), so what is put in is escaped as there.
     """
     budget = budget or new_budget()
     params = _Positional(positional) if positional is not None else None
@@ -346,7 +348,7 @@ def expand(
         out.append(_verbatim(part, quote == '"'))
 
     i = 0
-    quote: str | None = None
+    quote: str | None = '"' if in_double else None
     while i < len(text):
         ch = text[i]
         if quote == "'":
@@ -436,6 +438,7 @@ def expand(
                                     arrays=arrays,
                                     runtime=runtime,
                                     runtime_of=runtime_of,
+                                    in_double=quote == '"',
                                 )
                                 out.append(value)
                                 i = end + 1

@@ -126,6 +126,7 @@ def test_what_arrays_do_that_is_not_modelled_stays_as_written_and_unknown(script
         ('"$(echo "$(cat "/a b")")"', '$(echo "$(cat "/a b")")'),  # nested, with quotes inside
         ("$(( (1 + 2) * 1024 ))", "$(( (1 + 2) * 1024 ))"),
         ("x$(printf '%s' 'a )')y", "x$(printf '%s' 'a )')y"),
+        ('"${LEN:-$(cat "/cfg/a b")}"', '$(cat "/cfg/a b")'),  # in a default inside double quotes
     ],
 )
 def test_a_command_substitution_is_one_unit_of_its_word(written: str, word: str) -> None:
