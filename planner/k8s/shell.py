@@ -24,7 +24,8 @@ What only the running script knows stays as written, one unit of its word, and i
 :attr:`ShellCommand.runtime`: command substitutions (``$(...)``, backticks, ``$(( ))``, ``<( )``, with
 their nested quotes and substitutions; :mod:`planner.k8s.shell_words` finds their ends), also through a
 variable that holds one (``L=$(cat /cfg/len); ... $L``), and the array forms not modelled (``declare -A``
-associative arrays, ``"--x=${A[@]}"``, slices and defaults on elements, arithmetic subscripts).
+associative arrays, ``"--x=${A[@]}"``, slices and defaults on elements, arithmetic subscripts, arrays
+``mapfile``/``readarray``/``read -a`` fill from their input).
 planner.policy.container turns one found in the model, a sizing flag, vLLM's unrecognised arguments or a
 parser error into KVP032 ("not checked"), never a rejection.
 """
@@ -34,6 +35,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import re2
@@ -956,6 +958,10 @@ class _ScriptReader:
                 self._set_array(name, None)
                 continue
             self._assign(name, value, runtime)
+        read_into = _read_array_name(_drop_redirections(words))
+        if read_into is not None:  # `mapfile -t ARGS < /cfg/args`: filled at run time, not known here
+            self._save(read_into)
+            self._set_array(read_into, None)
         if words and words[0] in ("export", "declare", "local", "readonly"):
             for word in words[1:]:
                 if _ASSIGNMENT.match(word):
@@ -963,6 +969,23 @@ class _ScriptReader:
                     self._assign(name, value, runtime)
             return True
         return False
+
+
+_MAPFILE_VALUED = frozenset({"-d", "-n", "-O", "-s", "-u", "-C", "-c"})  # mapfile's options that take a value
+
+
+def _read_array_name(words: list[str]) -> str | None:
+    """The array ``mapfile``/``readarray`` (``MAPFILE`` by default) or ``read -a NAME`` fills from its input:
+    its elements are only known when the script runs."""
+    if words[:1] in (["mapfile"], ["readarray"]):
+        last = words[-1]
+        named = len(words) > 1 and words[-2] not in _MAPFILE_VALUED and _name_end(last, 0) == len(last) > 0
+        return last if named else "MAPFILE"
+    if words[:1] == ["read"]:
+        for option, name in pairwise(words[1:]):
+            if option.startswith("-") and "a" in option[1:] and _name_end(name, 0) == len(name) > 0:
+                return name
+    return None
 
 
 def _plain_words(text: str) -> list[str]:

@@ -107,6 +107,9 @@ def test_newlines_inside_an_array_assignment_are_not_separators_or_subshells() -
         ('A=(1 2); vllm serve m "--x=${A[@]}"', "${A[@]}"),  # words joined to the text around them
         ('A=(1 2); vllm serve m "${A[@]:1}"', "${A[@]:1}"),  # slices, defaults on elements
         ('A=(1 2); A[i+1]=3; vllm serve m "${A[@]}"', "${A[@]}"),  # arithmetic in a subscript
+        ('mapfile -t ARGS < /cfg/args; vllm serve m "${ARGS[@]}"', "${ARGS[@]}"),  # filled from input
+        ('readarray ARGS < /cfg/args; vllm serve m "${ARGS[@]}"', "${ARGS[@]}"),
+        ('read -ra ARGS <<< "$EXTRA"; vllm serve m "${ARGS[@]}"', "${ARGS[@]}"),
     ],
 )
 def test_what_arrays_do_that_is_not_modelled_stays_as_written_and_unknown(script: str, kept: str) -> None:
@@ -161,10 +164,11 @@ def test_an_array_of_flags_is_planned_not_rejected() -> None:
         ('--gpu-memory-utilization "$(cat /cfg/util)"', "--gpu-memory-utilization"),
         ("$(cat /cfg/extra-args)", "vLLM's arguments"),  # words vLLM receives are not known
         ('--port 8000 "${O[@]}"', "vLLM's arguments"),  # (O is associative: `declare -A O=(...)` first)
+        ('"${FILLED[@]}"', "vLLM's arguments"),  # (`mapfile -t FILLED < /cfg/args` first)
     ],
 )
 def test_a_value_only_the_running_script_gives_is_not_checked_never_rejected(written: str, what: str) -> None:
-    script = f"declare -A O=([max-model-len]=1)\nexec vllm serve {M} {written}"
+    script = f"declare -A O=([max-model-len]=1)\nmapfile -t FILLED < /cfg/args\nexec vllm serve {M} {written}"
     entry = enforced(a100_server(script))
     assert entry.codes == ["KVP032"], entry.messages
     (finding,) = entry.findings
