@@ -50,6 +50,11 @@ class VllmContainer(BaseModel):
     has_args: bool = Field(default=False, description="the container has an `args` list")
     env: dict[str, str] = Field(default_factory=dict)
     unresolved: list[str] = Field(default_factory=list, description="variables with no value in the manifest")
+    runtime: list[str] = Field(
+        default_factory=list,
+        description="shell style: text kept as written that only the running script gives a value "
+        "(`$(cat /cfg/len)`, an array kv-planner does not model)",
+    )
     servers: int = Field(default=1, description="shell style: the vLLM servers the script starts (one is read)")
     servers_conditional: bool = Field(
         default=False, description="shell style: some of those servers are in branches or loops (one of them runs)"
@@ -186,6 +191,7 @@ def inspect_container(
             parse_error=error,
             words=shell_command.words,
             unresolved=missing,
+            runtime=shell_command.runtime,
             servers=len(servers),
             servers_conditional=len(servers) > 1 and any(server.conditional for server in servers),
             **common,

@@ -12,12 +12,14 @@ closing piece around the pieces inside it. It follows bash's grammar as far as f
   parentheses are not groups), ``#`` starts a comment at a word's start, ``\\``-newline joins lines;
 - what else uses parentheses keeps them: case patterns (``a|b)``), function definitions (``f() { ...; }``:
   the body is read as a group that may run), arithmetic commands (``(( i++ ))``, ``for ((...))``), array
-  assignments (``ARGS=(a b)``), extended globs (``@(a|b)``) and ``[[ ... ]]`` tests;
+  assignments (``ARGS=(a b)``: newlines inside are blanks and ``#`` starts a comment, as in bash),
+  extended globs (``@(a|b)``) and ``[[ ... ]]`` tests;
 - here-document bodies (``<<EOF`` ... ``EOF``) are data, not commands.
 
 What bash would reject (an unbalanced ``(``, a word after a group, an empty group), a form this module
-does not read (a function whose body is not a group), and groups nested deeper than :data:`MAX_GROUP_DEPTH`
-raise :class:`UnreadableScriptError`: the script's commands stay unknown rather than guessed. The scan
+does not read (a function whose body is not a group), groups nested deeper than :data:`MAX_GROUP_DEPTH`
+and quotes or substitutions nested deeper than :data:`MAX_WORD_NESTING` raise
+:class:`UnreadableScriptError`: the script's commands stay unknown rather than guessed. The scan
 is linear in the script's length: every character is looked at a bounded number of times.
 """
 
@@ -36,6 +38,10 @@ MAX_GROUP_DEPTH = 32
 # An arithmetic command `(( ... ))` is looked for within this many characters after its `((`; a longer one
 # is read as two subshells (and is then most likely unbalanced: "cannot read").
 _MAX_ARITHMETIC_CHARS = 4_096
+# Quotes, `$( )`, `${ }`, backticks and array parentheses open inside one another at once (`"$(a "$(b)")"`
+# is 4). Hand-written scripts nest a handful; without a bound, `$(` repeated 100,000 times made frames and
+# work in planner.k8s.shell_words grow with it. Past it: unreadable (KVP037 with a GPU).
+MAX_WORD_NESTING = 32
 
 _BLANKS = frozenset(" \t")
 _SEPARATOR_CHARS = frozenset(";&|")
@@ -58,6 +64,7 @@ _FUNCTION_NAME = re2.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]*$")
 _REDIRECTION = re2.compile(r"^[0-9]*(&>>|<<<|<<-|<<|>>|<&|>&|<>|>\||&>|<|>)")
 _EXTGLOB_MARKS = "?*+@!"  # `@(a|b)`: an extended glob is one word
 _MAX_NAME_CHUNKS = 256  # a variable's name in `NAME=(` is shorter than this
+_ARRAY = "=)"  # (in _Scanner.nesting: an array assignment's parentheses, closed by `)`; comments inside)
 
 
 @dataclass(slots=True)
@@ -116,7 +123,8 @@ class _Scanner:
     test: bool = False  # inside `[[ ... ]]`: parentheses, `&&`, `||`, `<`, `>` are the test's own
     after_group: bool = False  # right after a group's `)` or `}`: only redirections, then a separator
     redirect_target: bool = False  # after a group, a bare `>` takes the next word
-    nesting: list[str] = field(default_factory=list)  # open parts of a word: '"', '`', ')' ($( or <( ), '}'
+    # open parts of a word: '"', '`', ')' ($( or <( ), '}', and _ARRAY for an array assignment's `(`
+    nesting: list[str] = field(default_factory=list)
     heredocs: list[tuple[str, bool]] = field(default_factory=list)  # (delimiter, strip tabs) for the next line
 
     # -- the loop ---------------------------------------------------------------------------------------------
@@ -189,14 +197,19 @@ class _Scanner:
         """A quote, backtick, ``$(``, ``<(``, ``>(`` or ``${`` opens a part of the word that runs to its own end."""
         ch = self.script[self.at]
         if ch in '"`':
-            self.nesting.append(ch)
+            self._nest(ch)
             self._take(1)
         elif self.script[self.at + 1] == "{":
-            self.nesting.append("}")
+            self._nest("}")
             self._take(2)
         else:
-            self.nesting.append(")")
+            self._nest(")")
             self._take(2)
+
+    def _nest(self, closer: str) -> None:
+        if len(self.nesting) >= MAX_WORD_NESTING:
+            raise UnreadableScriptError(f"quotes and substitutions nested deeper than {MAX_WORD_NESTING}")
+        self.nesting.append(closer)
 
     def _in_word_part(self) -> None:
         """One step inside a quoted or substituted part of a word: parentheses, separators and newlines
@@ -205,9 +218,11 @@ class _Scanner:
         ch = script[self.at]
         if ch == "\\":
             self._escape()
-        elif ch == top:
+        elif ch == top[-1]:
             self.nesting.pop()
             self._take(1)
+        elif top == _ARRAY and ch == "#" and self._word_ends_with(" \t\n("):
+            self._comment()  # `ARGS=(--x 1  # why)`: a comment inside an array's parentheses, as in bash
         elif top == "`":
             self._take(1)
         elif self._starts_word_part(top):
@@ -217,7 +232,7 @@ class _Scanner:
         elif ch == "'":
             self._single_quoted()
         elif ch == "(" and top == ")":
-            self.nesting.append(")")  # `$(( 1 + (2) ))`, `$( (cd /x; pwd) )`
+            self._nest(")")  # `$(( 1 + (2) ))`, `$( (cd /x; pwd) )`
             self._take(1)
         elif ch in "<>" and script[self.at + 1 : self.at + 2] == "(":
             self._enter_word_part()
@@ -440,10 +455,10 @@ class _Scanner:
             return
         word = self._short_word(_MAX_NAME_CHUNKS)
         if word and (self.assigning or self.declaring) and _ASSIGNMENT_START.match(word):
-            self._enter_word_part_at_parenthesis()
+            self._enter_word_part_at_parenthesis(_ARRAY)  # (newlines inside are blanks, not separators)
             return
         if self._word_ends_with(_EXTGLOB_MARKS) and not (word == "!" and self._at_command_start()):
-            self._enter_word_part_at_parenthesis()
+            self._enter_word_part_at_parenthesis(")")
             return
         case = self.open[-1] if self.open and self.open[-1].kind == "case" else None
         if case is not None and case.phase == "pattern" and word == "":
@@ -461,8 +476,8 @@ class _Scanner:
             return
         raise UnreadableScriptError("`(` in the middle of a command")
 
-    def _enter_word_part_at_parenthesis(self) -> None:
-        self.nesting.append(")")
+    def _enter_word_part_at_parenthesis(self, closer: str) -> None:
+        self._nest(closer)
         self._take(1)
 
     def _in_test(self) -> bool:

@@ -37,6 +37,7 @@ from planner.errors import (
     RepoNotAllowedError,
     UnknownModelError,
 )
+from planner.k8s.detect import VllmContainer
 from planner.k8s.inspect import ContainerFinding
 from planner.models.spec import ModelSpec
 from planner.plan.models import Plan
@@ -299,10 +300,32 @@ def _read_command(
     name = container.name
     command = container.command
     if command is None:
-        out.findings.append(finding(Code.COMMAND_LINE_REJECTED, name, container.parse_error or "unreadable"))
+        unknowable = _runtime_finding(container, "the command line", container.parse_error or "")
+        out.findings.append(
+            unknowable or finding(Code.COMMAND_LINE_REJECTED, name, container.parse_error or "unreadable")
+        )
         return None
     out.model_id = command.model
     mutable = policy.mutation != "off"  # (the command's style decides later whether it can be edited)
+    # A value only the running script gives (`--max-model-len "$(cat /cfg/len)"`, an array kv-planner does not
+    # model) cannot be checked, and vLLM's parser must not be taken to reject the text as written: in a sizing
+    # flag or the model, among the arguments vLLM would not recognise, or in the error it would raise.
+    unknowable = next(
+        (
+            hit
+            for what, text in (
+                *((_flag_name(dest), str(command.values.get(dest, ""))) for dest in _SIZING_DESTS),
+                ("the model", str(command.model or "")),
+                ("vLLM's arguments", " ".join(command.unknown)),
+                ("the command line", command.errors[0] if command.errors else ""),
+            )
+            if (hit := _runtime_finding(container, what, text)) is not None
+        ),
+        None,
+    )
+    if unknowable is not None:
+        out.findings.append(unknowable)
+        return None
     if command.errors:
         out.findings.append(
             finding(
@@ -343,7 +366,8 @@ def _read_command(
     try:
         serving = command.serving_args(env=container.env)
     except KvPlannerError as error:
-        out.findings.append(finding(Code.COMMAND_LINE_REJECTED, name, error.message))
+        unknowable = _runtime_finding(container, "the command line", error.message)
+        out.findings.append(unknowable or finding(Code.COMMAND_LINE_REJECTED, name, error.message))
         return None
     out.args = written_args(serving, values)
     overrides: dict[str, Any] | HfOverridesError
@@ -360,6 +384,23 @@ def _read_command(
         out.findings.append(cap_finding(error, name))
         return None
     return command, serving, mutable, overrides
+
+
+def _runtime_finding(container: VllmContainer, what: str, text: str) -> Finding | None:
+    """KVP032 when ``text`` holds a part of the script kept as written (a command substitution ...): its
+    value is only known when the script runs, so ``what`` is not checked."""
+    part = next((part for part in container.runtime if part and part in text), None)
+    if part is None:
+        return None
+    shown = " ".join(part.split())
+    shown = shown if len(shown) <= 80 else shown[:79] + "…"
+    return finding(
+        Code.UNRESOLVED_VARIABLE, container.name, f"{shown} has a value only when the script runs: {what} not checked"
+    )
+
+
+def _flag_name(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
 
 
 def _gpu_count_findings(found: ContainerFinding, serving: ServingArgs) -> list[Finding]:

@@ -329,8 +329,9 @@ def test_an_exec_in_a_group_ends_what_runs_in_its_process(script: str, served: l
 def test_an_array_assignment_is_not_a_command() -> None:
     # (its words were read as a command: `A=(exec vllm serve m)` started a "server" named `m)`)
     commands = parse_script("CMD=(exec vllm serve m --x '(y)'); \"${CMD[@]}\"; exec vllm serve n $CMD", {"CMD": "z"})
-    assert [c.words for c in commands] == [["${CMD[@]}"], ["vllm", "serve", "n"]]
-    assert commands[-1].unresolved == ["CMD"]  # an array is not read: not the value it had before
+    # The array is the command that runs (its first element `exec`: it ends the script), and `$CMD` would
+    # have been its element 0. (Before arrays were read, `"${CMD[@]}"` was a command named `${CMD[@]}`.)
+    assert [(c.words, c.execs) for c in commands] == [(["vllm", "serve", "m", "--x", "(y)"], True)]
 
 
 def test_a_subshell_keeps_its_assignments_and_parameters_to_itself() -> None:
