@@ -4,8 +4,9 @@ Kubernetes manifests often start vLLM through a shell (``command: [sh, -c]``, ``
 $MODEL \\ ..."]``). :mod:`planner.k8s.shell_scan` splits a script into simple commands at ``;``, ``&&``,
 ``||``, ``|``, ``&`` and newlines, and into the subshells ``( ... )`` and brace groups ``{ ...; }`` around
 them (respecting quotes, ``\\``-newline continuations and ``#`` comments). This module reads them in order
-as the shell runs them: it expands ``$VAR`` / ``${VAR}`` / ``${VAR:-default}`` from the container's
-environment and from assignments made earlier in the script (a subshell's own are gone after it), splits
+as the shell runs them: it expands ``$VAR`` / ``${VAR}`` / ``${VAR:-default}`` (:mod:`planner.k8s.shell_expand`)
+from the container's environment and from assignments made earlier in the script (a subshell's own are gone
+after it), splits
 each command into words with :func:`shlex.split` (quote removal), and follows which ``exec`` ends which
 process.
 
@@ -42,7 +43,16 @@ import re2
 from pydantic import BaseModel, ConfigDict
 
 from planner.errors import InputCapError
-from planner.k8s.envvars import ANY_NAME, ExpansionBudget, new_budget
+from planner.k8s.envvars import ExpansionBudget, new_budget
+from planner.k8s.shell_expand import (
+    MAX_RUNTIME_TEXTS,
+    Array,
+    check_array_size,
+    closing_bracket,
+    expand,
+    shell_name_end,
+    subscript_index,
+)
 from planner.k8s.shell_scan import Piece, scan
 from planner.k8s.shell_words import array_words, part_end, skip_blanks, word_end
 from planner.vllm.launchers import unwrap
@@ -58,7 +68,6 @@ _DECLARATION_WORDS = frozenset({"declare", "typeset", "local", "readonly", "expo
 _PREFIX_WORDS = frozenset({"then", "else", "elif", "do", "!", "if", "while", "until", "time", "{", ")"})
 _ASSIGNMENT = re2.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _REDIRECT = re2.compile(r"^(\d*|&)(>>?|<<<|<<-?|<>|<|>\|)(&\d*-?)?(?P<target>.*)$")
-_SPECIAL_OUTSIDE = set("'\"\\;&|()<>$`#")
 # Reserved words before a simple command are control flow, not the command: `if x; then vllm serve ...`,
 # `while true; do vllm serve ...; done`, `{ vllm serve ...; }`, `! cmd`. Openers and closers also track
 # whether a command sits inside a conditional or a loop.
@@ -123,416 +132,6 @@ def split_with_separators(script: str) -> list[tuple[str, str]]:
 
 # Separators after which (and before which) a command runs unconditionally, in the script's own shell.
 _SEQUENTIAL = frozenset({"", ";", "\n", ";;"})
-
-
-class _Positional:
-    """A script's positional parameters (``$0`` first) for :func:`expand`."""
-
-    _NAME = re2.compile(r"^([0-9]+|[@*#])")
-
-    def __init__(self, values: Sequence[str]) -> None:
-        self.values = list(values)
-
-    def name(self, body: str) -> Any:  # (a re2 match, or None)
-        return self._NAME.match(body)
-
-    def owns(self, name: str) -> bool:
-        return name.isdigit() or name in ("@", "*", "#")
-
-    def get(self, name: str) -> str:
-        """``$N`` (empty past the last), ``$#``, and ``$@``/``$*`` as one string (the shell splits it
-        on blanks outside quotes, and keeps it one word inside, as for ``"$*"``)."""
-        if name == "#":
-            return str(max(0, len(self.values) - 1))
-        if name in ("@", "*"):
-            return " ".join(self.values[1:])
-        index = int(name) if len(name) <= 6 else len(self.values)
-        return self.values[index] if index < len(self.values) else ""
-
-    def words(self) -> str:
-        """``"$@"``: the arguments quoted one by one (no word when there are none)."""
-        return " ".join(shlex.quote(value) for value in self.values[1:])
-
-
-# A parameter expansion's body is a name and perhaps a short default: one longer than this is not read as
-# one (its text stays as written), so finding the closing brace costs at most this much per `${`.
-_MAX_PARAMETER_CHARS = 4_096
-_NAME_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_")
-_NAME_CHARS = _NAME_START | frozenset("0123456789")
-
-
-def _name_end(text: str, start: int) -> int:
-    """The end of the shell name at ``text[start:]`` (``start`` itself when there is none). Plain string
-    code: a regular expression matched at an offset re-reads the whole command each time (google-re2's
-    wrapper encodes its input per call), which made 32,000 `$a` take seconds."""
-    if start >= len(text) or text[start] not in _NAME_START:
-        return start
-    end = start + 1
-    while end < len(text) and text[end] in _NAME_CHARS:
-        end += 1
-    return end
-
-
-def _closing_brace(text: str, start: int) -> int:
-    """The index of the ``}`` that closes the ``${`` whose body starts at ``start``, nested ``${...}``
-    counted (``${A:-${B:-x}}``); -1 when there is none within :data:`_MAX_PARAMETER_CHARS`."""
-    limit = min(len(text), start + _MAX_PARAMETER_CHARS)
-    at, opened = start, 0
-    while True:
-        close = text.find("}", at, limit)
-        if close == -1:
-            return -1
-        opened += text.count("${", at, close)
-        if opened == 0:
-            return close
-        opened -= 1
-        at = close + 1
-
-
-def _escape(value: str, in_double: bool) -> str:
-    """Escape an expanded value so shlex splits it like the shell would (no quote removal inside)."""
-    if in_double:  # (shlex keeps the backslash of `\$` inside double quotes: only `"` and `\` are escaped)
-        return "".join("\\" + c if c in '"\\' else c for c in value)
-    return "".join("\\" + c if c in _SPECIAL_OUTSIDE else c for c in value)
-
-
-def _escape_holding(value: str, texts: Sequence[str]) -> str:
-    """:func:`_escape` outside quotes, but each of ``texts`` (kept as written: `$(cat /cfg/len)`) in
-    ``value`` stays one unit of its word: the shell splits what the substitution outputs, which is not
-    known, not the text of it. Linear: each text's next occurrence is looked for once per occurrence."""
-    found = {text: value.find(text) for text in texts if text}
-    out: list[str] = []
-    at = 0
-    while True:
-        for text, where in found.items():
-            if -1 < where < at:
-                found[text] = value.find(text, at)
-        live = [(where, text) for text, where in found.items() if where != -1]
-        if not live:
-            out.append(_escape(value[at:], False))
-            return "".join(out)
-        where, text = min(live)
-        out.append(_escape(value[at:where], False))
-        out.append(_verbatim(text, False))
-        at = where + len(text)
-
-
-def _verbatim(text: str, in_double: bool) -> str:
-    """Escape ``text`` so that :func:`shlex.split` gives it back exactly, as (part of) one word: a command
-    substitution kept as written must not be split at the blanks and quotes inside it."""
-    if in_double:  # (shlex keeps a backslash inside double quotes unless it escapes `"` or `\`)
-        return "".join("\\" + c if c in '"\\' else c for c in text)
-    return "".join("\\" + c if c in _SPLIT_AT else c for c in text)
-
-
-_SPLIT_AT = frozenset(" \t\n'\"\\")
-# A script's array holds at most this many elements (vLLM's command line is a few hundred words). An array
-# assigned from itself twice over (`A=("${A[@]}" "${A[@]}")`) doubles with each line; the expansion budget
-# bounds its characters, this its elements (empty ones cost no characters). Past it: KVP074.
-MAX_ARRAY_ELEMENTS = 4_096
-# The texts kept as written (command substitutions, arrays not modelled) remembered per command and per
-# variable: enough to name them in a finding; past it the rest are not named (a hostile `$(a)` x 20,000 would
-# otherwise cost a list that long per variable that holds them).
-_MAX_RUNTIME_TEXTS = 16
-_INDEX = re2.compile(r"^-?[0-9]{1,9}$")
-
-Array = Mapping[int, str]  # an indexed array: index -> element (sparse, as bash's)
-
-
-def _array_check(elements: int) -> None:
-    if elements > MAX_ARRAY_ELEMENTS:
-        raise InputCapError(
-            f"an array of the shell script holds {elements} elements (limit {MAX_ARRAY_ELEMENTS})",
-            code="KVP074",
-            limit=MAX_ARRAY_ELEMENTS,
-        )
-
-
-def _note(runtime: list[str] | None, texts: Sequence[str]) -> None:
-    """Add ``texts`` (kept as written: their values are only known when the script runs) to ``runtime``."""
-    if runtime is None:
-        return
-    for text in texts:
-        if len(runtime) >= _MAX_RUNTIME_TEXTS:
-            return
-        if text not in runtime:
-            runtime.append(text)
-
-
-def _alone_in_quotes(text: str, out: list[str], end: int) -> bool:
-    """``"${A[@]}"`` / ``"$@"`` is a whole word: its double quotes (the last chunk of ``out``, and
-    ``text[end]``) have nothing else inside, nor next to them (``"--x=${A[@]}"``, ``x"$@"`` are not)."""
-    before = out[-2][-1:] if len(out) > 1 else ""
-    return (
-        out[-1:] == ['"']
-        and text[end : end + 1] == '"'
-        and before in ("", " ", "\t", "\n")
-        and text[end + 1 : end + 2] in ("", " ", "\t", "\n")
-    )
-
-
-def _closing_bracket(text: str, start: int) -> int:
-    """The ``]`` that closes a subscript whose text starts at ``start`` (``A[${#A[@]}]=x``: a ``${...}``
-    inside is skipped whole); -1 when there is none within :data:`_MAX_PARAMETER_CHARS`."""
-    limit = min(len(text), start + _MAX_PARAMETER_CHARS)
-    at = start
-    while at < limit:
-        if text.startswith("${", at):
-            end = _closing_brace(text, at + 2)
-            if end == -1:
-                return -1
-            at = end + 1
-        elif text[at] == "]":
-            return at
-        else:
-            at += 1
-    return -1
-
-
-def _subscript(sub: str, variables: Mapping[str, str], array: Array) -> int | None:
-    """The index ``sub`` names: a number, a variable holding one, or from the end (``-1``); None when it is
-    arithmetic kv-planner does not evaluate."""
-    if not _INDEX.match(sub):
-        name = sub[1:] if sub.startswith("$") else sub
-        sub = variables.get(name, "") if name and _name_end(name, 0) == len(name) else ""
-        if not _INDEX.match(sub):
-            return None
-    index = int(sub)
-    if index < 0:
-        index += max(array) + 1 if array else 0
-    return index if index >= 0 else None
-
-
-def expand(
-    text: str,
-    variables: Mapping[str, str],
-    budget: ExpansionBudget | None = None,
-    positional: Sequence[str] | None = None,
-    unknown: frozenset[str] = frozenset(),
-    *,
-    arrays: Mapping[str, Array | None] | None = None,
-    runtime: list[str] | None = None,
-    runtime_of: Mapping[str, Sequence[str]] | None = None,
-    in_double: bool = False,
-) -> tuple[str, list[str]]:
-    """Expand ``$VAR``, ``${VAR}``, ``${VAR:-default}``, ``${VAR-default}`` outside single quotes.
-
-    With ``positional`` (``$0`` first: ``sh -c SCRIPT NAME ARG...``, ``bash FILE ARG...``) also ``$1``,
-    ``${10}``, ``${1:-default}``, ``$#``, ``$*``, ``$@`` and ``"$@"`` (each argument one word); without
-    it those stay as written. With ``arrays`` (the script's indexed arrays; None for one not modelled) also
-    ``"${A[@]}"`` (each element one word, none when empty), ``${A[@]}``/``${A[*]}`` (split), ``"${A[*]}"``
-    (one word), ``${A[i]}`` and ``${#A[@]}``; ``$A`` is element 0 (``variables`` holds it).
-
-    Command substitutions (``$( )``, backticks, ``$(( ))``, ``<( )``), and array expansions that are not
-    modelled (an array that is not, ``"--x=${A[@]}"``, ``${A[@]:1}``), stay as written, each one unit of its
-    word, and are added to ``runtime``; so are the ones ``runtime_of`` says a variable expanded here holds.
-    Returns the text (still quoted, ready for :func:`shlex.split`) and the names that had no value. Each
-    value put in is charged to ``budget`` (InputCapError KVP074 past it) before it is added. ``in_double``:
-    ``text`` is inside double quotes (a default in ``"${X:-...}"``), so what is put in is escaped as there.
-    """
-    budget = budget or new_budget()
-    params = _Positional(positional) if positional is not None else None
-    out: list[str] = []
-    missing: list[str] = []
-
-    def held(name: str) -> None:  # the runtime texts a variable's value holds
-        if runtime_of is not None and name in runtime_of:
-            _note(runtime, runtime_of[name])
-
-    def put(name: str, value: str) -> None:  # a variable's value, its runtime texts kept whole
-        held(name)
-        texts = runtime_of.get(name) if runtime_of is not None and quote != '"' else None
-        out.append(_escape_holding(value, texts) if texts else _escape(value, quote == '"'))
-
-    def as_written(start: int, end: int) -> None:  # a part whose value only the running script knows
-        part = text[start:end]
-        _note(runtime, [part])
-        out.append(_verbatim(part, quote == '"'))
-
-    i = 0
-    quote: str | None = '"' if in_double else None
-    while i < len(text):
-        ch = text[i]
-        if quote == "'":
-            out.append(ch)
-            if ch == "'":
-                quote = None
-            i += 1
-            continue
-        if ch == "\\" and i + 1 < len(text):
-            out.append(text[i : i + 2])
-            i += 2
-            continue
-        if ch in ("'", '"') and (quote is None or quote == ch):
-            if ch == "'" and quote == '"':
-                out.append(ch)
-                i += 1
-                continue
-            quote = None if quote == ch else ch
-            out.append(ch)
-            i += 1
-            continue
-        nxt = text[i + 1 : i + 2]
-        if (ch == "$" and nxt == "(") or ch == "`" or (ch in "<>" and nxt == "(" and quote is None):
-            # A command substitution (or `<( )`): one unit of its word, nested quotes and all.
-            end = part_end(text, i + (ch != "`"))
-            if end != -1:
-                as_written(i, end)
-                i = end
-                continue
-        if ch == "$" and nxt:
-            if nxt == "{":
-                end = _closing_brace(text, i + 2)
-                if end != -1:
-                    body = text[i + 2 : end]
-                    name_len = _name_end(body, 0)
-                    if arrays is not None and (body[name_len : name_len + 1] == "[" or body[:1] == "#"):
-                        found = _array_expansion(body, variables, arrays, unknown, quote)
-                        if found is not None:
-                            if found.missing:
-                                missing.append(found.name)
-                            if found.elements is None:  # not modelled: as written
-                                held(found.name)
-                                as_written(i, end + 1)
-                                i = end + 1
-                                continue
-                            if found.each and _alone_in_quotes(text, out, end + 1):
-                                # `"${A[@]}"`: each element one word, and no word for an empty array.
-                                held(found.name)
-                                words = " ".join(shlex.quote(element) for element in found.elements)
-                                budget.spend(len(words))
-                                out[-1] = words
-                                quote = None
-                                i = end + 2
-                                continue
-                            if found.each and quote == '"' and len(found.elements) > 1:
-                                held(found.name)
-                                as_written(i, end + 1)  # `"--x=${A[@]}"`: words joined to the text around them
-                                i = end + 1
-                                continue
-                            # `${A[@]}`, `${A[*]}` (split at blanks, as the shell splits them), `"${A[*]}"`
-                            # (one word: IFS's first character is a blank), `${A[i]}`, `${#A[@]}`.
-                            joined = " ".join(found.elements)
-                            budget.spend(len(joined))
-                            put(found.name, joined)
-                            i = end + 1
-                            continue
-                    name_match = body[:name_len] if name_len else (params.name(body) if params else None)
-                    if name_match:
-                        name = name_match if isinstance(name_match, str) else name_match.group(0)
-                        rest = body[len(name) :]
-                        value = params.get(name) if params and params.owns(name) else variables.get(name)
-                        if rest.startswith(":-") or rest.startswith("-"):
-                            default = rest[2:] if rest.startswith(":-") else rest[1:]
-                            if value is None and (name in unknown or ANY_NAME in unknown):
-                                # set from a Secret, a ConfigMap or envFrom: the default may not be what runs
-                                missing.append(name)
-                                out.append(text[i : end + 1])
-                                i = end + 1
-                                continue
-                            if value is None or (rest.startswith(":-") and value == ""):
-                                value, _ = expand(
-                                    default,
-                                    variables,
-                                    budget,
-                                    params.values if params else None,
-                                    unknown,
-                                    arrays=arrays,
-                                    runtime=runtime,
-                                    runtime_of=runtime_of,
-                                    in_double=quote == '"',
-                                )
-                                out.append(value)
-                                i = end + 1
-                                continue
-                        elif rest:
-                            out.append(text[i : end + 1])  # ${X:+...}, ${#X} ...: leave as written
-                            i = end + 1
-                            continue
-                        if value is None:
-                            missing.append(name)
-                            value = ""
-                        budget.spend(len(value))
-                        put(name, value)
-                        i = end + 1
-                        continue
-            if params is not None and (nxt.isdigit() or nxt in "@*#"):
-                if nxt == "@" and quote == '"' and out[-1:] == ['"'] and text[i + 2 : i + 3] == '"':
-                    # `"$@"`: every argument one word, however many words it holds.
-                    words = params.words()
-                    budget.spend(len(words))
-                    out[-1] = words
-                    quote = None
-                    i += 3
-                    continue
-                value = params.get(nxt)
-                budget.spend(len(value))
-                out.append(_escape(value, quote == '"'))
-                i += 2
-                continue
-            name_end = _name_end(text, i + 1)
-            if name_end > i + 1:
-                name = text[i + 1 : name_end]
-                value = variables.get(name)
-                if value is None:
-                    missing.append(name)
-                    value = ""
-                budget.spend(len(value))
-                put(name, value)
-                i = name_end
-                continue
-        out.append(ch)
-        i += 1
-    return "".join(out), missing
-
-
-@dataclass(slots=True)
-class _ArrayExpansion:
-    name: str
-    elements: list[str] | None  # what it expands to (joined by blanks unless `each`); None: not modelled
-    each: bool = False  # `${A[@]}`: each element a word of its own inside double quotes
-    missing: bool = False  # no such variable (it expands to nothing, as an unset one)
-
-
-def _array_expansion(
-    body: str,
-    variables: Mapping[str, str],
-    arrays: Mapping[str, Array | None],
-    unknown: frozenset[str],
-    quote: str | None,
-) -> _ArrayExpansion | None:
-    """``${BODY}`` read as an array expansion (``A[@]``, ``A[*]``, ``A[i]``, ``#A[@]``); None when it is no
-    array expansion (``${#X}``, an unclosed ``[``)."""
-    count = body[:1] == "#"
-    name_end = _name_end(body, int(count))
-    name = body[int(count) : name_end]
-    if not name or body[name_end : name_end + 1] != "[":
-        return None
-    close = body.find("]", name_end)
-    if close == -1:
-        return None
-    sub, tail = body[name_end + 1 : close], body[close + 1 :]
-    if tail or (count and sub not in ("@", "*")):
-        return _ArrayExpansion(name, None)  # `${A[@]:1}`, `${A[0]:-x}`, `${#A[0]}`: not modelled
-    array: Array | None
-    if name in arrays:
-        array = arrays[name]
-    elif name in variables:
-        array = {0: variables[name]}  # a plain variable is an array of one element
-    elif name in unknown or ANY_NAME in unknown:
-        array = None  # (from a Secret, a ConfigMap or envFrom)
-    else:
-        return _ArrayExpansion(name, ["0"] if count else [], each=sub in "@*", missing=True)
-    if array is None:
-        return _ArrayExpansion(name, None)
-    if count:
-        return _ArrayExpansion(name, [str(len(array))])
-    if sub in ("@", "*"):
-        return _ArrayExpansion(name, [array[index] for index in sorted(array)], each=sub == "@")
-    index = _subscript(sub, variables, array)
-    if index is None:
-        return _ArrayExpansion(name, None)  # (arithmetic in the subscript)
-    return _ArrayExpansion(name, [array.get(index, "")])
 
 
 def parse_script(
@@ -691,7 +290,7 @@ class _ScriptReader:
         """Set (or, with None, unset) a variable, or element ``index`` of an array; ``runtime``: the texts kept
         as written that the value holds."""
         self._save(name)
-        _restore(self.runtime_of, name, tuple(runtime[:_MAX_RUNTIME_TEXTS]) if runtime else None)
+        _restore(self.runtime_of, name, tuple(runtime[:MAX_RUNTIME_TEXTS]) if runtime else None)
         if value is None:
             self.variables.pop(name, None)
             self.arrays.pop(name, None)
@@ -714,7 +313,7 @@ class _ScriptReader:
         """Make ``name`` an array (already saved for undo). The new array is charged to the expansion budget
         (a copy of the old one included: `A+=(x)` in a long run copies it each time) and bounded in size."""
         if array is not None:
-            _array_check(len(array))
+            check_array_size(len(array))
             self.budget.spend(len(array) + sum(len(element) for element in array.values()))
         self.arrays[name] = array
         first = array.get(0) if array is not None else None
@@ -848,7 +447,7 @@ class _ScriptReader:
             if after is None:  # `declare -a NAME`: an array (with what NAME held as element 0)
                 after = word_end(text, i)
                 name = text[i:after]
-                if ("a" in options or "A" in options) and name and _name_end(name, 0) == len(name):
+                if ("a" in options or "A" in options) and name and shell_name_end(name, 0) == len(name):
                     self._save(name)
                     self._set_array(name, None if "A" in options else self._array(name))
             i = skip_blanks(text, max(after, i + 1))
@@ -857,12 +456,12 @@ class _ScriptReader:
     def _assignment(self, text: str, at: int, missing: list[str], options: str | None) -> int | None:
         """Apply the assignment word at ``text[at]`` (``A=v``, ``A+=v``, ``A[i]=v``, ``A=(...)``,
         ``A+=(...)``); where it ends, or None when the word is not one. ``options``: a declaration's."""
-        name_end = _name_end(text, at)
+        name_end = shell_name_end(text, at)
         if name_end == at:
             return None
         name, i, subscript = text[at:name_end], name_end, None
         if text[i : i + 1] == "[":
-            close = _closing_bracket(text, i + 1)
+            close = closing_bracket(text, i + 1)
             if close == -1:
                 return None
             subscript, i = text[i + 1 : close], close + 1
@@ -890,7 +489,7 @@ class _ScriptReader:
             return end
         index: int | None = 0
         if subscript is not None:
-            index = _subscript(self._expand(subscript, missing, None).strip(), self.variables, self._array(name))
+            index = subscript_index(self._expand(subscript, missing, None).strip(), self.variables, self._array(name))
         if index is None:  # `A[i+1]=v`: arithmetic is not evaluated, so the array is not known
             self._save(name)
             self._set_array(name, None)
@@ -912,7 +511,7 @@ class _ScriptReader:
             word = written
             if written.startswith("[") and "]=" in written:
                 close = written.index("]=")
-                index = _subscript(self._expand(written[1:close], missing, None).strip(), self.variables, array)
+                index = subscript_index(self._expand(written[1:close], missing, None).strip(), self.variables, array)
                 if index is None:
                     self._set_array(name, None)
                     return
@@ -928,13 +527,13 @@ class _ScriptReader:
             if index is not None:
                 array[index] = " ".join(parts)
                 following = index + 1
-                _array_check(len(array))
+                check_array_size(len(array))
                 continue
             for part in parts:
                 array[following] = part
                 following += 1
-                _array_check(len(array))
-        _restore(self.runtime_of, name, tuple(runtime[:_MAX_RUNTIME_TEXTS]) if runtime else None)
+                check_array_size(len(array))
+        _restore(self.runtime_of, name, tuple(runtime[:MAX_RUNTIME_TEXTS]) if runtime else None)
         self._set_array(name, array)
 
     def _shell_state(self, words: list[str], runtime: Sequence[str] = ()) -> bool:
@@ -979,11 +578,11 @@ def _read_array_name(words: list[str]) -> str | None:
     its elements are only known when the script runs."""
     if words[:1] in (["mapfile"], ["readarray"]):
         last = words[-1]
-        named = len(words) > 1 and words[-2] not in _MAPFILE_VALUED and _name_end(last, 0) == len(last) > 0
+        named = len(words) > 1 and words[-2] not in _MAPFILE_VALUED and shell_name_end(last, 0) == len(last) > 0
         return last if named else "MAPFILE"
     if words[:1] == ["read"]:
         for option, name in pairwise(words[1:]):
-            if option.startswith("-") and "a" in option[1:] and _name_end(name, 0) == len(name) > 0:
+            if option.startswith("-") and "a" in option[1:] and shell_name_end(name, 0) == len(name) > 0:
                 return name
     return None
 

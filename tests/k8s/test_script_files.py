@@ -11,7 +11,8 @@ import yaml
 from planner.k8s import script_files
 from planner.k8s.detect import inspect_container
 from planner.k8s.script_files import MAX_DEPTH, MAX_FILE_CHARS, MAX_TOTAL_CHARS, container_commands
-from planner.k8s.shell import expand, parse_script
+from planner.k8s.shell import parse_script
+from planner.k8s.shell_expand import expand
 from planner.policy.check import check_policy, run_check
 from planner.policy.decide import WorkloadEntry
 from planner.policy.manifests import read_documents

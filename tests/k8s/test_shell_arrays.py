@@ -11,7 +11,8 @@ import pytest
 
 from planner.errors import InputCapError, UnreadableScriptError
 from planner.k8s.envvars import MAX_EXPANSION_CHARS
-from planner.k8s.shell import MAX_ARRAY_ELEMENTS, ShellCommand, parse_script, split_with_separators
+from planner.k8s.shell import ShellCommand, parse_script, split_with_separators
+from planner.k8s.shell_expand import MAX_ARRAY_ELEMENTS
 from planner.k8s.shell_scan import MAX_WORD_NESTING
 from tests.k8s.test_unreadable_commands import a100_server, enforced
 from tests.work import python_calls
