@@ -18,6 +18,7 @@ from planner.plan.engine import TermCorrections
 from planner.plan.models import Plan
 from planner.plan.recommend import (
     PlanView,
+    PredictFn,
     Replanner,
     alternatives,
     check_headroom,
@@ -52,6 +53,7 @@ def make_plan(
     draft: ModelSpec | None = None,
     average_risk: bool = True,
     base: tuple[Plan, Prediction] | None = None,
+    replan: PredictFn | None = None,
 ) -> Plan:
     """Predict vLLM's startup for one engine and recommend safe limits.
 
@@ -66,6 +68,11 @@ def make_plan(
     ``gpu_count``, coefficients, corrections and drafter, when the caller kept it (the admission path plans
     one setting without and then with a workload profile). It is used as it is, not planned again, and
     left unchanged: the plan returned is a copy.
+
+    ``replan``: what :func:`plan_without_recommendation` returns for another model, GPU and flags with this
+    call's release, coefficients, corrections and drafter (the recommendation's and the alternatives'
+    plans), when the caller keeps such plans (the admission path: planner/policy/planning.py). Its plans are
+    read, never changed.
 
     Never raises because the model does not fit: ``fits`` is False, ``fit_error`` holds vLLM's error and
     ``alternatives`` say what would fit. Raises :class:`planner.errors.PlannerInputError` subclasses for
@@ -92,6 +99,8 @@ def make_plan(
     def plan_fn(m: ModelSpec, g: GpuSpec, a: ServingArgs) -> tuple[Plan, Prediction]:
         # Every plan of other flags gets its own band, the unknown release's spread included (it follows the
         # context in V0, the count, the GPUs): limits are checked with the flags they will run with.
+        if replan is not None:
+            return replan(m, g, a)
         return plan_without_recommendation(
             m, g, a, vllm_version=vllm_version, coefficients=coefficients, corrections=corrections, draft=draft
         )

@@ -16,7 +16,7 @@ from planner.memory.coefficients import DEFAULT_COEFFICIENTS, MemoryCoefficients
 from planner.models.spec import ModelSpec
 from planner.plan.engine import (
     EngineLayout,
-    EngineMemo,
+    EngineSource,
     StageMemory,
     TermCorrections,
     compute_engine,
@@ -145,12 +145,13 @@ def _engine_stage(
     coefficients: MemoryCoefficients,
     corrections: TermCorrections | None,
     draft: ModelSpec | None,
-    memo: EngineMemo | None = None,
+    memo: EngineSource | None = None,
 ) -> tuple[Version, Release, list[Finding], int, bool, ResolvedArgs, EngineLayout]:
     """Everything of :func:`predict` that can refuse the flags, up to the per-stage memory terms (the
     KV layout and the fit check come after and never refuse): the release spread needs only this.
     ``memo``: the engine stages of flags that differ from these only in the batch sizes and the context, on
-    GPUs alike but in memory (the sweep's; no corrections, no drafter model)."""
+    GPUs alike but in memory (the sweep's), or a long-lived planner's engine cache (used without corrections
+    or a drafter model)."""
     version, release, warnings = resolve_release(vllm_version)
     warnings += check_architecture(model.architecture, version)
     check_parallelism(model, args)
@@ -192,7 +193,7 @@ def limited_stage(
     coefficients: MemoryCoefficients,
     corrections: TermCorrections | None,
     draft: ModelSpec | None,
-    memo: EngineMemo | None = None,
+    memo: EngineSource | None = None,
     resolve: Resolver | None = None,
 ) -> tuple[int, bool, ResolvedArgs, EngineLayout, bool]:
     """The part of :func:`_engine_stage` the limits (``--max-model-len``, ``--max-num-seqs``) reach: (the
@@ -299,11 +300,20 @@ def predict(
     available_override: list[int] | None = None,
     corrections: TermCorrections | None = None,
     draft: ModelSpec | None = None,
+    engines: EngineSource | None = None,
 ) -> Prediction:
     """Run vLLM's startup arithmetic. ``available_override`` replaces the predicted per-stage KV
-    memory (used when a log gives the real figure)."""
+    memory (used when a log gives the real figure). ``engines``: where engine stages already computed are
+    kept (planner/plan/engine_cache.py), for a caller that plans the same deployment again and again."""
     version, release, warnings, max_len, auto, resolved, engine = _engine_stage(
-        model, gpu, args, vllm_version=vllm_version, coefficients=coefficients, corrections=corrections, draft=draft
+        model,
+        gpu,
+        args,
+        vllm_version=vllm_version,
+        coefficients=coefficients,
+        corrections=corrections,
+        draft=draft,
+        memo=engines,
     )
     if available_override is not None:
         available = list(available_override)
@@ -648,9 +658,17 @@ def plan_without_recommendation(
     draft: ModelSpec | None = None,
     with_margin: bool = True,
     spread_hint: int | None = None,
+    engines: EngineSource | None = None,
 ) -> tuple[Plan, Prediction]:
     prediction = predict(
-        model, gpu, args, vllm_version=vllm_version, coefficients=coefficients, corrections=corrections, draft=draft
+        model,
+        gpu,
+        args,
+        vllm_version=vllm_version,
+        coefficients=coefficients,
+        corrections=corrections,
+        draft=draft,
+        engines=engines,
     )
     warnings = list(prediction.warnings)
     if gpu_count is not None and gpu_count != args.gpus_per_engine * args.data_parallel_size:

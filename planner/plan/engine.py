@@ -659,6 +659,24 @@ class EngineBase:
     mamba_bytes: tuple[int, int]
 
 
+class EngineSource(Protocol):
+    """Where :func:`planner.plan.build.limited_stage` takes an engine stage from, instead of computing it
+    (for flags without corrections or a drafter model): :class:`EngineMemo` (one sweep's), or
+    :class:`planner.plan.engine_cache.EngineCache` (a long-lived planner's, bounded)."""
+
+    def engine(
+        self,
+        model: ModelSpec,
+        gpu: GpuSpec,
+        args: ServingArgs,
+        release: Release,
+        resolved: ResolvedArgs,
+        *,
+        coefficients: MemoryCoefficients,
+        version: Version | None,
+    ) -> EngineLayout: ...
+
+
 @dataclass
 class EngineMemo:
     """Engine stages of one model and one set of flags but the batch sizes and the context, on GPUs alike but

@@ -14,7 +14,13 @@ from typing import Any, Protocol
 
 import re2
 
-from planner.errors import HfOverridesError, PlannerInputError, UnknownGPUError, UnknownModelError
+from planner.errors import (
+    HfOverridesError,
+    KvPlannerError,
+    PlannerInputError,
+    UnknownGPUError,
+    UnknownModelError,
+)
 from planner.gpus.catalog import all_gpus, gpu_for_memory, gpu_for_mig_profile, lookup_gpu
 from planner.gpus.spec import GpuSpec
 from planner.hub.local import looks_like_path
@@ -25,6 +31,7 @@ from planner.k8s.gpus import GpuCatalog
 from planner.models.spec import ModelSpec
 from planner.plan import make_plan
 from planner.plan.build import Prediction, plan_without_recommendation
+from planner.plan.engine_cache import EngineCache
 from planner.plan.models import Plan
 from planner.plan.recommend import check_headroom
 from planner.policy.versions import ReleaseSpread, release_spread
@@ -35,9 +42,10 @@ from planner.vllm.releases import resolve_release
 
 DEFAULT_HUB_LIMITS = HubLimits()
 _MODEL_TTL = 600.0  # seconds a resolved model is reused (the Hub layer has its own cache as well)
-# Plans before their recommendation, kept so that a setting planned without and then with a workload
-# profile (a decision's fit check, then its --max-num-seqs) is predicted once: only the reviews being
-# decided need them, so a few dozen suffice.
+# Plans before their recommendation (a setting's prediction), kept so that a decision predicts each setting
+# once: planned without and then with a workload profile (a decision's fit check, then its --max-num-seqs),
+# and the recommendation's plans again when the decision fills what they settled on. Only the review being
+# decided needs them (a review with alternatives makes ~20), so a few dozen suffice.
 _BASE_MEMO_SIZE = 64
 # re2: linear time whatever the (untrusted) model name is.
 _HUB_ID = re2.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
@@ -109,6 +117,19 @@ class PlanningBackend(Protocol):
         ...
 
 
+def _utilization_spelled(args: ServingArgs, version: str | None) -> ServingArgs:
+    """``args`` with an unset ``--gpu-memory-utilization`` set to the release's default: the same plan (a plan
+    reads the flag only through its resolved value, planner/vllm/defaults.py ``resolve_args``), one key.
+    As given when the release is not one kv-planner reads (planning them says so)."""
+    if args.gpu_memory_utilization is not None:
+        return args
+    try:
+        _, release, _ = resolve_release(version)
+    except KvPlannerError:
+        return args
+    return args.model_copy(update={"gpu_memory_utilization": release.default_gpu_memory_utilization})
+
+
 class CoreGpuCatalog:
     """:class:`planner.k8s.gpus.GpuCatalog` over planner.gpus.catalog."""
 
@@ -158,6 +179,9 @@ class CoreBackend:
         self._profiles: Memo[Any] = Memo(memo_size)
         self._effective: Memo[dict[str, Any]] = Memo(memo_size)
         self._dumps: Memo[tuple[Any, str]] = Memo(memo_size)
+        # Engine stages by model, GPU, release and flags but the limits: a never-seen workload's plans (a new
+        # context, the count emitted, the utilization filled) share them (bounded: planner/plan/engine_cache.py)
+        self._engines = EngineCache()
 
     @property
     def catalog(self) -> GpuCatalog:
@@ -240,7 +264,7 @@ class CoreBackend:
         draft: ModelSpec | None = None,
     ) -> Plan:
         check_headroom(headroom)  # (before the prediction is made and kept: a bad headroom plans nothing)
-        # One setting's key (its prediction does not depend on the headroom or the profile), then the plan's.
+        # The plan's key: the setting, the headroom and the profile.
         setting = self._key(model, gpu, args, vllm_version, 0.0, None)
         if draft is not None:
             setting += "|draft|" + self._json_of(draft)
@@ -249,10 +273,10 @@ class CoreBackend:
         hit = self._memo.get(key)
         if hit is not None:
             return hit
-        base = self._bases.get(setting)
-        if base is None:
-            base = plan_without_recommendation(model, gpu, args, vllm_version=vllm_version, draft=draft)
-            self._bases.put(setting, base, ttl=None)
+
+        def replan(m: ModelSpec, g: GpuSpec, a: ServingArgs) -> tuple[Plan, Prediction]:
+            return self._prediction(m, g, a, vllm_version, draft)
+
         # (average_risk=False: no decision shows a plan's notes, and that risk costs about an eighth of a
         # review with a workload profile)
         plan = make_plan(
@@ -264,10 +288,29 @@ class CoreBackend:
             workload=workload,
             draft=draft,
             average_risk=False,
-            base=base,
+            base=replan(model, gpu, args),
+            replan=replan,
         )
         self._memo.put(key, plan, ttl=None)
         return plan
+
+    def _prediction(
+        self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs, version: str | None, draft: ModelSpec | None
+    ) -> tuple[Plan, Prediction]:
+        """:func:`plan_without_recommendation`, kept by setting: a decision plans one setting without and then
+        with a workload profile, and the recommendation's plans (the count it emits) again when it fills
+        that count. The key spells out the release's default utilization (:func:`_utilization_spelled`): the
+        utilization a decision fills is the one the plan as written resolved, so its plans are those."""
+        setting = self._key(model, gpu, _utilization_spelled(args, version), version, 0.0, None)
+        if draft is not None:
+            setting += "|draft|" + self._json_of(draft)
+        found = self._bases.get(setting)
+        if found is None:
+            found = plan_without_recommendation(
+                model, gpu, args, vllm_version=version, draft=draft, engines=self._engines
+            )
+            self._bases.put(setting, found, ttl=None)
+        return found
 
     def release_spread(
         self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs, *, headroom: float
@@ -282,7 +325,20 @@ class CoreBackend:
             return hit[0]
 
         def plan(version: str) -> Plan:
-            return make_plan(model, gpu, args, vllm_version=version, headroom=headroom, with_alternatives=False)
+            # (not kept with the decisions' predictions: 17 releases' plans would push theirs out)
+            def replan(m: ModelSpec, g: GpuSpec, a: ServingArgs) -> tuple[Plan, Prediction]:
+                return plan_without_recommendation(m, g, a, vllm_version=version, engines=self._engines)
+
+            return make_plan(
+                model,
+                gpu,
+                args,
+                vllm_version=version,
+                headroom=headroom,
+                with_alternatives=False,
+                base=replan(model, gpu, args),
+                replan=replan,
+            )
 
         spread = release_spread(plan, args)
         self._spreads.put(key, (spread,), ttl=None)

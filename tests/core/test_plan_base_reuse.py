@@ -1,5 +1,6 @@
 """The decisions' backend predicts a setting once when it plans it without and then with a workload profile
-(a decision's fit check, then its --max-num-seqs): the plans are those of make_plan from scratch, and the
+(a decision's fit check, then its --max-num-seqs), and once whether its utilization is unset or spelled out
+as the release's default (a decision fills it): the plans are those of make_plan from scratch, and the
 kept prediction is never changed by the plans made from it."""
 
 from __future__ import annotations
@@ -35,7 +36,11 @@ def test_one_prediction_serves_the_plan_with_and_without_a_profile(monkeypatch: 
     plain = backend.plan(SPEC, GPU, args, vllm_version="0.19.0", headroom=0.1, workload=None)
     profiled = backend.plan(SPEC, GPU, args, vllm_version="0.19.0", headroom=0.1, workload=CHAT)
     other_headroom = backend.plan(SPEC, GPU, args, vllm_version="0.19.0", headroom=0.2, workload=CHAT)
-    assert calls == [args]  # the three plans share one prediction
+    # The three plans share one prediction, and their recommendation's (the count it settled on, planned
+    # once): no setting is predicted twice.
+    assert calls[0] == args
+    assert len({a.model_dump_json() for a in calls}) == len(calls)
+    predicted = len(calls)
     assert plain.model_dump() == make_plan(SPEC, GPU, args, vllm_version="0.19.0").model_dump()
     lean = make_plan(SPEC, GPU, args, vllm_version="0.19.0", workload=CHAT, average_risk=False)
     assert profiled.model_dump() == lean.model_dump()
@@ -44,7 +49,7 @@ def test_one_prediction_serves_the_plan_with_and_without_a_profile(monkeypatch: 
     assert plain.recommendation is not None and profiled.recommendation is not None
     assert plain.recommendation.basis == "worst-case" and profiled.recommendation.basis == "workload"
     backend.plan(SPEC, GPU, ServingArgs(max_model_len=8_192), vllm_version="0.19.0", headroom=0.1, workload=None)
-    assert len(calls) == 2  # another setting is predicted anew
+    assert calls[predicted] == ServingArgs(max_model_len=8_192)  # another setting is predicted anew
 
 
 def test_plans_made_from_a_kept_base_leave_it_unchanged() -> None:
@@ -115,3 +120,59 @@ def test_a_release_spread_of_none_is_kept_too(monkeypatch: pytest.MonkeyPatch) -
     assert backend.release_spread(SPEC, GPU, args, headroom=0.1) is None
     assert backend.release_spread(SPEC, GPU, args, headroom=0.1) is None
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("version", ["0.6.0", "0.10.2", "0.19.0", None])
+@pytest.mark.parametrize(
+    ("model_id", "gpu_name", "context"),
+    [
+        ("meta-llama/Llama-3.1-8B-Instruct", "L4", 16_384),
+        ("Qwen/Qwen3-30B-A3B", "H100-80GB", 32_768),
+        ("google/gemma-3-12b-it", "A100-80GB", 8_192),  # a vision tower: its profile reads the context
+        ("Qwen/Qwen3-32B", "A10G", 20_480),  # does not fit: alternatives
+    ],
+)
+def test_an_unset_utilization_and_the_release_default_spelled_out_plan_alike(
+    model_id: str, gpu_name: str, context: int, version: str | None
+) -> None:
+    """What lets the backend key a prediction with the default spelled out: every figure of the plan (its
+    recommendation and alternatives included) is the same either way."""
+    spec, gpu = lookup_model(model_id), lookup_gpu(gpu_name)
+    unset = ServingArgs(max_model_len=context)
+    spelled = planning._utilization_spelled(unset, version)
+    assert spelled.gpu_memory_utilization is not None and spelled != unset
+    assert make_plan(spec, gpu, unset, vllm_version=version).model_dump() == (
+        make_plan(spec, gpu, spelled, vllm_version=version).model_dump()
+    )
+
+
+def test_a_filled_utilization_is_not_predicted_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decision plans the flags as written, then with the utilization it filled (the release's default)
+    and the count emitted: the second plan's predictions are the first's, and each plan is make_plan's."""
+    calls: list[ServingArgs] = []
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(args[2])
+        return plan_without_recommendation(*args, **kwargs)
+
+    monkeypatch.setattr(planning, "plan_without_recommendation", counted)
+    backend = CoreBackend()
+    written = ServingArgs(max_model_len=16_384, enable_prefix_caching=True)
+    first = backend.plan(SPEC, GPU, written, vllm_version="0.19.0", headroom=0.1, workload=None)
+    predicted = len(calls)
+    assert first.recommendation is not None
+    filled = written.model_copy(
+        update={"gpu_memory_utilization": 0.9, "max_num_seqs": first.recommendation.max_num_seqs}
+    )
+    second = backend.plan(SPEC, GPU, filled, vllm_version="0.19.0", headroom=0.1, workload=None)
+    assert len(calls) == predicted  # every setting it needed was predicted for the first
+    assert first.model_dump() == make_plan(SPEC, GPU, written, vllm_version="0.19.0").model_dump()
+    assert second.model_dump() == make_plan(SPEC, GPU, filled, vllm_version="0.19.0").model_dump()
+
+
+def test_a_utilization_is_spelled_out_only_when_unset_and_the_release_is_known() -> None:
+    given = ServingArgs(gpu_memory_utilization=0.8)
+    assert planning._utilization_spelled(given, "0.19.0") is given
+    unset = ServingArgs()
+    assert planning._utilization_spelled(unset, "not-a-version") is unset  # planning it says why
+    assert planning._utilization_spelled(unset, None).gpu_memory_utilization is not None
