@@ -120,7 +120,10 @@ class PlanningBackend(Protocol):
 def _utilization_spelled(args: ServingArgs, version: str | None) -> ServingArgs:
     """``args`` with an unset ``--gpu-memory-utilization`` set to the release's default: the same plan (a plan
     reads the flag only through its resolved value, planner/vllm/defaults.py ``resolve_args``), one key.
-    As given when the release is not one kv-planner reads (planning them says so)."""
+    As given when the release is not one kv-planner reads (planning them says so). With the release unknown
+    it is the planned release's default: the spread plans every other release with the utilization the
+    planned one resolved (planner/plan/build.py ``release_fixed_bytes`` pins it), so that plan is the same too
+    (tests/core/test_plan_base_reuse.py compares them)."""
     if args.gpu_memory_utilization is not None:
         return args
     try:
