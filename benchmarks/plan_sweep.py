@@ -11,8 +11,8 @@ checked release), the median CPU time (time.process_time: the machines are share
   limits of every combination, one PointPlan each;
 * batched, numpy: ``sweep_table`` — the same figures as numpy columns;
 * with ``--compare DIR``: the per-plan sweep of another checkout (e.g. a ``git archive`` of the commit
-  before), in a child process with that checkout on PYTHONPATH, timed the same way in the same run
-  (repeats interleaved with this checkout's rows);
+  before), and its numpy sweep where it has one, in a child process with that checkout on PYTHONPATH,
+  timed the same way in the same run (repeats interleaved with this checkout's rows);
 
 with plans per second and the ratio to a baseline measured in the same run: constructing the sweep's
 ServingArgs (pydantic validation of the flags, the least any plan costs). Each timing starts warm (catalog
@@ -112,16 +112,23 @@ def cpu_median(run: Callable[[], tuple[int, int, int]], repeats: int) -> tuple[f
 def _child(version: str | None, repeats: int) -> None:
     per_plan(LATEST_KNOWN)  # warm caches as the parent does
     median, result = cpu_median(lambda: per_plan(version), repeats)
-    print(json.dumps({"result": result, "cpu": median}))
+    rows = {"per plan": {"result": result, "cpu": median}}
+    try:  # a checkout with the batched sweep: its numpy row too
+        batched_numpy(LATEST_KNOWN)
+        median, result = cpu_median(lambda: batched_numpy(version), repeats)
+        rows["batched, numpy"] = {"result": result, "cpu": median}
+    except ImportError:
+        pass
+    print(json.dumps(rows))
 
 
-def _compare(directory: str, version: str | None, repeats: int) -> tuple[tuple[int, int, int], float]:
+def _compare(directory: str, version: str | None, repeats: int) -> dict[str, tuple[tuple[int, int, int], float]]:
+    """Row name -> (counts, median CPU) of the other checkout's rows, in a child process on its code."""
     env = {**os.environ, "PYTHONPATH": os.path.abspath(directory)}
     command = [sys.executable, os.path.abspath(__file__), "--child", version or "unknown", "--repeats", str(repeats)]
     out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
     found = json.loads(out.strip().splitlines()[-1])
-    plans, fits, refused = found["result"]
-    return (plans, fits, refused), float(found["cpu"])
+    return {name: (tuple(row["result"]), float(row["cpu"])) for name, row in found.items()}
 
 
 def main() -> None:
@@ -155,8 +162,8 @@ def main() -> None:
         rows: dict[str, tuple[list[float], tuple[int, int, int]]] = {}
         for _ in range(options.repeats):
             if options.compare:
-                counts, cpu = _compare(options.compare, version, 1)
-                rows.setdefault(f"per plan, {options.compare}", ([], counts))[0].append(cpu)
+                for name, (counts, cpu) in _compare(options.compare, version, 1).items():
+                    rows.setdefault(f"{name}, {options.compare}", ([], counts))[0].append(cpu)
             for name, run in runs:
                 cpu, counts = cpu_median(lambda run=run, version=version: run(version), 1)
                 rows.setdefault(name, ([], counts))[0].append(cpu)
