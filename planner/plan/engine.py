@@ -714,9 +714,7 @@ class EngineMemo:
             base = self.bases[fields] = engine_base(
                 model, gpu, args, release, resolved, coefficients=coefficients, version=version
             )
-        # The context reaches the memory terms only through the vision encoder's profile.
-        context = resolved.max_model_len if base.model.vision is not None else None
-        key = (fields, resolved.gpu_memory_utilization, resolved.max_num_batched_tokens, resolved.max_num_seqs, context)
+        key = (fields, *batch_fields(base, resolved))
         found = self.engines.get(key)
         if found is None:
             found = self.engines[key] = engine_with_batch(base, gpu, args, release, resolved, coefficients=coefficients)
@@ -733,6 +731,13 @@ def base_fields(resolved: ResolvedArgs) -> tuple[object, ...]:
         resolved.enable_prefix_caching,
         resolved.async_scheduling,
     )
+
+
+def batch_fields(base: EngineBase, resolved: ResolvedArgs) -> tuple[object, ...]:
+    """The resolved values :func:`engine_with_batch` reads on top of ``base``: the utilization, the batch sizes
+    and, for a vision model, the context (it reaches the memory terms only through the encoder's profile)."""
+    context = resolved.max_model_len if base.model.vision is not None else None
+    return (resolved.gpu_memory_utilization, resolved.max_num_batched_tokens, resolved.max_num_seqs, context)
 
 
 def compute_engine(

@@ -22,7 +22,15 @@ from typing import Generic, TypeVar
 from planner.gpus.spec import GpuSpec
 from planner.memory.coefficients import MemoryCoefficients
 from planner.models.spec import ModelSpec
-from planner.plan.engine import EngineBase, EngineLayout, base_fields, engine_base, engine_with_batch
+from planner.plan.engine import (
+    EngineBase,
+    EngineLayout,
+    base_fields,
+    batch_fields,
+    compute_engine,
+    engine_base,
+    engine_with_batch,
+)
 from planner.vllm.args import ServingArgs
 from planner.vllm.defaults import ResolvedArgs
 from planner.vllm.releases import Release, Version
@@ -97,19 +105,15 @@ class EngineCache:
     ) -> EngineLayout:
         flags = flags_key(args)
         if flags is None:
-            alone = engine_base(model, gpu, args, release, resolved, coefficients=coefficients, version=version)
-            return engine_with_batch(alone, gpu, args, release, resolved, coefficients=coefficients)
+            return compute_engine(model, gpu, args, release, resolved, coefficients=coefficients, version=version)
         owners = (model, gpu, release, coefficients)
-        number = None if version is None else (version.major, version.minor, version.patch)
+        number = None if version is None else version.key()
         base_key = (id(model), id(gpu), id(release), id(coefficients), number, flags, base_fields(resolved))
         base = self.bases.get(base_key, owners)
         if base is None:
             base = engine_base(model, gpu, args, release, resolved, coefficients=coefficients, version=version)
             self.bases.put(base_key, owners, base)
-        # The context reaches the memory terms only through the vision encoder's profile (as in EngineMemo).
-        context = resolved.max_model_len if base.model.vision is not None else None
-        batch = (resolved.gpu_memory_utilization, resolved.max_num_batched_tokens, resolved.max_num_seqs, context)
-        key = (base_key, *batch)
+        key = (base_key, *batch_fields(base, resolved))
         found = self.engines.get(key, owners)
         if found is None:
             found = engine_with_batch(base, gpu, args, release, resolved, coefficients=coefficients)
