@@ -150,7 +150,8 @@ def inspect_container(
         "env": env,
         "has_args": raw_args is not None,
     }
-    unresolved = sorted({m for w in words for m in _UNRESOLVED_K8S.findall(w)})
+    # (re2's Python wrapper costs microseconds a call; a reference needs "$(", which most words lack)
+    unresolved = sorted({m for w in words if "$(" in w for m in _UNRESOLVED_K8S.findall(w)})
 
     if raw_command:
         found = find(words, env)

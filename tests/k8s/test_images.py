@@ -76,3 +76,20 @@ def test_stand_ins_are_not_vllm_images() -> None:
     assert is_vllm_image("vllm/vllm-openai:v0.19.0") and is_vllm_image("lmcache/vllm-openai:v0.3.7")
     assert not is_vllm_image("aibrix/vllm-mock:nightly")
     assert not is_vllm_image("aibrix/vllm-simulator-a40:nightly")
+
+
+def test_release_memo_is_bounded() -> None:
+    """image_release remembers at most RELEASE_MEMO_SIZE images of at most RELEASE_MEMO_CHARS characters, and
+    a remembered answer is the one it would compute."""
+    from planner.k8s import images
+
+    images._remembered_release.cache_clear()
+    for i in range(images.RELEASE_MEMO_SIZE + 50):
+        image = f"registry.example.com/team-{i}/vllm/vllm-openai:v0.{i % 20}.0"
+        assert image_release(image) == images._image_release(image)
+        assert image_release(image) == images._image_release(image)  # (remembered now)
+    info = images._remembered_release.cache_info()
+    assert info.currsize == images.RELEASE_MEMO_SIZE and info.hits == images.RELEASE_MEMO_SIZE + 50
+    long_image = "vllm/vllm-openai:v0.19.0-" + "x" * images.RELEASE_MEMO_CHARS
+    assert image_release(long_image) == images._image_release(long_image)
+    assert images._remembered_release.cache_info().misses == info.misses  # (too long: not remembered)
