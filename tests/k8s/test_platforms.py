@@ -724,6 +724,42 @@ def test_ray_serve_engine_on_a_hami_worker_gets_the_slice() -> None:
     assert any("9.8 GiB" in m for m in found.messages if m.startswith(("KVP001", "KVP006")))
 
 
+def test_ray_serve_engine_on_a_tpu_worker_group_is_named_not_planned_on_a_gpu() -> None:
+    """A Serve app whose only accelerator group asks for TPU chips (GKE's RayService samples for vLLM on
+    TPU: a CPU head, one ``google.com/tpu`` worker group, ``MODEL_ID`` in the app's env): its engine runs
+    on the TPU slice, so it is KVP064, not one NVIDIA GPU of unknown type (before: vllm, KVP042)."""
+    app = """
+- name: llm
+  import_path: serve_tpu:model
+  runtime_env:
+    env_vars: {MODEL_ID: Qwen/Qwen2.5-7B-Instruct, TPU_CHIPS: "8"}
+"""
+    tpu = """        spec:
+          nodeSelector: {cloud.google.com/gke-tpu-accelerator: tpu-v6e-slice}
+          containers:
+          - name: ray-worker
+            image: example.com/vllm-tpu-ray:1
+            resources: {limits: {google.com/tpu: "8"}, requests: {google.com/tpu: "8"}}"""
+    report = run_check(read_documents(_ray_service(app, worker=tpu), "ray"), policy=POLICY, backend=BACKEND)
+    (found,) = report.workloads
+    assert not found.vllm and found.decision == "skip" and found.codes == ["KVP064"]
+    assert any("google.com/tpu" in m for m in found.messages)
+    # The same app on a GPU group beside the TPU one is still planned on the GPU group.
+    both = _ray_service(app).replace("    workerGroupSpecs:\n", "    workerGroupSpecs:\n" + _TPU_GROUP)
+    (planned,) = _ray(both)
+    assert planned.gpu.name == "L4" and "KVP064" not in planned.codes
+
+
+_TPU_GROUP = """    - groupName: tpu-group
+      replicas: 1
+      rayStartParams: {}
+      template:
+        spec:
+          containers:
+          - {name: tpu, image: example.com/vllm-tpu-ray:1, resources: {limits: {google.com/tpu: "4"}}}
+"""
+
+
 def test_ray_serve_engine_on_shared_workers_reads_their_env_and_annotations() -> None:
     """An MPS limit in the worker's env and a Run:ai fraction on the worker pods reach the Serve engine."""
     mps = """        spec:

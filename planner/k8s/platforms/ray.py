@@ -46,6 +46,7 @@ from planner.k8s.platforms.base import (
     PlatformView,
     listed,
     mapping,
+    non_gpu_accelerator,
 )
 from planner.k8s.sharing import SHARE_ENV, SHARE_RESOURCES
 from planner.k8s.workloads import PodTemplateRef, Pointer, as_list, get_path, is_mapping, is_pod_spec
@@ -219,8 +220,10 @@ class _Worker:
 
 def _worker(obj: Mapping[str, Any], base: Pointer) -> _Worker:
     """The image, scheduling fields, GPU resource, per-GPU share and pod metadata of the first GPU
-    group (where Serve replicas land), else of the first group."""
+    group (where Serve replicas land), else of the first group that asks for another accelerator (a TPU
+    slice: the engine runs there, and is named as not planned, KVP064), else of the first group."""
     fallback: _Worker | None = None
+    accelerator: _Worker | None = None
     total = cluster_gpus(obj, base)
     for _, template, _ in group_templates(obj, base):
         spec = mapping(get_path(obj, (*template, "spec")))
@@ -247,9 +250,15 @@ def _worker(obj: Mapping[str, Any], base: Pointer) -> _Worker:
                     metadata=metadata or None,
                     cluster_gpus=total,
                 )
+            other = non_gpu_accelerator(container.get("resources"))
+            if other and accelerator is None:
+                # (before: an engine on a TPU worker group was planned as one NVIDIA GPU of unknown type)
+                accelerator = _Worker(
+                    image=image, pod_fields=pod_fields, resource=other, metadata=metadata or None, cluster_gpus=total
+                )
             if fallback is None or fallback.image is None:
                 fallback = _Worker(image=image, pod_fields=pod_fields, cluster_gpus=total)
-    return fallback or _Worker(cluster_gpus=total)
+    return accelerator or fallback or _Worker(cluster_gpus=total)
 
 
 def _per_gpu_shares(container: Mapping[str, Any], labels: Mapping[str, Any]) -> dict[str, str]:
