@@ -345,6 +345,11 @@ def expand(
                             out.append(text[i : end + 1])  # ${X:+...}, ${#X} ...: leave as written
                             i = end + 1
                             continue
+                        if value is None and (name in unknown or ANY_NAME in unknown):
+                            missing.append(name)  # set from a Secret, a ConfigMap or envFrom: kept as written (below)
+                            as_written(i, end + 1)
+                            i = end + 1
+                            continue
                         if value is None:
                             missing.append(name)
                             value = ""
@@ -370,6 +375,14 @@ def expand(
             if name_end > i + 1:
                 name = text[i + 1 : name_end]
                 value = variables.get(name)
+                if value is None and (name in unknown or ANY_NAME in unknown):
+                    # Set from a Secret, a ConfigMap or envFrom: a value the manifest does not show, not an
+                    # empty one. Kept as written, like a command substitution, so that what it may hold
+                    # (`vllm serve $MODEL $EXTRA_ARGS`, flags from a ConfigMap) is not checked as if absent.
+                    missing.append(name)
+                    as_written(i, name_end)
+                    i = name_end
+                    continue
                 if value is None:
                     missing.append(name)
                     value = ""

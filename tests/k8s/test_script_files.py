@@ -332,6 +332,73 @@ def test_a_default_is_not_taken_for_a_variable_the_cluster_sets(env: dict[str, A
     assert found.command is None or found.command.model != "Qwen/Qwen2.5-0.5B-Instruct"
 
 
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"env": [{"name": "EXTRA", "valueFrom": {"configMapKeyRef": {"name": "vllm", "key": "extra"}}}]},
+        {"envFrom": [{"configMapRef": {"name": "vllm"}}]},
+        {"env": [{"name": "EXTRA", "valueFrom": {"secretKeyRef": {"name": "vllm", "key": "extra"}}}]},
+    ],
+    ids=["valueFrom", "envFrom", "secret"],
+)
+@pytest.mark.parametrize("written", ["$EXTRA", "${EXTRA}", '"$EXTRA"'])
+def test_a_variable_the_cluster_sets_is_not_taken_as_empty(env: dict[str, Any], written: str) -> None:
+    """`vllm serve M ... $EXTRA` with EXTRA from a ConfigMap or Secret (a common way to keep vLLM's flags out
+    of the Deployment): the flags vLLM gets are not in the manifest, so nothing is checked (KVP032), as for
+    `$(EXTRA)` in an argv. Before: $EXTRA expanded to nothing and the plan ignored whatever it holds (an
+    annotation recorded for flags vLLM never saw); `vllm serve $MODEL` was "vLLM would reject: no model"."""
+    script = f"exec vllm serve {TOO_BIG} --max-model-len 4096 {written}"
+    pod = {
+        "containers": [
+            {"name": "v", "image": "vllm/vllm-openai:v0.11.0", "command": ["sh", "-c", script], "resources": GPU, **env}
+        ],
+        "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"},
+    }
+    entry = _deployment_entry(pod)
+    assert entry.codes == ["KVP032"] and entry.decision == "warn", entry.messages
+    assert "EXTRA" in entry.messages[0] and "not checked" in entry.messages[0]
+    model = dict(pod["containers"][0], command=["sh", "-c", "exec vllm serve $MODEL --max-model-len 4096"])
+    entry = _deployment_entry({**pod, "containers": [{**model, **_renamed(env, "MODEL")}]})
+    assert entry.codes == ["KVP032"] and "the model not checked" in entry.messages[0], entry.messages
+
+
+def test_a_variable_set_nowhere_still_expands_to_nothing() -> None:
+    """Without valueFrom or envFrom the shell's unset variable is empty: the server is planned (here denied:
+    70B on one L4), as before."""
+    script = f"exec vllm serve {TOO_BIG} --max-model-len 4096 $EXTRA"
+    pod = {
+        "containers": [
+            {"name": "v", "image": "vllm/vllm-openai:v0.11.0", "command": ["sh", "-c", script], "resources": GPU}
+        ],
+        "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"},
+    }
+    entry = _deployment_entry(pod)
+    assert "KVP032" not in entry.codes and "KVP001" in entry.codes and entry.decision == "deny", entry.messages
+
+
+def _renamed(env: dict[str, Any], name: str) -> dict[str, Any]:
+    if "env" not in env:
+        return env
+    return {"env": [{**item, "name": name} for item in env["env"]]}
+
+
+def _deployment_entry(pod: dict[str, Any]) -> WorkloadEntry:
+    text = yaml.safe_dump(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "server", "namespace": "llm"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "s"}},
+                "template": {"metadata": {"labels": {"app": "s"}}, "spec": pod},
+            },
+        }
+    )
+    policy = check_policy({"validationAction": "Enforce", "modelLookup": {"offline": True, "timeoutSeconds": 1}})
+    (entry,) = run_check(read_documents(text, "test.yaml"), policy=policy, backend=BACKEND).workloads
+    return entry
+
+
 def test_the_deepest_mount_wins_and_an_unknown_one_hides_the_file() -> None:
     from planner.k8s.configfiles import file_reader
 
