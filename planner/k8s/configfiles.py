@@ -88,3 +88,90 @@ def _item(data: Mapping[str, str], source: Mapping[str, Any], relative: str) -> 
                 return data.get(str(item.get("key")))
         return None
     return data.get(relative)
+
+
+MAX_ENV_FROM_KEYS = 1024  # ConfigMap keys taken into one container's environment (the env-entry cap, KVP071)
+MAX_ENV_FROM_VALUE = 65_536  # characters of one value taken (the per-value cap, KVP072)
+
+
+def with_configmap_env(
+    container: Mapping[str, Any], namespace: str | None, configmaps: ConfigMaps
+) -> Mapping[str, Any]:
+    """``container`` with the environment it gets from known ConfigMaps written out as literal ``env``.
+
+    Flags kept in a ConfigMap (``envFrom: [{configMapRef: ...}]`` with ``args: [--max-model-len,
+    $(MAX_MODEL_LEN)]``, or ``vllm serve $MODEL $EXTRA_ARGS`` in a script; ``env[].valueFrom.configMapKeyRef``)
+    are then read as vLLM gets them. The kubelet's order (``makeEnvironmentVariables``): ``envFrom`` sources
+    first, a later one overriding an earlier one's keys, each key under its source's ``prefix``; then
+    ``env``, which overrides them and may refer to them with ``$(NAME)``. Values taken from a ConfigMap are
+    not expanded again (``$`` is escaped). ``envFrom`` is written out only when every source is a known
+    ConfigMap (a Secret, or a ConfigMap not in the input, may set any name: it stays unknown), within
+    :data:`MAX_ENV_FROM_KEYS` keys and :data:`MAX_ENV_FROM_VALUE` characters a value; a
+    ``configMapKeyRef`` to a key that is not there stays unknown too."""
+    env_from = container.get("envFrom")
+    entries = container.get("env")
+    changed = False
+    literal: dict[str, str] = {}
+    drop_env_from = False
+    if isinstance(env_from, list) and env_from:
+        sources = [_env_from_source(source, namespace, configmaps) for source in env_from]
+        if all(found is not None for found in sources):
+            for found in sources:
+                assert found is not None
+                prefix, data = found
+                for key, value in data.items():
+                    literal[prefix + key] = value
+            if len(literal) <= MAX_ENV_FROM_KEYS and all(len(v) <= MAX_ENV_FROM_VALUE for v in literal.values()):
+                drop_env_from = changed = True
+            else:
+                literal = {}
+    kept: list[Any] = []
+    for entry in entries if isinstance(entries, list) else []:
+        taken = _config_map_key(entry, namespace, configmaps)
+        if taken is not None:
+            kept.append({"name": entry["name"], "value": _escaped(taken)})
+            changed = True
+        else:
+            kept.append(entry)
+    if not changed:
+        return container
+    out = dict(container)
+    out["env"] = [{"name": name, "value": _escaped(value)} for name, value in literal.items()] + kept
+    if drop_env_from:
+        out.pop("envFrom", None)
+    return out
+
+
+def _env_from_source(
+    source: Any, namespace: str | None, configmaps: ConfigMaps
+) -> tuple[str, Mapping[str, str]] | None:
+    if not isinstance(source, Mapping) or not isinstance(source.get("configMapRef"), Mapping):
+        return None
+    data = _config_map(source["configMapRef"].get("name"), namespace, configmaps)
+    prefix = source.get("prefix")
+    if data is None or (prefix is not None and not isinstance(prefix, str)):
+        return None
+    return prefix or "", data
+
+
+def _config_map_key(entry: Any, namespace: str | None, configmaps: ConfigMaps) -> str | None:
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
+        return None
+    ref = entry.get("valueFrom")
+    ref = ref.get("configMapKeyRef") if isinstance(ref, Mapping) else None
+    if not isinstance(ref, Mapping):
+        return None
+    data = _config_map(ref.get("name"), namespace, configmaps)
+    value = data.get(str(ref.get("key"))) if data is not None else None
+    return value if value is not None and len(value) <= MAX_ENV_FROM_VALUE else None
+
+
+def _config_map(name: Any, namespace: str | None, configmaps: ConfigMaps) -> Mapping[str, str] | None:
+    if not isinstance(name, str):
+        return None
+    return configmaps.get((namespace, name)) or configmaps.get((None, name))
+
+
+def _escaped(value: str) -> str:
+    """A value the kubelet does not expand, written so that ``$(NAME)`` expansion leaves it as it is."""
+    return value.replace("$", "$$")

@@ -10,7 +10,7 @@ import re2
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.gpus.share import GpuShare
-from planner.k8s.configfiles import ConfigMaps, file_reader
+from planner.k8s.configfiles import ConfigMaps, file_reader, with_configmap_env
 from planner.k8s.detect import VllmContainer, find_vllm_containers, inspect_container, is_vllm_image, unread_command
 from planner.k8s.dra import ClaimIndex, ClaimUse, container_claims, gpu_from_claims
 from planner.k8s.gpus import GpuCatalog, GpuResolution, gpu_request, resolve_gpu
@@ -171,7 +171,7 @@ def inspect_workload(
         version: VersionEvidence | None = stated or template_stated or view.stated_version
         reader = _reader(pod_spec, ns, configmaps) if configmaps else None
         containers = find_vllm_containers(
-            pod_spec,
+            _with_configmap_env(pod_spec, ns, configmaps) if configmaps else pod_spec,
             implicit_env=ref.implicit_env,
             default_version=default_version,
             read_file=reader,
@@ -441,6 +441,18 @@ def _annotations(meta: Any) -> Mapping[str, Any] | None:
         value: Mapping[str, Any] = meta["annotations"]
         return value
     return None
+
+
+def _with_configmap_env(
+    pod_spec: Mapping[str, Any], namespace: str | None, configmaps: ConfigMaps
+) -> Mapping[str, Any]:
+    """The pod spec read for vLLM: each container's environment from known ConfigMaps written out (planner
+    check; see :func:`with_configmap_env`)."""
+    containers = pod_spec.get("containers")
+    if not isinstance(containers, list):
+        return pod_spec
+    resolved = [with_configmap_env(c, namespace, configmaps) if isinstance(c, Mapping) else c for c in containers]
+    return {**pod_spec, "containers": resolved}
 
 
 def _reader(

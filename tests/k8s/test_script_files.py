@@ -376,6 +376,116 @@ def test_a_variable_set_nowhere_still_expands_to_nothing() -> None:
     assert "KVP032" not in entry.codes and "KVP001" in entry.codes and entry.decision == "deny", entry.messages
 
 
+def _with_configmap(pod: dict[str, Any], data: dict[str, str]) -> str:
+    configmap = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "vllm", "namespace": "llm"},
+        "data": data,
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "server", "namespace": "llm"},
+        "spec": {
+            "selector": {"matchLabels": {"app": "s"}},
+            "template": {"metadata": {"labels": {"app": "s"}}, "spec": pod},
+        },
+    }
+    return yaml.safe_dump_all([configmap, deployment])
+
+
+def _checked(text: str) -> WorkloadEntry:
+    policy = check_policy({"validationAction": "Enforce", "modelLookup": {"offline": True, "timeoutSeconds": 1}})
+    return next(
+        e for e in run_check(read_documents(text, "t.yaml"), policy=policy, backend=BACKEND).workloads if e.vllm
+    )
+
+
+@pytest.mark.parametrize(
+    ("container", "data"),
+    [
+        (  # argv with $(VAR) from envFrom
+            {
+                "args": ["--model", "$(MODEL)", "--max-model-len", "$(LEN)"],
+                "envFrom": [{"configMapRef": {"name": "vllm"}}],
+            },
+            {"MODEL": TOO_BIG, "LEN": "4096"},
+        ),
+        (  # a script's $EXTRA from envFrom under a prefix
+            {
+                "command": ["sh", "-c", "exec vllm serve $VLLM_MODEL $VLLM_EXTRA"],
+                "envFrom": [{"configMapRef": {"name": "vllm"}, "prefix": "VLLM_"}],
+            },
+            {"MODEL": TOO_BIG, "EXTRA": "--max-model-len 4096 --gpu-memory-utilization 0.9"},
+        ),
+        (  # env[].valueFrom.configMapKeyRef, referred to by a later env value
+            {
+                "args": ["--model", "$(M)", "--max-model-len", "$(LEN)"],
+                "env": [
+                    {"name": "ORG_MODEL", "valueFrom": {"configMapKeyRef": {"name": "vllm", "key": "model"}}},
+                    {"name": "M", "value": "$(ORG_MODEL)"},
+                    {"name": "LEN", "valueFrom": {"configMapKeyRef": {"name": "vllm", "key": "len"}}},
+                ],
+            },
+            {"model": TOO_BIG, "len": "4096"},
+        ),
+    ],
+    ids=["envFrom-argv", "envFrom-script-prefix", "configMapKeyRef"],
+)
+def test_planner_check_reads_flags_kept_in_a_configmap_of_the_input(
+    container: dict[str, Any], data: dict[str, str]
+) -> None:
+    """Flags and the model kept in a ConfigMap of the same input are what vLLM gets: planned (here 70B on one
+    L4: denied), not "has no value in the manifest" (KVP032), which the webhook, reading no ConfigMaps, says."""
+    pod = {
+        "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"},
+        "containers": [{"name": "v", "image": "vllm/vllm-openai:v0.11.0", "resources": GPU, **container}],
+    }
+    entry = _checked(_with_configmap(pod, data))
+    assert entry.model == TOO_BIG and entry.args["max_model_len"] == 4096, entry.messages
+    assert entry.decision == "deny" and "KVP001" in entry.codes and "KVP032" not in entry.codes
+    alone = yaml.safe_dump(list(yaml.safe_load_all(_with_configmap(pod, data)))[1])
+    assert "KVP032" in _checked(alone).codes  # without the ConfigMap: not checked, as before
+
+
+def test_a_configmap_value_is_not_expanded_again_and_an_unknown_source_stays_unknown() -> None:
+    container = {
+        "name": "v",
+        "image": "vllm/vllm-openai:v0.11.0",
+        "resources": GPU,
+        "args": ["--model", "$(MODEL)", "--max-model-len", "4096"],
+        "envFrom": [{"configMapRef": {"name": "vllm"}}],
+        "env": [{"name": "OTHER", "value": "Qwen/Qwen2.5-0.5B-Instruct"}],
+    }
+    pod = {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}, "containers": [container]}
+    entry = _checked(_with_configmap(pod, {"MODEL": "$(OTHER)"}))  # the kubelet puts "$(OTHER)" as it is
+    assert entry.model == "$(OTHER)"
+    # A Secret beside the ConfigMap may set any name: the environment stays unknown (KVP032).
+    secret = {**container, "envFrom": [{"configMapRef": {"name": "vllm"}}, {"secretRef": {"name": "s"}}]}
+    entry = _checked(_with_configmap({**pod, "containers": [secret]}, {"MODEL": TOO_BIG}))
+    assert entry.codes == ["KVP032"], entry.messages
+
+
+def test_a_configmap_environment_is_taken_within_bounds() -> None:
+    """More keys than a container may have env entries (1,024), or a value past 65,536 characters: the
+    environment stays unknown (KVP032), not read in part."""
+    from planner.k8s.configfiles import MAX_ENV_FROM_KEYS, MAX_ENV_FROM_VALUE
+
+    container = {
+        "name": "v",
+        "image": "vllm/vllm-openai:v0.11.0",
+        "resources": GPU,
+        "args": ["--model", "$(MODEL)"],
+        "envFrom": [{"configMapRef": {"name": "vllm"}}],
+    }
+    pod = {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-L4"}, "containers": [container]}
+    many = {f"K{i}": "x" for i in range(MAX_ENV_FROM_KEYS + 1)} | {"MODEL": TOO_BIG}
+    assert _checked(_with_configmap(pod, many)).codes == ["KVP032"]
+    long = {"MODEL": TOO_BIG, "PAD": "x" * (MAX_ENV_FROM_VALUE + 1)}
+    assert _checked(_with_configmap(pod, long)).codes == ["KVP032"]
+
+
 def _renamed(env: dict[str, Any], name: str) -> dict[str, Any]:
     if "env" not in env:
         return env
