@@ -24,6 +24,7 @@ from planner.k8s.platforms.base import (
     non_gpu_accelerator,
     non_gpu_device_class,
 )
+from planner.k8s.platforms.dualpods import server_view as dual_pods_server
 from planner.k8s.platforms.kserve import Runtimes
 from planner.k8s.platforms.llmisvc import Presets
 from planner.k8s.quantity import quantity_bytes
@@ -145,7 +146,11 @@ def inspect_workload(
         if len(refs) > MAX_SEARCH_TEMPLATES:
             text = f"{header['kind']} holds more than {MAX_SEARCH_TEMPLATES} pod templates: the first are checked"
             notes.append(PlatformNote(reason="unsupported-kind", text=text))
-        views = [PlatformView(platform="kubernetes", template=ref) for ref in refs[:MAX_SEARCH_TEMPLATES]]
+        views = []
+        for ref in refs[:MAX_SEARCH_TEMPLATES]:
+            view, dual_notes = dual_pods_server(obj, PlatformView(platform="kubernetes", template=ref))
+            views.append(view)
+            notes += dual_notes
         if not views and group_of(obj) not in _BUILTIN_GROUPS and mentions_vllm(obj):
             kind = header["kind"]
             text = f"{kind} mentions vLLM but kv-planner has no reader for it"
