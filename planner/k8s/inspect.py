@@ -388,6 +388,9 @@ def _non_gpu(container: Mapping[str, Any], claims: Sequence[ClaimUse] = ()) -> s
         for request in use.claim.requests if use.claim is not None else ():
             if request.device_class and non_gpu_device_class(request.device_class):
                 return f"DRA device class {request.device_class[:63]}"
+    cpu = _cpu_backend_env(container) if not claims else None
+    if cpu is not None:
+        return cpu
     image = container.get("image")
     if not isinstance(image, str):
         return None
@@ -403,6 +406,20 @@ def _image_words(name: str) -> list[str]:
         return name.translate(_ASCII_SEPARATORS).split()
     words: list[str] = _IMAGE_WORD.split(name)  # (re2 is untyped)
     return [word for word in words if word]
+
+
+# Variables only vLLM's CPU backend reads (vllm/envs.py): set on a container that asks for no GPU, they say
+# it runs vLLM on the CPU (KServe's huggingface runtime on CPU, the vLLM docs' CPU Deployment), whatever the image.
+_CPU_BACKEND_ENV = ("VLLM_CPU_KVCACHE_SPACE", "VLLM_CPU_OMP_THREADS_BIND")
+
+
+def _cpu_backend_env(container: Mapping[str, Any]) -> str | None:
+    env = container.get("env")
+    if not isinstance(env, list) or gpu_request(container)[1] is not None:
+        return None
+    names = {item.get("name") for item in env if isinstance(item, Mapping)}
+    found = next((name for name in _CPU_BACKEND_ENV if name in names), None)
+    return f"CPU backend ({found} set, no GPU)" if found else None
 
 
 def _non_gpu_image(image: str) -> str | None:

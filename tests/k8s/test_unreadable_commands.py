@@ -138,6 +138,25 @@ def test_a_server_on_a_non_gpu_accelerator_is_named(container: dict[str, Any]) -
     assert entry.decision == "skip" and entry.codes == ["KVP064"]
 
 
+CPU_SERVER = {
+    "name": "vllm",
+    "image": "vllm/vllm-openai:v0.10.1",  # (KServe's huggingface runtime on CPU names no CPU image either)
+    "args": ["--model", "Qwen/Qwen2-0.5B-Instruct", "--max-model-len", "2048"],
+    "env": [{"name": "VLLM_CPU_KVCACHE_SPACE", "value": "4"}, {"name": "VLLM_CPU_OMP_THREADS_BIND", "value": "auto"}],
+    "resources": {"limits": {"cpu": "8", "memory": "16Gi"}},
+}
+
+
+def test_vllm_on_the_cpu_backend_is_named_not_planned_as_a_gpu() -> None:
+    """The env only vLLM's CPU backend reads, on a container without a GPU (KServe's docs: qwen-cpu): KVP064,
+    not "no GPU request" and "GPU type unknown: set kv-planner.io/gpu" (before: KVP005, KVP042)."""
+    (entry,) = entries(deployment(CPU_SERVER))
+    assert entry.decision == "skip" and entry.codes == ["KVP064"], entry.messages
+    assert "VLLM_CPU_KVCACHE_SPACE" in entry.messages[0]
+    (gpu,) = entries(deployment({**CPU_SERVER, "resources": GPU}))  # with a GPU the variable means nothing
+    assert gpu.vllm and "KVP064" not in gpu.codes
+
+
 def test_vllm_flags_for_another_images_entrypoint_on_a_gpu_warn() -> None:
     """No "vllm" in the image's name, no command, vLLM's own flags in args: what the entrypoint runs is
     not known, so it is a warning (KVP037), not "no vLLM container"."""
