@@ -131,6 +131,31 @@ def test_v1beta1_70b_on_one_l4_is_denied() -> None:
     assert [(e.template, e.decision, "KVP001" in e.codes) for e in found] == [("w", "deny", True)]
 
 
+def test_engine_config_json_is_read_as_vllm_reads_its_config_file() -> None:
+    """``dynamo.vllm --engine-config-json FILE`` (ai-dynamo/dynamo components/src/dynamo/vllm/args.py): the file's
+    engine arguments are vLLM's starting namespace. Before, the flag was set aside as Dynamo's own and the worker
+    planned without them (7B on an L4 at its defaults: fits); now the file is read from a ConfigMap of the input
+    (here utilization 0.5 leaves less than the weights: KVP001), and without it nothing is checked (KVP031)."""
+    component = _component(
+        "w",
+        ["python3", "-m", "dynamo.vllm"],
+        ["--model", "Qwen/Qwen2.5-7B-Instruct", "--engine-config-json", "/cfg/e.json"],
+    )
+    pod = component["podTemplate"]["spec"]
+    pod["containers"][0]["volumeMounts"] = [{"name": "cfg", "mountPath": "/cfg"}]
+    pod["volumes"] = [{"name": "cfg", "configMap": {"name": "engine"}}]
+    configmap = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "engine"},
+        "data": {"e.json": json.dumps({"gpu_memory_utilization": 0.5, "max_model_len": 8192})},
+    }
+    found = [e for e in _check(json.dumps(configmap) + "\n---\n" + _graph([component])) if e.vllm]
+    assert [(e.args["gpu_memory_utilization"], e.decision, "KVP001" in e.codes) for e in found] == [(0.5, "deny", True)]
+    (alone,) = [e for e in _check(_graph([component])) if e.vllm]
+    assert alone.codes == ["KVP031"] and alone.decision == "warn", alone.messages
+
+
 def test_v1beta1_shell_string_worker_is_warned_not_edited() -> None:
     script = "python3 -m dynamo.vllm --model Qwen/Qwen3-0.6B 2>&1 | tee /tmp/vllm.log"
     found = _check(_graph([_component("w", ["/bin/sh", "-c"], [script])]))

@@ -110,6 +110,14 @@ def _worker(container: Mapping[str, Any], where: str, notes: list[PlatformNote])
         return None
     kept = [(w, i) for w, i in vllm_words(words, None) if not _is_model(words, i)]
     head = ["vllm", "serve", model]
+    # Dynamo's --engine-config-json FILE: a JSON object of vLLM engine arguments by dest name, the namespace
+    # vLLM's parser starts from, so flags on the command line win (args.py _load_engine_config_json). vLLM's
+    # own --config FILE reads the same mapping with the same precedence: read as that (from a ConfigMap by
+    # planner check; elsewhere KVP031, its flags not checked). Before: dropped as a Dynamo flag, and the
+    # worker planned with defaults its file overrides.
+    engine_config = flag_value(words, "engine-config-json")
+    if engine_config:
+        head += ["--config", engine_config]
     positions: list[int | None] = [None] * len(head)
     positions += [i - offset if no_write is None and i >= offset else None for _, i in kept]
     return _Worker(words=head + [w for w, _ in kept], positions=tuple(positions), no_write=no_write)
@@ -134,6 +142,8 @@ def _service_view(name: str, service: Mapping[str, Any], notes: list[PlatformNot
         "args": worker.words[2:],
         "env": [dict(e) for e in listed(service.get("envs")) if isinstance(e, Mapping)],
     }
+    if isinstance(main.get("volumeMounts"), list):  # (files it reads: --engine-config-json from a ConfigMap)
+        container["volumeMounts"] = main["volumeMounts"]
     image = main.get("image") if isinstance(main.get("image"), str) else None
     if image:
         container["image"] = image
