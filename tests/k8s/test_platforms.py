@@ -522,6 +522,37 @@ spec:
     assert found.args["tensor_parallel_size"] == 2 and found.args["max_model_len"] == 8192
 
 
+@pytest.mark.parametrize("written", [["--max_length=8192"], ["--max_length", "8192"]], ids=["inline", "split"])
+def test_kserve_huggingface_max_length_is_vllms_max_model_len(written: list[str]) -> None:
+    """huggingfaceserver's ``--max_length`` has ``dest="max_model_len"`` (python/huggingfaceserver __main__.py):
+    it sets vLLM's context. Before, it was set aside as the server's own flag, the model's whole 131072 tokens
+    were planned and ``--max-model-len 30720`` was added after it, overriding the user's 8192."""
+    args = ["--model_name=llama", "--model_id=meta-llama/Llama-3.1-8B-Instruct", *written]
+    text = f"""
+apiVersion: serving.kserve.io/v1beta1
+kind: InferenceService
+metadata: {{name: llama, namespace: kserve, annotations: {{kv-planner.io/vllm-version: "0.10.1"}}}}
+spec:
+  predictor:
+    nodeSelector: {{nvidia.com/gpu.product: NVIDIA-L4}}
+    model:
+      modelFormat: {{name: huggingface}}
+      args: {json.dumps(args)}
+      resources: {{limits: {{nvidia.com/gpu: "1"}}}}
+"""
+    found = _one(text)
+    assert found.args["max_model_len"] == 8192 and "KVP020" not in found.codes, found.messages
+    assert not any("max-model-len" in str(op.get("value")) for op in found.patch)
+    # Clamped where the user wrote it: the value after --max_length (or the inline word) is replaced.
+    clamp = check_policy({"validationAction": "Audit", "mutation": "clamp", "modelLookup": {"offline": True}})
+    big = text.replace("8192", "131072")
+    (lowered,) = run_check(read_documents(big, "isvc"), policy=clamp, backend=BACKEND).workloads
+    edits = [
+        op for op in lowered.patch if op["path"].startswith("/spec/predictor/model/args/") and op["op"] == "replace"
+    ]
+    assert "KVP024" in lowered.codes and [op["path"][-1] for op in edits] == [str(len(args) - 1)]
+
+
 def test_kserve_runtime_missing_from_the_input_is_named() -> None:
     found = _one(
         """

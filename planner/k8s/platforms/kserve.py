@@ -140,6 +140,7 @@ def read(obj: Mapping[str, Any], runtimes: Runtimes | None = None) -> PlatformRe
             )
         # huggingfaceserver / vllmserver: the engine flags among the server's own, then the model.
         kept = _without_model(vllm_words(merged_args, version_evidence.version if version_evidence else None))
+        kept = sorted(kept + _max_length_words(merged_args), key=lambda pair: pair[1])
         head = ["vllm", "serve", hf_model]
         words = head + [w for w, _ in kept]
         positions = [None for _ in head]
@@ -193,6 +194,19 @@ def read(obj: Mapping[str, Any], runtimes: Runtimes | None = None) -> PlatformRe
         group_gpus=group_gpus,
     )
     return PlatformRead(platform=PLATFORM, views=[view])
+
+
+def _max_length_words(args: Sequence[str]) -> list[tuple[str, int]]:
+    """huggingfaceserver's own ``--max_length X`` (``dest="max_model_len"``, python/huggingfaceserver
+    ``__main__.py``): vLLM's ``max_model_len``, as ``--max-model-len`` at the same places (before: set aside as
+    the server's flag, so the model's whole context was planned and a smaller one "filled" over it)."""
+    out: list[tuple[str, int]] = []
+    for i, word in enumerate(args):
+        if word.startswith("--max_length="):
+            out.append(("--max-model-len=" + word.partition("=")[2], i))
+        elif word == "--max_length" and i + 1 < len(args):
+            out += [("--max-model-len", i), (args[i + 1], i + 1)]
+    return out
 
 
 def _without_model(kept: list[tuple[str, int]]) -> list[tuple[str, int]]:
