@@ -15,12 +15,18 @@ process behind its real HTTP server with ``ScrapeSettings()`` (the defaults).
 2. False downs: a scrape every ``--interval`` seconds for ``--soak-seconds`` (the cadence at which
    pooled connections meet vLLM's 5 s idle close): healthy targets reported down, summed over scrapes.
 
+``--renders N`` instead renders the healthy fleet N times in this process, with no HTTP server and
+per-target timeouts long enough for valgrind, and prints how many targets were up: run it under
+``valgrind --tool=callgrind`` with two values of N, and the difference of the totals over the difference
+of N is the instructions of one scrape (they do not depend on what else the machine runs).
+
 Not a test: numbers depend on the machine; docs/benchmarks.md has them.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import statistics
@@ -35,7 +41,8 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from admission.exporter.server import ExporterConfig, start_exporter  # noqa: E402
+from admission.exporter.server import ExporterConfig, build, start_exporter  # noqa: E402
+from admission.exporter.service import ScrapeSettings  # noqa: E402
 from admission.observations.targets import parse_static_target  # noqa: E402
 from admission.retuner import RetunerSettings  # noqa: E402
 from tests.exporter.helpers import hanging_server, page_server  # noqa: E402
@@ -160,6 +167,21 @@ def soak(urls: list[str], healthy: set[str], seconds: float, interval: float) ->
     }
 
 
+def renders(urls: list[str], count: int) -> None:
+    """``count`` scrapes in-process, each target allowed 60 s (under valgrind a read takes ~50x longer)."""
+    config = _config(urls).model_copy(update={"scrape": ScrapeSettings(scrape_timeout_s=60, scrape_timeout_max_s=60)})
+    exporter = build(config).exporter
+
+    async def run() -> None:
+        for _ in range(count):
+            body, _ = await exporter.render(300.0)
+            up = [line for line in body.decode().splitlines() if line.startswith("kv_planner_target_up{")]
+            print(f"{sum(line.endswith(' 1.0') for line in up)} of {len(up)} targets up", flush=True)
+        await exporter.aclose()
+
+    asyncio.run(run())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--targets", type=int, default=50)
@@ -168,7 +190,12 @@ def main() -> None:
     parser.add_argument("--slow-delay", type=float, default=0.5)
     parser.add_argument("--soak-seconds", type=float, default=60.0)
     parser.add_argument("--interval", type=float, default=5.0)
+    parser.add_argument("--renders", type=int, help="only render the healthy fleet this many times (for callgrind)")
     options = parser.parse_args()
+    if options.renders is not None:
+        with simulators(options.targets - 3, options.sim_processes) as sims:
+            renders(sims, options.renders)
+        return
     good = (ROOT / "tests/exporter/fixtures/vllm-0.19.0-v1-dp2.metrics").read_bytes()
     with (
         simulators(options.targets - 3, options.sim_processes) as sims,

@@ -2,7 +2,7 @@
 
 httpcore asks ``import sniffio`` on every request and every connection (``current_async_library``), and
 anyio>=4.12 no longer installs it. Without the package, each ask was a failed search of every directory on
-``sys.path``: ~16% of the exporter's instructions per scrape of 50 targets (docs/benchmarks.md). Any other
+``sys.path``: 14-17% of the exporter's instructions per scrape of 50 targets (docs/benchmarks.md). Any other
 lazy import on the scrape path would cost the same way, so the test catches the class: after one warm-up
 scrape, a second one over real sockets must not reach a path finder at all.
 """
