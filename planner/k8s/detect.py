@@ -13,6 +13,7 @@ Only ``argv`` and ``image`` containers may be mutated: their words map one to on
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any, Literal
@@ -26,6 +27,7 @@ from planner.k8s.images import VersionEvidence, image_release
 from planner.k8s.script_files import container_commands
 from planner.k8s.shell import ShellCommand
 from planner.vllm.argv import VllmCommand, find, locate, parse_args, parse_command
+from planner.vllm.argv_table import flag_table
 from planner.vllm.launchers import unwrap
 
 Style = Literal["argv", "shell", "image"]
@@ -92,8 +94,12 @@ def find_vllm_containers(
     default_version: str | None = None,
     read_file: Callable[[Mapping[str, Any]], Callable[[str], str | None]] | None = None,
     stated_version: VersionEvidence | None = None,
+    engine_namespace: Mapping[str, Any] | None = None,
+    engine_namespace_files: Mapping[int, str] | None = None,
 ) -> list[VllmContainer]:
-    """The vLLM containers of ``pod_spec`` (``containers`` only), in order."""
+    """The vLLM containers of ``pod_spec`` (``containers`` only), in order. ``engine_namespace``: engine
+    arguments the platform sets without vLLM's parser (:attr:`VllmCommand.namespace`), on each command;
+    ``engine_namespace_files``: container index -> a JSON file of them (:func:`_with_namespace_file`)."""
     found: list[VllmContainer] = []
     containers = pod_spec.get("containers")
     if not isinstance(containers, list):
@@ -110,9 +116,41 @@ def find_vllm_containers(
             read_config=reader,
             stated_version=stated_version,
         )
+        path = (engine_namespace_files or {}).get(index)
+        if result is not None and path and result.command is not None:
+            result = result.model_copy(update={"command": _with_namespace_file(result.command, path, reader)})
+        if result is not None and engine_namespace and result.command is not None:
+            command = result.command.model_copy(update={"namespace": {**engine_namespace, **result.command.namespace}})
+            result = result.model_copy(update={"command": command})
         if result is not None:
             found.append(result)
     return found
+
+
+def _with_namespace_file(
+    command: VllmCommand, path: str, read_config: Callable[[str], str | None] | None
+) -> VllmCommand:
+    """``command`` starting from the namespace in the JSON file ``path``, as Dynamo's ``--engine-config-json``
+    does (ai-dynamo/dynamo components/src/dynamo/vllm/args.py ``_load_engine_config_json``: the object becomes
+    ``argparse.Namespace(**values)`` and vLLM's parser runs on it, so a flag on the command line wins and a
+    ``false`` is dest = False; keys that are not vLLM dests are refused). Not readable here: the file is
+    named as a config file not checked (KVP031)."""
+    text = read_config(path) if read_config else None
+    if text is None:
+        return command.model_copy(update={"config_file": path, "config_loaded": False})
+    try:
+        values = json.loads(text)
+    except (ValueError, RecursionError):  # (untrusted: a nesting past Python's stack is not an object either)
+        values = None
+    if not isinstance(values, dict):
+        error = f"--engine-config-json {path[:80]} must contain a JSON object"
+        return command.model_copy(update={"errors": [*command.errors, error]})
+    dests = {dest for dest, _ in flag_table(command.release).options.values()}
+    unknown = sorted(str(key)[:40] for key in values if key not in dests)  # (untrusted text: cut)
+    if unknown:
+        error = "Unknown vLLM engine argument(s) in --engine-config-json: " + ", ".join(unknown[:5])
+        return command.model_copy(update={"errors": [*command.errors, error]})
+    return command.model_copy(update={"namespace": {**values, **command.namespace}})
 
 
 def inspect_container(

@@ -181,6 +181,8 @@ def inspect_workload(
             default_version=default_version,
             read_file=reader,
             stated_version=version,
+            engine_namespace=view.engine_namespace,
+            engine_namespace_files=view.engine_namespace_files,
         )
         notes += _unreadable_commands(pod_spec, {found.index for found in containers})
         notes += _sidecars(pod_spec)

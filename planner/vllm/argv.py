@@ -107,6 +107,13 @@ class VllmCommand(BaseModel):
     errors: list[str] = Field(default_factory=list, description="why vLLM would refuse this command line")
     config_file: str | None = None
     config_loaded: bool = False
+    namespace: dict[str, Any] = Field(
+        default_factory=dict,
+        description="engine arguments set without vLLM's parser, dest -> value, under the command line's flags: "
+        "the argparse Namespace vLLM's parser starts from (Dynamo's --engine-config-json), or keyword arguments "
+        "a platform gives the engine directly (Ray Serve LLM's engine_kwargs: AsyncEngineArgs(**kwargs)). A "
+        "`false` there is dest = False in every release, however (or whether) its parser spells it",
+    )
     assumed: str | None = Field(
         default=None,
         description="how the model was chosen where vLLM's choice depends on what the command line does not say "
@@ -130,9 +137,10 @@ class VllmCommand(BaseModel):
         """dest -> the value in force (last occurrence wins, as in argparse).
 
         ``--json-arg.key value`` pieces are merged into one dict that vLLM appends after every other
-        word, so it replaces a whole ``--json-arg '{...}'`` given anywhere.
+        word, so it replaces a whole ``--json-arg '{...}'`` given anywhere. :attr:`namespace` comes first:
+        a flag on the command line replaces it (argparse sets only the dests the namespace lacks).
         """
-        result: dict[str, Any] = {}
+        result: dict[str, Any] = dict(self.namespace)
         dotted: dict[str, dict[str, Any]] = {}
         for flag in self.flags:
             if flag.dotted:

@@ -1038,3 +1038,66 @@ spec:
     )
     service = next(e for e in report.workloads if e.kind == "LLMInferenceService")
     assert service.model == "Qwen/Qwen2.5-7B-Instruct" and "KVP078" not in service.codes
+
+
+def _ray_serve(kwargs: str, image: str) -> str:
+    return f"""
+apiVersion: ray.io/v1
+kind: RayService
+metadata: {{name: llm, namespace: ray}}
+spec:
+  serveConfigV2: |
+    applications:
+    - name: llm
+      import_path: ray.serve.llm:build_openai_app
+      args:
+        llm_configs:
+        - model_loading_config: {{model_id: qwen, model_source: Qwen/Qwen2.5-7B-Instruct}}
+          engine_kwargs: {{tensor_parallel_size: 1, max_model_len: 16384{kwargs}}}
+          accelerator_type: L4
+  rayClusterConfig:
+    headGroupSpec:
+      rayStartParams: {{}}
+      template: {{spec: {{containers: [{{name: head, image: "{image}"}}]}}}}
+    workerGroupSpecs:
+    - groupName: gpu
+      replicas: 1
+      rayStartParams: {{}}
+      template:
+        spec:
+          containers:
+          - {{name: worker, image: "{image}", resources: {{limits: {{nvidia.com/gpu: "1"}}}}}}
+"""
+
+
+def _planned_blocks(found: WorkloadEntry) -> int:
+    import re
+
+    (blocks,) = re.findall(r"\((\d+) KV blocks\)", " ".join(found.messages))
+    return int(blocks)
+
+
+@pytest.mark.parametrize(
+    "image", ["vllm/vllm-openai:v0.20.2", "vllm/vllm-openai:v0.8.5", "example.com/ray-llm:2.49"], ids=str
+)
+def test_ray_serve_false_engine_kwarg_is_dest_false(image: str) -> None:
+    """Ray gives engine_kwargs to ``AsyncEngineArgs(**kwargs)``, not to vLLM's parser: ``enable_chunked_prefill:
+    false`` turns chunked prefill off in every release, so V1 profiles a max_model_len batch at startup and the
+    KV cache is smaller. Before, a ``false`` was dropped as a default word: planned with chunked prefill on
+    (0.20.2 on an L4: 4651 blocks where vLLM would have 2842), an over-estimate. The release is known (0.20.2,
+    0.8.5: no one word spells False in both, nor in 0.10.x) or unknown (planned over every release): no
+    "vLLM would reject" finding either way."""
+    on = _one(_ray_serve("", image))
+    off = _one(_ray_serve(", enable_chunked_prefill: false", image))
+    assert off.effective_args["max_num_batched_tokens"] == 16384, off.messages
+    assert _planned_blocks(off) < _planned_blocks(on)
+    assert "KVP043" not in off.codes and off.vllm_version == on.vllm_version
+
+
+def test_ray_serve_true_engine_kwarg_is_dest_true_in_every_release() -> None:
+    """``enable_chunked_prefill: true`` is dest = True; 0.10.1's ``--enable-chunked-prefill`` takes a value, so
+    the bare word it was written as before read as a command line vLLM 0.10.1 would reject (KVP043)."""
+    found = _one(_ray_serve(", enable_chunked_prefill: true", "vllm/vllm-openai:v0.10.1"))
+    plain = _one(_ray_serve("", "vllm/vllm-openai:v0.10.1"))
+    assert "KVP043" not in found.codes, found.messages
+    assert _planned_blocks(found) == _planned_blocks(plain)

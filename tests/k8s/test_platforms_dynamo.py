@@ -188,3 +188,51 @@ def test_device_on_an_intel_gpu_is_named_not_planned() -> None:
     component["device"] = {"resources": {"gpu.intel.com/xe": "1"}}
     found = _check(_graph([component]))
     assert [(e.decision, e.codes) for e in found] == [("skip", ["KVP064"])]
+
+
+@pytest.mark.parametrize("cli", [[], ["--enable-chunked-prefill"]], ids=["file", "cli-wins"])
+def test_engine_config_json_false_is_dest_false(cli: list[str]) -> None:
+    """Dynamo makes the file's object the argparse Namespace vLLM's parser starts from
+    (``_load_engine_config_json``: ``argparse.Namespace(**values)``), so ``"enable_chunked_prefill": false`` is
+    dest = False in every release, and a flag on the command line still wins. Before, the file was read as vLLM's
+    ``--config``, whose words drop a ``false`` before 0.33: chunked prefill planned on for 0.20.2."""
+    component = _component(
+        "w",
+        ["python3", "-m", "dynamo.vllm"],
+        ["--model", "Qwen/Qwen2.5-7B-Instruct", "--engine-config-json", "/cfg/e.json", *cli],
+    )
+    pod = component["podTemplate"]["spec"]
+    pod["containers"][0]["volumeMounts"] = [{"name": "cfg", "mountPath": "/cfg"}]
+    pod["volumes"] = [{"name": "cfg", "configMap": {"name": "engine"}}]
+    configmap = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "engine"},
+        "data": {"e.json": json.dumps({"max_model_len": 16384, "enable_chunked_prefill": False})},
+    }
+    graph = json.loads(_graph([component]))
+    graph["metadata"]["annotations"]["kv-planner.io/vllm-version"] = "0.20.2"
+    (found,) = [e for e in _check(json.dumps(configmap) + "\n---\n" + json.dumps(graph)) if e.vllm]
+    assert "KVP043" not in found.codes and found.args["max_model_len"] == 16384, found.messages
+    expected = 16384 if not cli else 2048
+    assert found.effective_args["max_num_batched_tokens"] == expected, found.messages
+
+
+def test_engine_config_json_unknown_key_is_refused() -> None:
+    """Dynamo refuses keys that are not vLLM dests ("Unknown vLLM engine argument(s) in --engine-config-json")."""
+    component = _component(
+        "w",
+        ["python3", "-m", "dynamo.vllm"],
+        ["--model", "Qwen/Qwen2.5-7B-Instruct", "--engine-config-json", "/c/e.json"],
+    )
+    pod = component["podTemplate"]["spec"]
+    pod["containers"][0]["volumeMounts"] = [{"name": "cfg", "mountPath": "/c"}]
+    pod["volumes"] = [{"name": "cfg", "configMap": {"name": "engine"}}]
+    configmap = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "engine"},
+        "data": {"e.json": '{"max-model-len": 8192}'},
+    }
+    (found,) = [e for e in _check(json.dumps(configmap) + "\n---\n" + _graph([component])) if e.vllm]
+    assert "KVP043" in found.codes and "max-model-len" in " ".join(found.messages), found.messages

@@ -100,6 +100,17 @@ class PlatformView(BaseModel):
     )
     group_gpus: int | None = Field(default=None, description="GPUs across the serving group, when the platform says")
     stated_version: VersionEvidence | None = None
+    engine_namespace: dict[str, Any] = Field(
+        default_factory=dict,
+        description="engine arguments (dest -> value) the platform sets on the view's vLLM engine without "
+        "vLLM's parser, under its command line's flags (VllmCommand.namespace): Ray Serve LLM's `false` "
+        "engine_kwargs, which no release-independent word spells",
+    )
+    engine_namespace_files: dict[int, str] = Field(
+        default_factory=dict,
+        description="container index -> a JSON file (read as `--config` files are, from a ConfigMap) whose object "
+        "is that engine's namespace before its parser (Dynamo's --engine-config-json)",
+    )
     image_entrypoint: bool = Field(
         default=True,
         description="a container with no command runs its image's entrypoint (False: the platform "

@@ -87,6 +87,7 @@ class _Worker(NamedTuple):
     words: list[str]  # vllm serve MODEL <engine flags>
     positions: tuple[int | None, ...]  # each word's index in the container's args (None: not there)
     no_write: str | None
+    engine_config: str | None = None  # --engine-config-json FILE
 
 
 def _worker(container: Mapping[str, Any], where: str, notes: list[PlatformNote]) -> _Worker | None:
@@ -110,17 +111,16 @@ def _worker(container: Mapping[str, Any], where: str, notes: list[PlatformNote])
         return None
     kept = [(w, i) for w, i in vllm_words(words, None) if not _is_model(words, i)]
     head = ["vllm", "serve", model]
-    # Dynamo's --engine-config-json FILE: a JSON object of vLLM engine arguments by dest name, the namespace
-    # vLLM's parser starts from, so flags on the command line win (args.py _load_engine_config_json). vLLM's
-    # own --config FILE reads the same mapping with the same precedence: read as that (from a ConfigMap by
-    # planner check; elsewhere KVP031, its flags not checked). Before: dropped as a Dynamo flag, and the
-    # worker planned with defaults its file overrides.
-    engine_config = flag_value(words, "engine-config-json")
-    if engine_config:
-        head += ["--config", engine_config]
+    # Dynamo's --engine-config-json FILE: a JSON object of vLLM engine arguments by dest name, made the
+    # argparse Namespace vLLM's parser starts from, so flags on the command line win and a `false` is
+    # dest = False in every release (args.py _load_engine_config_json). Read as that namespace
+    # (PlatformView.engine_namespace_files; from a ConfigMap by planner check; elsewhere KVP031, not checked).
+    # Before: read as vLLM's --config, whose words drop a `false` before 0.33 (chunked prefill then planned on).
+    engine_config = flag_value(words, "engine-config-json") or None
     positions: list[int | None] = [None] * len(head)
     positions += [i - offset if no_write is None and i >= offset else None for _, i in kept]
-    return _Worker(words=head + [w for w, _ in kept], positions=tuple(positions), no_write=no_write)
+    words_out = head + [w for w, _ in kept]
+    return _Worker(words=words_out, positions=tuple(positions), no_write=no_write, engine_config=engine_config)
 
 
 def _noted(container: Mapping[str, Any]) -> bool:
@@ -177,6 +177,7 @@ def _service_view(name: str, service: Mapping[str, Any], notes: list[PlatformNot
         pod_spec=pod_spec,
         targets=targets,
         no_write=worker.no_write,
+        engine_namespace_files={0: worker.engine_config} if worker.engine_config else {},
         group_gpus=per_pod * group if per_pod is not None and group > 1 else None,
         stated_version=image_release(image),
     )
@@ -258,6 +259,7 @@ def _component_view(
         pod_spec=pod_spec,
         targets=targets,
         no_write=SHELL_NO_WRITE if shell else None,
+        engine_namespace_files={j: w.engine_config for j, w in workers.items() if w.engine_config},
         image_entrypoint=entrypoint,
     )
 

@@ -325,6 +325,7 @@ def _llm_config_view(
         ),
         pod_spec={**worker.pod_fields, "containers": [container]},
         no_write=SERVE_NO_WRITE,
+        engine_namespace=_bool_kwargs(kwargs),
         gpu_hint=GpuHint(name=hint, label=accelerator) if hint else None,
         stated_version=image_release(worker.image),
         pod_metadata=dict(worker.metadata) if worker.metadata is not None else None,
@@ -334,21 +335,32 @@ def _llm_config_view(
 
 
 def _kwargs_words(kwargs: Mapping[str, Any]) -> list[str]:
-    """engine_kwargs (vLLM dest names) -> command-line words, as vLLM's own ``--config`` does."""
+    """engine_kwargs (vLLM dest names) -> command-line words, so that vLLM's parser of the release in force
+    checks and types them. A boolean has no word here: see :func:`_bool_kwargs`."""
     words: list[str] = []
     for key in sorted(k for k in kwargs if isinstance(k, str)):
         value = kwargs[key]
         option = "--" + key.replace("_", "-")
-        if value is None:
+        if value is None or isinstance(value, bool):
             continue
-        if isinstance(value, bool):
-            if value:  # False is the default of the store_true flags a release without --no-x has
-                words.append(option)
-        elif isinstance(value, (Mapping, list)):
+        if isinstance(value, (Mapping, list)):
             words += [option, json.dumps(value, separators=(",", ":"))]
         else:
             words += [option, str(value)]
     return words
+
+
+def _bool_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The boolean engine_kwargs, as the dest = value they are. Ray gives engine_kwargs to vLLM's
+    ``AsyncEngineArgs(**kwargs)``, not to its parser (ray python/ray/llm/_internal/serve engines/vllm:
+    ``AsyncEngineArgs(**engine_config.get_initialization_kwargs())``), so ``enable_chunked_prefill: false``
+    turns chunked prefill off in every release. No word says so in every release: ``--no-enable-chunked-prefill``
+    exists in 0.8.5 and 0.12+, not in 0.10.1-0.11.0, where ``--enable-chunked-prefill`` is an option that takes
+    a value (so even ``true`` as a bare ``--enable-chunked-prefill`` is refused there); and the release is often
+    unknown here, or planned over many. So the value is set past the parser, where the planner resolves its
+    arguments (:attr:`planner.vllm.argv.VllmCommand.namespace`). Before, ``false`` was dropped as a default:
+    chunked prefill planned on, and V1's larger startup activation peak without it left out."""
+    return {key: value for key, value in kwargs.items() if isinstance(key, str) and isinstance(value, bool)}
 
 
 def _int(value: Any, default: int) -> int:
