@@ -80,7 +80,9 @@ def encoder_run(
         processor_kwargs=parse_processor_kwargs(args.mm_processor_kwargs),
         default_limit=_DEFAULT_LIMIT[release.mm_items_rule],
         items_cdiv=release.mm_items_rule == "cdiv_limit_1",
-        chunked_prefill=args.enable_chunked_prefill is not False,
+        # (V1 up to 0.11.0 turns chunked prefill on whatever was asked: releases.v1_chunked_prefill_forced)
+        chunked_prefill=args.enable_chunked_prefill is not False
+        or (engine == "v1" and release.v1_chunked_prefill_forced),
         tensor_parallel_size=args.tensor_parallel_size,
         data_parallel=encoder_data_parallel(model, args, release),
         attention=vit_backend(gpu.compute_capability, args.mm_encoder_attn_backend, release.vit_xformers),

@@ -137,7 +137,8 @@ def resolve_args(
             mnbt_default, seqs_default = 2 * mnbt_default, 2 * seqs_default
         max_num_seqs = args.max_num_seqs or seqs_default
         mnbt = args.max_num_batched_tokens or mnbt_default
-        if args.enable_chunked_prefill is False and args.max_num_batched_tokens is None:
+        turned_off = args.enable_chunked_prefill is False and not release.v1_chunked_prefill_forced
+        if turned_off and args.max_num_batched_tokens is None:
             mnbt = max(max_model_len, mnbt)
         if args.max_num_batched_tokens is None and release.clamp_batched_tokens:
             mnbt = min(max_num_seqs * max_model_len, mnbt)

@@ -24,6 +24,7 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("mla_block_size_hopper", "MLA block H100"),
     ("mla_block_size_blackwell", "MLA block B200"),
     ("clamp_batched_tokens", "mnbt ≤ seqs×len"),
+    ("v1_chunked_prefill_forced", "V1 forces chunked prefill"),
     ("capture_rule", "graph sizes"),
     ("capture_limit_sm100", "graph ceiling SM10x"),
     ("mamba_prefix_mode", "Mamba + prefix caching"),

@@ -130,6 +130,12 @@ class Release(BaseModel):
     mla_block_size_blackwell: int
     batch_defaults: tuple[BatchDefaults, ...]
     clamp_batched_tokens: bool = Field(description="max_num_batched_tokens = min(max_num_seqs x max_model_len, ..)")
+    v1_chunked_prefill_forced: bool = Field(
+        default=True,
+        description="V1 turns chunked prefill on whatever was asked (engine/arg_utils.py: `V1 always uses chunked "
+        "prefills`, 0.8 .. 0.11.0), so enable_chunked_prefill=False leaves the batched-token default; 0.11.1+ "
+        "keeps an explicit False, and the profile batch becomes max_model_len",
+    )
     capture_rule: CaptureRule
     capture_limit_sm100: int = Field(
         default=512,
@@ -515,9 +521,12 @@ _R_0_11_1 = _row(
     "quantization/utils/mxfp4_utils.py _swizzle_mxfp4, utils/import_utils.py has_triton_kernels, METADATA "
     "(torch==2.9.0, flashinfer-python required, no triton_kernels; no vllm/third_party/triton_kernels); "
     "0.11.1 and 0.11.2: config/vllm.py _set_cudagraph_sizes (max_cudagraph_capture_size, steps of 8 then 16); "
-    "0.11.1: envs.py (VLLM_USE_STANDALONE_COMPILE on again), compilation/backends.py make_compiler",
+    "0.11.1: envs.py (VLLM_USE_STANDALONE_COMPILE on again), compilation/backends.py make_compiler; "
+    "0.8.5, 0.10.1.1, 0.10.2, 0.11.0 against 0.11.1, 0.11.2, 0.12.0: engine/arg_utils.py (_set_default_args(_v1): "
+    "enable_chunked_prefill = True for every non-pooling model up to 0.11.0, an explicit False kept since)",
     compile_autotune_examples=True,
     sampler_kernel="sort_scatter",
+    v1_chunked_prefill_forced=False,
     mxfp4_rule="v0_11_1",
     mxfp4_triton_layout="mma",
     capture_rule="v0_12",

@@ -1077,21 +1077,31 @@ def _planned_blocks(found: WorkloadEntry) -> int:
     return int(blocks)
 
 
-@pytest.mark.parametrize(
-    "image", ["vllm/vllm-openai:v0.20.2", "vllm/vllm-openai:v0.8.5", "example.com/ray-llm:2.49"], ids=str
-)
+@pytest.mark.parametrize("image", ["vllm/vllm-openai:v0.20.2", "example.com/ray-llm:2.49"], ids=str)
 def test_ray_serve_false_engine_kwarg_is_dest_false(image: str) -> None:
     """Ray gives engine_kwargs to ``AsyncEngineArgs(**kwargs)``, not to vLLM's parser: ``enable_chunked_prefill:
-    false`` turns chunked prefill off in every release, so V1 profiles a max_model_len batch at startup and the
-    KV cache is smaller. Before, a ``false`` was dropped as a default word: planned with chunked prefill on
-    (0.20.2 on an L4: 4651 blocks where vLLM would have 2842), an over-estimate. The release is known (0.20.2,
-    0.8.5: no one word spells False in both, nor in 0.10.x) or unknown (planned over every release): no
-    "vLLM would reject" finding either way."""
+    false`` turns chunked prefill off in every release that keeps an explicit False (0.11.1+), so V1 profiles a
+    max_model_len batch at startup and the KV cache is smaller. Before, a ``false`` was dropped as a default word:
+    planned with chunked prefill on (0.20.2 on an L4: 4651 blocks where vLLM would have 2842), an over-estimate.
+    The release is known (0.20.2; no one word spells False in 0.8.5, 0.10.x and 0.20) or unknown (planned over
+    every release): no "vLLM would reject" finding either way."""
     on = _one(_ray_serve("", image))
     off = _one(_ray_serve(", enable_chunked_prefill: false", image))
     assert off.effective_args["max_num_batched_tokens"] == 16384, off.messages
     assert _planned_blocks(off) < _planned_blocks(on)
     assert "KVP043" not in off.codes and off.vllm_version == on.vllm_version
+
+
+@pytest.mark.parametrize("image", ["vllm/vllm-openai:v0.8.5", "vllm/vllm-openai:v0.10.1", "vllm/vllm-openai:v0.11.0"])
+def test_v1_up_to_0_11_0_keeps_chunked_prefill_on_whatever_was_asked(image: str) -> None:
+    """Up to 0.11.0, V1 sets ``enable_chunked_prefill = True`` for every non-pooling model ("V1 always uses chunked
+    prefills", engine/arg_utils.py ``_set_default_args(_v1)``): a ``false`` changes nothing there, and planning it
+    as a max_model_len batch under-stated the KV cache (0.8.5 on an L4: 2571 blocks where vLLM keeps 4953)."""
+    on = _one(_ray_serve("", image))
+    off = _one(_ray_serve(", enable_chunked_prefill: false", image))
+    assert off.effective_args["max_num_batched_tokens"] == on.effective_args["max_num_batched_tokens"] == 2048
+    assert _planned_blocks(off) == _planned_blocks(on)
+    assert "KVP043" not in off.codes
 
 
 def test_ray_serve_true_engine_kwarg_is_dest_true_in_every_release() -> None:
