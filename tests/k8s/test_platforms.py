@@ -1096,7 +1096,8 @@ def test_ray_serve_false_engine_kwarg_is_dest_false(image: str) -> None:
 def test_v1_up_to_0_11_0_keeps_chunked_prefill_on_whatever_was_asked(image: str) -> None:
     """Up to 0.11.0, V1 sets ``enable_chunked_prefill = True`` for every non-pooling model ("V1 always uses chunked
     prefills", engine/arg_utils.py ``_set_default_args(_v1)``): a ``false`` changes nothing there, and planning it
-    as a max_model_len batch under-stated the KV cache (0.8.5 on an L4: 2571 blocks where vLLM keeps 4953)."""
+    as a max_model_len batch under-stated the KV cache (0.8.5 on an L4: 2571 blocks planned, 4953 with chunked
+    prefill on, as vLLM runs it)."""
     on = _one(_ray_serve("", image))
     off = _one(_ray_serve(", enable_chunked_prefill: false", image))
     assert off.effective_args["max_num_batched_tokens"] == on.effective_args["max_num_batched_tokens"] == 2048
