@@ -300,8 +300,12 @@ class _Sweeper:
         # The releases whose batch defaults an engine stage may read: the planned one, and for an unknown
         # release every checked release of the spread.
         self.releases = [planned] if self.version_known else [planned, *RELEASES]
-        self.classes: dict[int, tuple[GpuSpec, tuple[object, ...]]] = {}
-        self.templates: dict[tuple[int, int, tuple[object, ...]], _Template | KvPlannerError] = {}
+        self.classes: dict[int, tuple[GpuSpec, int]] = {}
+        """GPU identity -> (the GPU, its class number)."""
+        self.class_numbers: dict[tuple[object, ...], int] = {}
+        """:func:`gpu_class_key` -> its number: the memos' keys hold the number (hashing the key tuple again for
+        every lookup cost more than the lookups)."""
+        self.templates: dict[tuple[int, int, object], _Template | KvPlannerError] = {}
         self.limited: dict[tuple[int, int, int | None], ServingArgs] = {}
         self.roots: dict[int, ServingArgs] = {}
         """Flags with limits set (:meth:`with_limits`) -> the flags they were set on."""
@@ -313,15 +317,17 @@ class _Sweeper:
         """The batched sweep's KV layout shapes (planner/plan/vectorized.py ``_Shape``) by ``_shape_key``."""
         self.keep: list[object] = []  # objects whose id() keys the dictionaries above
 
-    def gpu_class(self, gpu: GpuSpec) -> tuple[object, ...]:
+    def gpu_class(self, gpu: GpuSpec) -> int:
+        """The number of ``gpu``'s class (GPUs with equal :func:`gpu_class_key`)."""
         found = self.classes.get(id(gpu))
         if found is None:
-            found = (gpu, gpu_class_key(gpu, self.releases))
-            self.classes[id(gpu)] = found
+            key = gpu_class_key(gpu, self.releases)
+            number = self.class_numbers.setdefault(key, len(self.class_numbers))
+            found = self.classes[id(gpu)] = (gpu, number)
         return found[1]
 
     def template(self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs) -> _Template | KvPlannerError:
-        key: tuple[int, int, tuple[object, ...]] = (id(model), id(args), self.gpu_class(gpu))
+        key: tuple[int, int, object] = (id(model), id(args), self.gpu_class(gpu))
         found = self.templates.get(key)
         if found is None:
             self.keep += (model, args)
@@ -372,6 +378,7 @@ class _Sweeper:
                     corrections=None,
                     draft=None,
                     memo=memo,
+                    resolve=self.resolved_args,
                 )
                 derived = derived_length(model, version)
         except KvPlannerError as error:
@@ -528,10 +535,12 @@ class _Sweeper:
     def resolved_args(
         self, args: ServingArgs, model: ModelSpec, gpu: GpuSpec, release: Release, max_len: int
     ) -> ResolvedArgs:
-        """:func:`resolve_args`, once per flags, model, GPU, release and context: the search asks it in
-        :meth:`same_run` and again when the flags are replanned (``limited_stage``). Only for objects the
+        """:func:`resolve_args`, once per flags, model, GPU class, release and context: the search asks it in
+        :meth:`same_run` for every GPU and again when the flags are planned (``limited_stage``). The class key
+        holds every GpuSpec field resolve_args reads but the memory and the name, and the batch defaults the
+        memory and the name give; the name words only refusals, which are not kept. Only for objects the
         sweeper keeps (their ids stay theirs)."""
-        key = (id(args), id(model), id(gpu), id(release), max_len)
+        key = (id(args), id(model), self.gpu_class(gpu), id(release), max_len)
         found = self.resolved.get(key)
         if found is None:
             found = self.resolved[key] = resolve_args(args, model, gpu, release, max_len)
