@@ -151,8 +151,8 @@ def _engine_stage(
     """Everything of :func:`predict` that can refuse the flags, up to the per-stage memory terms (the
     KV layout and the fit check come after and never refuse): the release spread needs only this.
     ``memo``: the engine stages of flags that differ from these only in the batch sizes and the context, on
-    GPUs alike but in memory (the sweep's), or a long-lived planner's engine cache (used without corrections
-    or a drafter model); ``resolve``: :func:`resolve_args` or a memo of it (the sweep's)."""
+    any GPUs (the sweep's), or a long-lived planner's engine cache (used without corrections or a drafter
+    model); ``resolve``: :func:`resolve_args` or a memo of it (the sweep's)."""
     version, release, warnings = resolve_release(vllm_version)
     warnings += check_architecture(model.architecture, version)
     check_parallelism(model, args)

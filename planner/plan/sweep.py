@@ -22,8 +22,9 @@ The recommended limits are planned again with their own flags (recommend.settle)
 ask for one or two more engine stages: flags that differ from planned ones only in ``--max-model-len`` /
 ``--max-num-seqs``. Those read the limits only through vLLM's resolved batch sizes and context, so they
 share the planned flags' engine base (planner/plan/engine.py ``EngineMemo``: KV specs, grouping, weights,
-drafter), and GPUs alike but in memory share it too; only the batch part (activation peak, CUDA graphs,
-encoder profile) is planned for each. The collector is paused for a sweep (:func:`collector_paused`).
+drafter), and so do GPUs of any class whose values the engine reads agree (``BaseGpu``, ``BatchGpu``: a
+Llama's engine is the same on an A100 and an A10); only the batch part (activation peak, CUDA graphs, encoder
+profile) is planned for each. The collector is paused for a sweep (:func:`collector_paused`).
 
 A point's figures are those of ``make_plan(model, gpu, args, vllm_version=..., headroom=...,
 with_alternatives=False)`` (tests/core/test_sweep.py checks every field on a broad grid): a deployment
@@ -58,7 +59,7 @@ from planner.plan.build import (
     spread_from_fixed,
     startup_fit,
 )
-from planner.plan.engine import EngineLayout, EngineMemo, kv_layout, memory_budget
+from planner.plan.engine import EngineLayout, EngineMemo, gpu_base_key, kv_layout, memory_budget
 from planner.plan.margin import activation_kind, band_terms
 from planner.plan.recommend import (
     Replan,
@@ -278,12 +279,6 @@ def gpu_class_key(gpu: GpuSpec, releases: Sequence[Release]) -> tuple[object, ..
     return (*gpu_base_key(gpu), tuple(batch_defaults(gpu, release) for release in releases))
 
 
-def gpu_base_key(gpu: GpuSpec) -> tuple[object, ...]:
-    """What GPUs share an engine base by (planner/plan/engine.py ``EngineBase``): :func:`gpu_class_key`
-    without the batch defaults, which the base does not read."""
-    return (gpu.vendor, gpu.architecture, gpu.compute_capability, gpu.nvlink, gpu.nvswitch_multicast, gpu.fp8)
-
-
 class _Sweeper:
     """Templates by (model, flags, GPU class) and the points evaluated from them, for one release."""
 
@@ -309,7 +304,7 @@ class _Sweeper:
         self.limited: dict[tuple[int, int, int | None], ServingArgs] = {}
         self.roots: dict[int, ServingArgs] = {}
         """Flags with limits set (:meth:`with_limits`) -> the flags they were set on."""
-        self.engines: dict[tuple[int, int, tuple[object, ...]], EngineMemo] = {}
+        self.engines: dict[tuple[int, int], EngineMemo] = {}
         self.band_memo: dict[tuple[object, ...], tuple[int, int]] = {}
         self.resolved: dict[tuple[int, ...], ResolvedArgs] = {}
         """:meth:`resolved_args`' memo."""
@@ -344,9 +339,10 @@ class _Sweeper:
         return found
 
     def _build(self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs) -> _Template | KvPlannerError:
-        # Flags with other limits, and GPUs of another class with the same base key, share the engine base.
+        # Flags with other limits share the engine base, and GPUs whose values the engine reads agree share
+        # the engine stages (planner/plan/engine.py EngineMemo).
         root = self.roots.get(id(args), args)
-        memo_key = (id(model), id(root), gpu_base_key(gpu))
+        memo_key = (id(model), id(root))
         memo = self.engines.get(memo_key)
         if memo is None:
             self.keep.append(root)
