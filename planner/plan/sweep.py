@@ -197,55 +197,66 @@ class _Template:
     def offsets(self, stage: int, memo: dict[tuple[object, ...], tuple[int, int]]) -> tuple[int, int]:
         """(down, up) bytes of the band when ``stage`` limits, without the unknown release's spread: they
         depend on that stage's terms and the release, not on the GPU's memory (``memo``: the sweep's, by
-        every input of :func:`band_terms`)."""
+        every input of :func:`band_terms`, and by engine stage)."""
         found = self.band_offsets.get(stage)
         if found is None:
-            memory = self.engine.memory[stage]
-            given = self.args.kv_cache_memory_bytes is not None
-            quantized = self.model.quantization is not None or self.args.quantization is not None
-            kind = activation_kind(self.model)
-            tp, across = self.args.tensor_parallel_size, self.args.tensor_parallel_across_nodes
-            engine = self.engine
-            key = (
-                memory.weights_bytes,
-                engine.weights_estimated,
-                memory.activation_peak_bytes,
-                memory.cuda_graph_bytes,
-                memory.cuda_graph_counted,
-                given,
-                self.release.since,
-                tp,
-                quantized,
-                kind,
-                across,
-                engine.mxfp4_spread_bytes,
-                engine.encoder_band_bytes,
-                engine.cold_compile_bytes,
-                engine.nccl_at_init_bytes,
-            )
-            found = memo.get(key)
+            # Templates on one engine stage — flags that differ only in the limits, GPUs whose values agree —
+            # have one band: the terms read that stage, the model and the flags the limits were set on, which
+            # the stages of one EngineMemo share. The engine is kept by its templates: its id stays its own.
+            by_engine = ("engine", id(self.engine), stage)
+            found = memo.get(by_engine)
             if found is None:
-                terms, _ = band_terms(
-                    weights_bytes=memory.weights_bytes,
-                    weights_estimated=self.engine.weights_estimated,
-                    activation_peak_bytes=memory.activation_peak_bytes,
-                    cuda_graph_bytes=memory.cuda_graph_bytes,
-                    cuda_graph_counted=memory.cuda_graph_counted,
-                    kv_cache_memory_bytes_given=given,
-                    release_since=self.release.since,
-                    tensor_parallel_size=tp,
-                    quantized=quantized,
-                    activation_kind=kind,
-                    version_spread_bytes=None,
-                    tp_across_nodes=across,
-                    mxfp4_spread_bytes=engine.mxfp4_spread_bytes,
-                    encoder_estimate_bytes=engine.encoder_band_bytes,
-                    cold_compile_bytes=engine.cold_compile_bytes,
-                    nccl_at_init_bytes=engine.nccl_at_init_bytes,
-                )
-                found = (sum(low for _, low, _, _ in terms), sum(high for _, _, high, _ in terms))
-                memo[key] = found
+                found = memo[by_engine] = self._offsets(stage, memo)
             self.band_offsets[stage] = found
+        return found
+
+    def _offsets(self, stage: int, memo: dict[tuple[object, ...], tuple[int, int]]) -> tuple[int, int]:
+        """(down, up) of :meth:`offsets` by the values of every input of :func:`band_terms` (``memo``)."""
+        memory = self.engine.memory[stage]
+        given = self.args.kv_cache_memory_bytes is not None
+        quantized = self.model.quantization is not None or self.args.quantization is not None
+        kind = activation_kind(self.model)
+        tp, across = self.args.tensor_parallel_size, self.args.tensor_parallel_across_nodes
+        engine = self.engine
+        key = (
+            memory.weights_bytes,
+            engine.weights_estimated,
+            memory.activation_peak_bytes,
+            memory.cuda_graph_bytes,
+            memory.cuda_graph_counted,
+            given,
+            self.release.since,
+            tp,
+            quantized,
+            kind,
+            across,
+            engine.mxfp4_spread_bytes,
+            engine.encoder_band_bytes,
+            engine.cold_compile_bytes,
+            engine.nccl_at_init_bytes,
+        )
+        found = memo.get(key)
+        if found is None:
+            terms, _ = band_terms(
+                weights_bytes=memory.weights_bytes,
+                weights_estimated=self.engine.weights_estimated,
+                activation_peak_bytes=memory.activation_peak_bytes,
+                cuda_graph_bytes=memory.cuda_graph_bytes,
+                cuda_graph_counted=memory.cuda_graph_counted,
+                kv_cache_memory_bytes_given=given,
+                release_since=self.release.since,
+                tensor_parallel_size=tp,
+                quantized=quantized,
+                activation_kind=kind,
+                version_spread_bytes=None,
+                tp_across_nodes=across,
+                mxfp4_spread_bytes=engine.mxfp4_spread_bytes,
+                encoder_estimate_bytes=engine.encoder_band_bytes,
+                cold_compile_bytes=engine.cold_compile_bytes,
+                nccl_at_init_bytes=engine.nccl_at_init_bytes,
+            )
+            found = (sum(low for _, low, _, _ in terms), sum(high for _, _, high, _ in terms))
+            memo[key] = found
         return found
 
     def release_fixed(self) -> list[tuple[bool, int]]:
