@@ -681,9 +681,16 @@ def sweep_table(
     for thousands of points. Imports numpy."""
     from planner.plan.vectorized import evaluate
 
-    sweeper = _Sweeper(vllm_version, headroom=headroom, coefficients=coefficients, with_margin=with_margin)
+    def sweeper() -> _Sweeper:
+        return _Sweeper(vllm_version, headroom=headroom, coefficients=coefficients, with_margin=with_margin)
+
     with collector_paused():
-        return evaluate(sweeper, list(points))
+        table = evaluate(sweeper(), list(points))
+        # The table plans a point again (SweepTable.point) with a sweeper of its own, so what the sweep allocated
+        # (its templates, engine stages and memos) is freed here, by reference counts, while the collector is
+        # still off: kept, every object of it was walked by the collector's first pass once it was back on.
+        table.sweeper = sweeper()
+    return table
 
 
 @contextlib.contextmanager
