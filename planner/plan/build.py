@@ -146,12 +146,13 @@ def _engine_stage(
     corrections: TermCorrections | None,
     draft: ModelSpec | None,
     memo: EngineSource | None = None,
+    resolve: Resolver | None = None,
 ) -> tuple[Version, Release, list[Finding], int, bool, ResolvedArgs, EngineLayout]:
     """Everything of :func:`predict` that can refuse the flags, up to the per-stage memory terms (the
     KV layout and the fit check come after and never refuse): the release spread needs only this.
     ``memo``: the engine stages of flags that differ from these only in the batch sizes and the context, on
-    GPUs alike but in memory (the sweep's), or a long-lived planner's engine cache (used without corrections
-    or a drafter model)."""
+    any GPUs (the sweep's), or a long-lived planner's engine cache (used without corrections or a drafter
+    model); ``resolve``: :func:`resolve_args` or a memo of it (the sweep's)."""
     version, release, warnings = resolve_release(vllm_version)
     warnings += check_architecture(model.architecture, version)
     check_parallelism(model, args)
@@ -165,6 +166,7 @@ def _engine_stage(
         corrections=corrections,
         draft=draft,
         memo=memo,
+        resolve=resolve,
     )
     warnings += engine.warnings + _unmodelled_warnings(args, release, engine.kv_dtype.name)
     warnings += speculative_notes(engine.drafter)

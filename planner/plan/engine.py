@@ -36,7 +36,13 @@ from planner.models.quantization import scheme_quantization
 from planner.models.spec import ModelSpec
 from planner.models.weights import WeightEstimate, estimate_weights, pp_partition
 from planner.plan.drafter import engine_drafter, with_drafter_layers
-from planner.plan.multimodal import encoder_data_parallel, multimodal_profile, text_only, vision_tower_disabled
+from planner.plan.multimodal import (
+    encoder_data_parallel,
+    multimodal_profile_on,
+    text_only,
+    vision_tower_disabled,
+    vit_attention,
+)
 from planner.plan.speculative import DrafterCost, async_refused, drafter_turns_async_off, runner_v2_takes
 from planner.units import DTYPE_BYTES, GiB
 from planner.vllm.args import ServingArgs
@@ -314,13 +320,14 @@ def _moe_prefix(model: ModelSpec) -> tuple[int, ...]:
 
 def build_rank_layout(
     model: ModelSpec,
-    gpu: GpuSpec,
+    mamba: tuple[int | None, int],
     args: ServingArgs,
     release: Release,
     resolved: ResolvedArgs,
     kv_dtype: KvDtype,
     hybrid: bool,
 ) -> tuple[RankLayout, Grouping]:
+    """``mamba``: :func:`mamba_blocks_and_alignment` on the GPU planned (the only GPU value the layout reads)."""
     if not hybrid and "M" in model.layer_pattern and model.num_kv_heads:
         raise InvalidArgumentError(
             "Hybrid KV cache manager is disabled but failed to convert the KV cache specs to one unified "
@@ -328,7 +335,7 @@ def build_rank_layout(
             flag="--disable-hybrid-kv-cache-manager",
         )
     conv, ssm = mamba_state_dtype_bytes(model, args, resolved.dtype, release)
-    mamba_blocks, alignment = mamba_blocks_and_alignment(model, gpu, release, resolved)
+    mamba_blocks, alignment = mamba
     fixed = model.mla is not None and "M" in model.layer_pattern and release.mla_hybrid_block_align == "64"
     tp, block_size = args.tensor_parallel_size, resolved.block_size
     threshold, strided = release.group_size_threshold, release.strided_groups
@@ -421,7 +428,8 @@ def memory_budget(memory_bytes: int, utilization: float, *, ceil: bool) -> int:
 
 def stage_memory(
     model: ModelSpec,
-    gpu: GpuSpec,
+    on: BatchGpu,
+    memory_bytes: int,
     args: ServingArgs,
     release: Release,
     resolved: ResolvedArgs,
@@ -434,20 +442,17 @@ def stage_memory(
     encoder: EncoderProfile | None = None,
     nccl_at_init: int = 0,
 ) -> list[StageMemory]:
-    """Each PP stage's budget terms (every TP rank of a stage is alike). ``deltas`` are measured-minus-
-    predicted corrections from a calibration file, added to every stage. ``runner_v2``: Model Runner V2
+    """Each PP stage's budget terms (every TP rank of a stage is alike), on a GPU of ``memory_bytes`` whose other
+    values are ``on``. ``deltas`` are measured-minus-predicted corrections from a calibration file, added to
+    every stage. ``runner_v2``: Model Runner V2
     runs the model (its CUDA-graph estimate is 0 before 0.29, so nothing is subtracted; its sampler warm-up
     and sampler state are its own, planner/memory/activation.py). ``nccl_at_init``: the TP communicators' channel
     buffers NCCL allocates at their creation (planner/memory/nontorch.py ``nccl_at_init_bytes``), every stage's."""
     d = deltas or _NO_DELTAS
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
-    budget = memory_budget(gpu.memory_bytes, resolved.gpu_memory_utilization, ceil=release.budget_ceil)
+    budget = memory_budget(memory_bytes, resolved.gpu_memory_utilization, ceil=release.budget_ceil)
     dtype_bytes = DTYPE_BYTES[resolved.dtype]
-    scope = release.v0_non_torch_scope if resolved.engine == "v0" else release.v1_non_torch_scope
-    device_scope = scope == "device"
     compiles = compiles_with_autotune_examples(model, args, release, resolved.engine)
-    # 0.29+ FP8 MoE workspaces come from the WorkspaceManager where TritonExperts is the only kernel (SM 8.9).
-    fp8_workspace = release.fp8_moe_workspace_held and parse_capability(gpu.compute_capability) == (8, 9)
     stages = []
     start = 0
     for stage, count in enumerate(partition):
@@ -471,7 +476,7 @@ def stage_memory(
             runner_v2=runner_v2,
             runner_v2_sampler_warmup=release.runner_v2_sampler_warmup,
             flashinfer_sampler=runner_v2_flashinfer_sampler(args.env),
-            fp8_moe_workspace_held=fp8_workspace,
+            fp8_moe_workspace_held=on.fp8_moe_workspace_held,
             compiles_embedding=compiles and stage == 0,
         )
         # V2's per-slot sampler state is allocated at load: counted (as consumed memory) from 0.27 only.
@@ -490,7 +495,7 @@ def stage_memory(
             enforce_eager=args.enforce_eager,
             coefficients=coefficients,
             rule=release.capture_rule,
-            limit=capture_limit(release, gpu),
+            limit=on.capture_limit,
             explicit_max=args.max_cudagraph_capture_size,
             interactivity=args.performance_mode == "interactivity",
         )
@@ -515,10 +520,7 @@ def stage_memory(
                 weights_bytes=max(0, weights + d.weights_bytes),
                 non_torch_bytes=max(
                     0,
-                    non_torch_bytes(gpu, tp=tp, pp=pp, coefficients=coefficients, device_scope=device_scope)
-                    + nccl_at_init
-                    + sampler_state
-                    + d.non_torch_bytes,
+                    on.non_torch_bytes + nccl_at_init + sampler_state + d.non_torch_bytes,
                 ),
                 activation_peak_bytes=max(0, activation + d.activation_peak_bytes),
                 cuda_graph_bytes=max(0, graphs + d.cuda_graph_bytes),
@@ -679,10 +681,12 @@ class EngineSource(Protocol):
 
 @dataclass
 class EngineMemo:
-    """Engine stages of one model and one set of flags but the batch sizes and the context, on GPUs alike but
-    in memory (their vendor, architecture, compute capability and interconnect: the engine reads the memory
-    only for the budget, which :class:`StageMemory` figures do not depend on beyond ``budget_bytes``), with no
-    corrections: the bases by :func:`base_fields`, the engines by those and the batch values they read.
+    """Engine stages of one model and one set of flags but the batch sizes and the context, on any GPUs, with
+    no corrections: the bases by :func:`base_fields` and the values the base takes from the GPU
+    (:class:`BaseGpu`), the engines by the base, the batch values they read and the values they take from the
+    GPU (:class:`BatchGpu`). The engine reads a GPU only through those and its memory, and the memory only for
+    the budget, which :class:`StageMemory` figures do not depend on beyond ``budget_bytes``: GPUs of other
+    fields share what they compute alike (a Llama's engine is the same on an A100 and an L40S).
 
     A shared engine keeps the ``budget_bytes`` (so ``kv_bytes``) of the GPU it was first planned on: a reader
     takes ``budget_bytes - kv_bytes`` (what is not KV) and its own GPU's budget (planner/plan/sweep.py).
@@ -692,6 +696,11 @@ class EngineMemo:
     bases: dict[tuple[object, ...], EngineBase] = field(default_factory=dict)
     engines: dict[tuple[object, ...], EngineLayout] = field(default_factory=dict)
     bound: tuple[Release, Version | None, MemoryCoefficients] | None = None
+    on_gpus: dict[tuple[object, ...], tuple[EngineBase, BatchGpu]] = field(default_factory=dict)
+    """(:func:`gpu_base_key`, base fields) -> (the base, the :class:`BatchGpu`): the GPU's values are computed
+    once per GPU fields, not for every GPU and limit the sweep's search asks about (the flags differ only in
+    the limits, which neither reads)."""
+    batch_gpus: dict[BatchGpu, BatchGpu] = field(default_factory=dict)
 
     def engine(
         self,
@@ -709,16 +718,35 @@ class EngineMemo:
         elif self.bound[0] is not release or self.bound[1] != version or self.bound[2] is not coefficients:
             return compute_engine(model, gpu, args, release, resolved, coefficients=coefficients, version=version)
         fields = base_fields(resolved)
-        base = self.bases.get(fields)
-        if base is None:
-            base = self.bases[fields] = engine_base(
-                model, gpu, args, release, resolved, coefficients=coefficients, version=version
-            )
-        key = (fields, *batch_fields(base, resolved))
+        gpu_key = (gpu_base_key(gpu), fields)
+        known = self.on_gpus.get(gpu_key)
+        if known is None:
+            served, online = engine_model(model, args, release)
+            on = base_gpu(served, gpu, args, release, resolved, coefficients=coefficients)
+            base = self.bases.get((fields, on))
+            if base is None:
+                base = self.bases[(fields, on)] = base_on(
+                    served, on, args, release, resolved, online, coefficients=coefficients, version=version
+                )
+            batch = batch_gpu(base, gpu, args, release, resolved, coefficients=coefficients)
+            # Equal values of other GPU fields: one object, so the engines' keys hold it by identity.
+            batch = self.batch_gpus.setdefault(batch, batch)
+            known = self.on_gpus[gpu_key] = (base, batch)
+        base, batch = known
+        key = (id(base), *batch_fields(base, resolved), id(batch))
         found = self.engines.get(key)
         if found is None:
-            found = self.engines[key] = engine_with_batch(base, gpu, args, release, resolved, coefficients=coefficients)
+            found = self.engines[key] = batch_on(
+                base, batch, gpu.memory_bytes, args, release, resolved, coefficients=coefficients
+            )
         return found
+
+
+def gpu_base_key(gpu: GpuSpec) -> tuple[object, ...]:
+    """Every GpuSpec field :func:`base_gpu` and :func:`batch_gpu` read but the memory (the budget's: see
+    :class:`EngineMemo`) and the name, which words only a refusal: GPUs alike in these have the same values.
+    NVLink and native FP8 are read nowhere there today and kept so that a new reader stays exact."""
+    return (gpu.vendor, gpu.architecture, gpu.compute_capability, gpu.nvlink, gpu.nvswitch_multicast, gpu.fp8)
 
 
 def base_fields(resolved: ResolvedArgs) -> tuple[object, ...]:
@@ -770,12 +798,98 @@ def engine_base(
     draft: ModelSpec | None = None,
 ) -> EngineBase:
     """The engine stage's :class:`EngineBase` (raises what vLLM refuses about the model and these flags)."""
-    tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
-    quantized_online = model.quantization is None and with_online_quantization(model, args) is not model
-    model = with_online_quantization(model, args)
-    model = text_only(model, args, release)
+    served, quantized_online = engine_model(model, args, release)
+    on = base_gpu(served, gpu, args, release, resolved, coefficients=coefficients)
+    return base_on(
+        served, on, args, release, resolved, quantized_online, coefficients=coefficients, version=version, draft=draft
+    )
+
+
+def engine_model(model: ModelSpec, args: ServingArgs, release: Release) -> tuple[ModelSpec, bool]:
+    """(the model as the engine runs it — online quantization and text-only applied —, whether the flags
+    quantize it online)."""
+    quantized = with_online_quantization(model, args)
+    return text_only(quantized, args, release), model.quantization is None and quantized is not model
+
+
+@dataclass(frozen=True)
+class BaseGpu:
+    """Every value :func:`base_on` takes from the GPU, computed from it by :func:`base_gpu`: the engine base
+    reads the GPU only through these, so GPUs whose values agree share a base whatever their fields (a
+    Llama's base is the same on an A100 and an L40S: it reads the compute capability only for an MXFP4
+    kernel). An :class:`EngineMemo` keys its bases by them."""
+
+    mamba: tuple[int | None, int]
+    """:func:`mamba_blocks_and_alignment`."""
+    mxfp4: BackendChoice
+    paddings: tuple[tuple[str | None, int], ...]
+    """Bytes per MoE layer each candidate MXFP4 kernel pads the experts by (:func:`padding_bytes_per_moe_layer`)."""
+    native_fp8: bool
+    nccl_at_init_bytes: int
+
+
+def base_gpu(
+    model: ModelSpec,
+    gpu: GpuSpec,
+    args: ServingArgs,
+    release: Release,
+    resolved: ResolvedArgs,
+    *,
+    coefficients: MemoryCoefficients,
+) -> BaseGpu:
+    """:class:`BaseGpu` of ``model`` (as :func:`engine_model` gives it) on ``gpu``; raises what vLLM refuses
+    about the GPU (DeepSeek-V4 off SM90/SM100), the base's first check, as it was before the split."""
     if model.compressed_attention is not None:
         check_deepseek_v4(gpu, args, release, resolved)
+    tp = args.tensor_parallel_size
+    expert_shards = tp * args.data_parallel_size if args.enable_expert_parallel else tp
+    mxfp4 = mxfp4_choice(model, gpu, args, release)
+    capability = parse_capability(gpu.compute_capability)
+    paddings = tuple(
+        (
+            backend,
+            padding_bytes_per_moe_layer(
+                model,
+                tp=tp,
+                expert_shards=expert_shards,
+                backend=backend,
+                trtllm_intermediate_align=release.mxfp4_blackwell_intermediate_align,
+                triton_layout=release.mxfp4_triton_layout,
+                capability=capability,
+            ),
+        )
+        for backend in sorted({mxfp4.backend, *mxfp4.candidates}, key=str)
+    )
+    return BaseGpu(
+        mamba=mamba_blocks_and_alignment(model, gpu, release, resolved),
+        mxfp4=mxfp4,
+        paddings=paddings,
+        native_fp8=_native_fp8(gpu),
+        nccl_at_init_bytes=nccl_at_init_bytes(
+            gpu,
+            tp=tp,
+            buffers_at_init=release.nccl_buffers_at_init,
+            env=args.env,
+            across_nodes=args.tensor_parallel_across_nodes,
+            coefficients=coefficients,
+        ),
+    )
+
+
+def base_on(
+    model: ModelSpec,
+    on: BaseGpu,
+    args: ServingArgs,
+    release: Release,
+    resolved: ResolvedArgs,
+    quantized_online: bool,
+    *,
+    coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+    version: Version | None = None,
+    draft: ModelSpec | None = None,
+) -> EngineBase:
+    """:func:`engine_base` from the model as the engine runs it and the GPU's values (it sees no GpuSpec)."""
+    tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     if model.mamba is not None and model.mamba.kind == "kda":
         check_kimi_delta_attention(args, release)
     kv_dtype = resolve_kv_dtype(
@@ -802,7 +916,7 @@ def engine_base(
             else "fp8 KV cache without FlashAttention 3, float32, a pre-Ampere GPU, or VLLM_USE_V1=0"
         )
         notes.append(Finding.of(Code.V0_ENGINE, f"planned for vLLM's V0 engine ({reason})"))
-    rank, grouping = build_rank_layout(model, gpu, args, release, resolved, kv_dtype, hybrid)
+    rank, grouping = build_rank_layout(model, on.mamba, args, release, resolved, kv_dtype, hybrid)
     drafter = engine_drafter(model, args, version, kv=kv_dtype, dtype=resolved.dtype, draft=draft)
     if drafter is not None and model.compressed_attention is not None:
         raise UnsupportedArchitectureError(
@@ -855,24 +969,13 @@ def engine_base(
         # exactly parameters x dtype bytes, whatever the files' size.
         estimated = False
     extra = lora_bytes(model, args, DTYPE_BYTES[resolved.dtype])
-    mxfp4 = mxfp4_choice(model, gpu, args, release)
-    paddings = {
-        backend: padding_bytes_per_moe_layer(
-            model,
-            tp=tp,
-            expert_shards=expert_shards,
-            backend=backend,
-            trtllm_intermediate_align=release.mxfp4_blackwell_intermediate_align,
-            triton_layout=release.mxfp4_triton_layout,
-            capability=parse_capability(gpu.compute_capability),
-        )
-        for backend in {mxfp4.backend, *mxfp4.candidates}
-    }
+    mxfp4 = on.mxfp4
+    paddings = dict(on.paddings)
     padding = paddings[mxfp4.backend]
     # The heaviest kernel an install with other extras may run instead (0 when the kernel is known).
     spread_per_layer = max(paddings.values()) - padding
     ranks = expert_shards if args.enable_expert_parallel else None
-    fp8 = _native_fp8(gpu)
+    fp8 = on.native_fp8
     per_stage = []
     spread = 0
     first = 0
@@ -901,14 +1004,7 @@ def engine_base(
         first += count
     if drafter is not None:
         per_stage[-1] += drafter.weights_bytes  # loaded by the runner with the target (last stage)
-    nccl_at_init = nccl_at_init_bytes(
-        gpu,
-        tp=args.tensor_parallel_size,
-        buffers_at_init=release.nccl_buffers_at_init,
-        env=args.env,
-        across_nodes=args.tensor_parallel_across_nodes,
-        coefficients=coefficients,
-    )
+    nccl_at_init = on.nccl_at_init_bytes
     return EngineBase(
         model=model,
         kv_dtype=kv_dtype,
@@ -943,14 +1039,72 @@ def engine_with_batch(
 ) -> EngineLayout:
     """The engine stage of ``base`` with these batch sizes and this context: DeepStack's buffers, the vision
     encoder's profile and every stage's memory terms."""
+    on = batch_gpu(base, gpu, args, release, resolved, coefficients=coefficients)
+    return batch_on(base, on, gpu.memory_bytes, args, release, resolved, coefficients=coefficients, deltas=deltas)
+
+
+@dataclass(frozen=True)
+class BatchGpu:
+    """Every value :func:`batch_on` takes from the GPU but its memory, computed from it by :func:`batch_gpu`:
+    GPUs whose values agree share an engine stage on one base (the memory makes only the budget, which the
+    sweep reads as its own GPU's: see :class:`EngineMemo`)."""
+
+    capture_limit: int
+    """:func:`capture_limit`."""
+    fp8_moe_workspace_held: bool
+    """0.29+ FP8 MoE workspaces come from the WorkspaceManager where TritonExperts is the only kernel (SM 8.9)."""
+    non_torch_bytes: int
+    """:func:`planner.memory.nontorch.non_torch_bytes` (NCCL's buffers at init are the base's)."""
+    vit_attention: str | None
+    """The vision encoder's attention backend (:func:`planner.memory.encoder.vit_backend`); None for a model
+    without a vision tower, whose engine reads none."""
+
+
+def batch_gpu(
+    base: EngineBase,
+    gpu: GpuSpec,
+    args: ServingArgs,
+    release: Release,
+    resolved: ResolvedArgs,
+    *,
+    coefficients: MemoryCoefficients,
+) -> BatchGpu:
+    """:class:`BatchGpu` of the engines on ``base`` on ``gpu``."""
+    scope = release.v0_non_torch_scope if resolved.engine == "v0" else release.v1_non_torch_scope
+    return BatchGpu(
+        capture_limit=capture_limit(release, gpu),
+        fp8_moe_workspace_held=release.fp8_moe_workspace_held and parse_capability(gpu.compute_capability) == (8, 9),
+        non_torch_bytes=non_torch_bytes(
+            gpu,
+            tp=args.tensor_parallel_size,
+            pp=args.pipeline_parallel_size,
+            coefficients=coefficients,
+            device_scope=scope == "device",
+        ),
+        vit_attention=None if base.model.vision is None else vit_attention(gpu, args, release),
+    )
+
+
+def batch_on(
+    base: EngineBase,
+    on: BatchGpu,
+    memory_bytes: int,
+    args: ServingArgs,
+    release: Release,
+    resolved: ResolvedArgs,
+    *,
+    coefficients: MemoryCoefficients = DEFAULT_COEFFICIENTS,
+    deltas: TermDeltas | None = None,
+) -> EngineLayout:
+    """:func:`engine_with_batch` from the GPU's values and memory (it sees no GpuSpec)."""
     model, runner_v2 = base.model, base.model_runner_v2
     per_stage = list(base.weights_per_stage)
     partition = list(base.partition)
     dtype_bytes = DTYPE_BYTES[resolved.dtype]
     per_stage[0] += deepstack_buffer_bytes(model, resolved.max_num_batched_tokens, dtype_bytes, model.hidden_size)
-    encoder, encoder_notes = multimodal_profile(
+    encoder, encoder_notes = multimodal_profile_on(
         model,
-        gpu,
+        on.vit_attention,
         args,
         release,
         max_num_batched_tokens=resolved.max_num_batched_tokens,
@@ -962,7 +1116,8 @@ def engine_with_batch(
     )
     memory = stage_memory(
         model,
-        gpu,
+        on,
+        memory_bytes,
         args,
         release,
         resolved,

@@ -72,9 +72,15 @@ def encoder_data_parallel(model: ModelSpec, args: ServingArgs, release: Release)
     return model.vision.encoder in towers
 
 
+def vit_attention(gpu: GpuSpec, args: ServingArgs, release: Release) -> str:
+    """The vision encoder's attention backend on ``gpu`` (what the encoder's profile reads of the GPU)."""
+    return vit_backend(gpu.compute_capability, args.mm_encoder_attn_backend, release.vit_xformers)
+
+
 def encoder_run(
-    model: ModelSpec, gpu: GpuSpec, args: ServingArgs, release: Release, *, runner_v2: bool, engine: str
+    model: ModelSpec, attention: str, args: ServingArgs, release: Release, *, runner_v2: bool, engine: str
 ) -> EncoderRun:
+    """``attention``: :func:`vit_attention` on the GPU planned."""
     return EncoderRun(
         limits=parse_limits(args.limit_mm_per_prompt),
         processor_kwargs=parse_processor_kwargs(args.mm_processor_kwargs),
@@ -85,7 +91,7 @@ def encoder_run(
         or (engine == "v1" and release.v1_chunked_prefill_forced),
         tensor_parallel_size=args.tensor_parallel_size,
         data_parallel=encoder_data_parallel(model, args, release),
-        attention=vit_backend(gpu.compute_capability, args.mm_encoder_attn_backend, release.vit_xformers),
+        attention=attention,
         pixtral_block_mask=release.pixtral_block_mask,
         inputs_held=not runner_v2,
         engine=engine,
@@ -107,6 +113,35 @@ def multimodal_profile(
 ) -> tuple[EncoderProfile | None, list[Finding]]:
     """The encoder part of vLLM's profile run, or None (with why) where vLLM does not run it: a text model,
     every modality disabled, ``--skip-mm-profiling``, or 0.26's Model Runner V2."""
+    return multimodal_profile_on(
+        model,
+        None if model.vision is None else vit_attention(gpu, args, release),
+        args,
+        release,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len,
+        dtype_bytes=dtype_bytes,
+        runner_v2=runner_v2,
+        engine=engine,
+    )
+
+
+def multimodal_profile_on(
+    model: ModelSpec,
+    attention: str | None,
+    args: ServingArgs,
+    release: Release,
+    *,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    max_model_len: int,
+    dtype_bytes: int,
+    runner_v2: bool,
+    engine: str,
+) -> tuple[EncoderProfile | None, list[Finding]]:
+    """:func:`multimodal_profile` with the GPU's encoder attention backend (:func:`vit_attention`; None only for
+    a model without a vision tower)."""
     if model.vision is None or vision_tower_disabled(model, args):
         return None, []
     if args.skip_mm_profiling:
@@ -124,9 +159,10 @@ def multimodal_profile(
                 f"Model Runner V2 in vLLM {release.since} profiles the text forward only (no vision encoder run)",
             )
         ]
+    assert attention is not None  # a vision model's
     return encoder_profile(
         model,
-        encoder_run(model, gpu, args, release, runner_v2=runner_v2, engine=engine),
+        encoder_run(model, attention, args, release, runner_v2=runner_v2, engine=engine),
         max_num_batched_tokens=max_num_batched_tokens,
         max_num_seqs=max_num_seqs,
         max_model_len=max_model_len,

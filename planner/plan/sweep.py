@@ -22,8 +22,9 @@ The recommended limits are planned again with their own flags (recommend.settle)
 ask for one or two more engine stages: flags that differ from planned ones only in ``--max-model-len`` /
 ``--max-num-seqs``. Those read the limits only through vLLM's resolved batch sizes and context, so they
 share the planned flags' engine base (planner/plan/engine.py ``EngineMemo``: KV specs, grouping, weights,
-drafter), and GPUs alike but in memory share it too; only the batch part (activation peak, CUDA graphs,
-encoder profile) is planned for each. The collector is paused for a sweep (:func:`collector_paused`).
+drafter), and so do GPUs of any class whose values the engine reads agree (``BaseGpu``, ``BatchGpu``: a
+Llama's engine is the same on an A100 and an A10); only the batch part (activation peak, CUDA graphs, encoder
+profile) is planned for each. The collector is paused for a sweep (:func:`collector_paused`).
 
 A point's figures are those of ``make_plan(model, gpu, args, vllm_version=..., headroom=...,
 with_alternatives=False)`` (tests/core/test_sweep.py checks every field on a broad grid): a deployment
@@ -58,7 +59,7 @@ from planner.plan.build import (
     spread_from_fixed,
     startup_fit,
 )
-from planner.plan.engine import EngineLayout, EngineMemo, kv_layout, memory_budget
+from planner.plan.engine import EngineLayout, EngineMemo, gpu_base_key, kv_layout, memory_budget
 from planner.plan.margin import activation_kind, band_terms
 from planner.plan.recommend import (
     Replan,
@@ -196,55 +197,66 @@ class _Template:
     def offsets(self, stage: int, memo: dict[tuple[object, ...], tuple[int, int]]) -> tuple[int, int]:
         """(down, up) bytes of the band when ``stage`` limits, without the unknown release's spread: they
         depend on that stage's terms and the release, not on the GPU's memory (``memo``: the sweep's, by
-        every input of :func:`band_terms`)."""
+        every input of :func:`band_terms`, and by engine stage)."""
         found = self.band_offsets.get(stage)
         if found is None:
-            memory = self.engine.memory[stage]
-            given = self.args.kv_cache_memory_bytes is not None
-            quantized = self.model.quantization is not None or self.args.quantization is not None
-            kind = activation_kind(self.model)
-            tp, across = self.args.tensor_parallel_size, self.args.tensor_parallel_across_nodes
-            engine = self.engine
-            key = (
-                memory.weights_bytes,
-                engine.weights_estimated,
-                memory.activation_peak_bytes,
-                memory.cuda_graph_bytes,
-                memory.cuda_graph_counted,
-                given,
-                self.release.since,
-                tp,
-                quantized,
-                kind,
-                across,
-                engine.mxfp4_spread_bytes,
-                engine.encoder_band_bytes,
-                engine.cold_compile_bytes,
-                engine.nccl_at_init_bytes,
-            )
-            found = memo.get(key)
+            # Templates on one engine stage — flags that differ only in the limits, GPUs whose values agree —
+            # have one band: the terms read that stage, the model and the flags the limits were set on, which
+            # the stages of one EngineMemo share. The engine is kept by its templates: its id stays its own.
+            by_engine = ("engine", id(self.engine), stage)
+            found = memo.get(by_engine)
             if found is None:
-                terms, _ = band_terms(
-                    weights_bytes=memory.weights_bytes,
-                    weights_estimated=self.engine.weights_estimated,
-                    activation_peak_bytes=memory.activation_peak_bytes,
-                    cuda_graph_bytes=memory.cuda_graph_bytes,
-                    cuda_graph_counted=memory.cuda_graph_counted,
-                    kv_cache_memory_bytes_given=given,
-                    release_since=self.release.since,
-                    tensor_parallel_size=tp,
-                    quantized=quantized,
-                    activation_kind=kind,
-                    version_spread_bytes=None,
-                    tp_across_nodes=across,
-                    mxfp4_spread_bytes=engine.mxfp4_spread_bytes,
-                    encoder_estimate_bytes=engine.encoder_band_bytes,
-                    cold_compile_bytes=engine.cold_compile_bytes,
-                    nccl_at_init_bytes=engine.nccl_at_init_bytes,
-                )
-                found = (sum(low for _, low, _, _ in terms), sum(high for _, _, high, _ in terms))
-                memo[key] = found
+                found = memo[by_engine] = self._offsets(stage, memo)
             self.band_offsets[stage] = found
+        return found
+
+    def _offsets(self, stage: int, memo: dict[tuple[object, ...], tuple[int, int]]) -> tuple[int, int]:
+        """(down, up) of :meth:`offsets` by the values of every input of :func:`band_terms` (``memo``)."""
+        memory = self.engine.memory[stage]
+        given = self.args.kv_cache_memory_bytes is not None
+        quantized = self.model.quantization is not None or self.args.quantization is not None
+        kind = activation_kind(self.model)
+        tp, across = self.args.tensor_parallel_size, self.args.tensor_parallel_across_nodes
+        engine = self.engine
+        key = (
+            memory.weights_bytes,
+            engine.weights_estimated,
+            memory.activation_peak_bytes,
+            memory.cuda_graph_bytes,
+            memory.cuda_graph_counted,
+            given,
+            self.release.since,
+            tp,
+            quantized,
+            kind,
+            across,
+            engine.mxfp4_spread_bytes,
+            engine.encoder_band_bytes,
+            engine.cold_compile_bytes,
+            engine.nccl_at_init_bytes,
+        )
+        found = memo.get(key)
+        if found is None:
+            terms, _ = band_terms(
+                weights_bytes=memory.weights_bytes,
+                weights_estimated=self.engine.weights_estimated,
+                activation_peak_bytes=memory.activation_peak_bytes,
+                cuda_graph_bytes=memory.cuda_graph_bytes,
+                cuda_graph_counted=memory.cuda_graph_counted,
+                kv_cache_memory_bytes_given=given,
+                release_since=self.release.since,
+                tensor_parallel_size=tp,
+                quantized=quantized,
+                activation_kind=kind,
+                version_spread_bytes=None,
+                tp_across_nodes=across,
+                mxfp4_spread_bytes=engine.mxfp4_spread_bytes,
+                encoder_estimate_bytes=engine.encoder_band_bytes,
+                cold_compile_bytes=engine.cold_compile_bytes,
+                nccl_at_init_bytes=engine.nccl_at_init_bytes,
+            )
+            found = (sum(low for _, low, _, _ in terms), sum(high for _, _, high, _ in terms))
+            memo[key] = found
         return found
 
     def release_fixed(self) -> list[tuple[bool, int]]:
@@ -278,12 +290,6 @@ def gpu_class_key(gpu: GpuSpec, releases: Sequence[Release]) -> tuple[object, ..
     return (*gpu_base_key(gpu), tuple(batch_defaults(gpu, release) for release in releases))
 
 
-def gpu_base_key(gpu: GpuSpec) -> tuple[object, ...]:
-    """What GPUs share an engine base by (planner/plan/engine.py ``EngineBase``): :func:`gpu_class_key`
-    without the batch defaults, which the base does not read."""
-    return (gpu.vendor, gpu.architecture, gpu.compute_capability, gpu.nvlink, gpu.nvswitch_multicast, gpu.fp8)
-
-
 class _Sweeper:
     """Templates by (model, flags, GPU class) and the points evaluated from them, for one release."""
 
@@ -300,12 +306,16 @@ class _Sweeper:
         # The releases whose batch defaults an engine stage may read: the planned one, and for an unknown
         # release every checked release of the spread.
         self.releases = [planned] if self.version_known else [planned, *RELEASES]
-        self.classes: dict[int, tuple[GpuSpec, tuple[object, ...]]] = {}
-        self.templates: dict[tuple[int, int, tuple[object, ...]], _Template | KvPlannerError] = {}
+        self.classes: dict[int, tuple[GpuSpec, int]] = {}
+        """GPU identity -> (the GPU, its class number)."""
+        self.class_numbers: dict[tuple[object, ...], int] = {}
+        """:func:`gpu_class_key` -> its number: the memos' keys hold the number (hashing the key tuple again for
+        every lookup cost more than the lookups)."""
+        self.templates: dict[tuple[int, int, object], _Template | KvPlannerError] = {}
         self.limited: dict[tuple[int, int, int | None], ServingArgs] = {}
         self.roots: dict[int, ServingArgs] = {}
         """Flags with limits set (:meth:`with_limits`) -> the flags they were set on."""
-        self.engines: dict[tuple[int, int, tuple[object, ...]], EngineMemo] = {}
+        self.engines: dict[tuple[int, int], EngineMemo] = {}
         self.band_memo: dict[tuple[object, ...], tuple[int, int]] = {}
         self.resolved: dict[tuple[int, ...], ResolvedArgs] = {}
         """:meth:`resolved_args`' memo."""
@@ -313,15 +323,17 @@ class _Sweeper:
         """The batched sweep's KV layout shapes (planner/plan/vectorized.py ``_Shape``) by ``_shape_key``."""
         self.keep: list[object] = []  # objects whose id() keys the dictionaries above
 
-    def gpu_class(self, gpu: GpuSpec) -> tuple[object, ...]:
+    def gpu_class(self, gpu: GpuSpec) -> int:
+        """The number of ``gpu``'s class (GPUs with equal :func:`gpu_class_key`)."""
         found = self.classes.get(id(gpu))
         if found is None:
-            found = (gpu, gpu_class_key(gpu, self.releases))
-            self.classes[id(gpu)] = found
+            key = gpu_class_key(gpu, self.releases)
+            number = self.class_numbers.setdefault(key, len(self.class_numbers))
+            found = self.classes[id(gpu)] = (gpu, number)
         return found[1]
 
     def template(self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs) -> _Template | KvPlannerError:
-        key: tuple[int, int, tuple[object, ...]] = (id(model), id(args), self.gpu_class(gpu))
+        key: tuple[int, int, object] = (id(model), id(args), self.gpu_class(gpu))
         found = self.templates.get(key)
         if found is None:
             self.keep += (model, args)
@@ -338,9 +350,10 @@ class _Sweeper:
         return found
 
     def _build(self, model: ModelSpec, gpu: GpuSpec, args: ServingArgs) -> _Template | KvPlannerError:
-        # Flags with other limits, and GPUs of another class with the same base key, share the engine base.
+        # Flags with other limits share the engine base, and GPUs whose values the engine reads agree share
+        # the engine stages (planner/plan/engine.py EngineMemo).
         root = self.roots.get(id(args), args)
-        memo_key = (id(model), id(root), gpu_base_key(gpu))
+        memo_key = (id(model), id(root))
         memo = self.engines.get(memo_key)
         if memo is None:
             self.keep.append(root)
@@ -372,6 +385,7 @@ class _Sweeper:
                     corrections=None,
                     draft=None,
                     memo=memo,
+                    resolve=self.resolved_args,
                 )
                 derived = derived_length(model, version)
         except KvPlannerError as error:
@@ -528,10 +542,12 @@ class _Sweeper:
     def resolved_args(
         self, args: ServingArgs, model: ModelSpec, gpu: GpuSpec, release: Release, max_len: int
     ) -> ResolvedArgs:
-        """:func:`resolve_args`, once per flags, model, GPU, release and context: the search asks it in
-        :meth:`same_run` and again when the flags are replanned (``limited_stage``). Only for objects the
+        """:func:`resolve_args`, once per flags, model, GPU class, release and context: the search asks it in
+        :meth:`same_run` for every GPU and again when the flags are planned (``limited_stage``). The class key
+        holds every GpuSpec field resolve_args reads but the memory and the name, and the batch defaults the
+        memory and the name give; the name words only refusals, which are not kept. Only for objects the
         sweeper keeps (their ids stay theirs)."""
-        key = (id(args), id(model), id(gpu), id(release), max_len)
+        key = (id(args), id(model), self.gpu_class(gpu), id(release), max_len)
         found = self.resolved.get(key)
         if found is None:
             found = self.resolved[key] = resolve_args(args, model, gpu, release, max_len)
@@ -665,9 +681,16 @@ def sweep_table(
     for thousands of points. Imports numpy."""
     from planner.plan.vectorized import evaluate
 
-    sweeper = _Sweeper(vllm_version, headroom=headroom, coefficients=coefficients, with_margin=with_margin)
+    def sweeper() -> _Sweeper:
+        return _Sweeper(vllm_version, headroom=headroom, coefficients=coefficients, with_margin=with_margin)
+
     with collector_paused():
-        return evaluate(sweeper, list(points))
+        table = evaluate(sweeper(), list(points))
+        # The table plans a point again (SweepTable.point) with a sweeper of its own, so what the sweep allocated
+        # (its templates, engine stages and memos) is freed here, by reference counts, while the collector is
+        # still off: kept, every object of it was walked by the collector's first pass once it was back on.
+        table.sweeper = sweeper()
+    return table
 
 
 @contextlib.contextmanager

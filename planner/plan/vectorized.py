@@ -383,6 +383,7 @@ class SweepTable:
     errors: list[str | None]
     columns: dict[str, Array]
     sweeper: _Sweeper
+    """Plans :meth:`point` (sweep_table gives the table a sweeper of its own, not the one it swept with)."""
 
     def __len__(self) -> int:
         return len(self.points)
