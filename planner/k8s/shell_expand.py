@@ -245,6 +245,19 @@ def expand(
         _note(runtime, [part])
         out.append(_verbatim(part, quote == '"'))
 
+    def reference(name: str, value: str | None, start: int, end: int) -> None:  # `$NAME` / `${NAME}`
+        if value is None:
+            missing.append(name)
+            if name in unknown or ANY_NAME in unknown:
+                # Set from a Secret, a ConfigMap or envFrom: a value the manifest does not show, not an empty
+                # one. Kept as written, like a command substitution, so that what it may hold (`vllm serve
+                # $MODEL $EXTRA_ARGS`, flags from a ConfigMap) is not checked as if absent.
+                as_written(start, end)
+                return
+            value = ""  # unset anywhere: empty, as bash expands it
+        budget.spend(len(value))
+        put(name, value)
+
     i = 0
     quote: str | None = '"' if in_double else None
     while i < len(text):
@@ -345,16 +358,7 @@ def expand(
                             out.append(text[i : end + 1])  # ${X:+...}, ${#X} ...: leave as written
                             i = end + 1
                             continue
-                        if value is None and (name in unknown or ANY_NAME in unknown):
-                            missing.append(name)  # set from a Secret, a ConfigMap or envFrom: kept as written (below)
-                            as_written(i, end + 1)
-                            i = end + 1
-                            continue
-                        if value is None:
-                            missing.append(name)
-                            value = ""
-                        budget.spend(len(value))
-                        put(name, value)
+                        reference(name, value, i, end + 1)
                         i = end + 1
                         continue
             if params is not None and (nxt.isdigit() or nxt in "@*#"):
@@ -374,20 +378,7 @@ def expand(
             name_end = shell_name_end(text, i + 1)
             if name_end > i + 1:
                 name = text[i + 1 : name_end]
-                value = variables.get(name)
-                if value is None and (name in unknown or ANY_NAME in unknown):
-                    # Set from a Secret, a ConfigMap or envFrom: a value the manifest does not show, not an
-                    # empty one. Kept as written, like a command substitution, so that what it may hold
-                    # (`vllm serve $MODEL $EXTRA_ARGS`, flags from a ConfigMap) is not checked as if absent.
-                    missing.append(name)
-                    as_written(i, name_end)
-                    i = name_end
-                    continue
-                if value is None:
-                    missing.append(name)
-                    value = ""
-                budget.spend(len(value))
-                put(name, value)
+                reference(name, variables.get(name), i, name_end)
                 i = name_end
                 continue
         out.append(ch)
